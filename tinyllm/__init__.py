@@ -1,0 +1,29 @@
+"""tinyllm: a small autograd library with a lazy graph, rewrite passes and several runtimes.
+
+    import tinyllm as tl
+    x = tl.randn(4, 3, requires_grad=True)
+    (x @ x.T).relu().sum().backward()
+    x.grad
+"""
+from . import ops  # noqa: F401  (registers the primitives)
+from .dtype import float32, float64, int64, bool_, DType  # noqa: F401
+from .tensor import Tensor, no_grad, is_grad_enabled, arange  # noqa: F401
+from .factory import (tensor, zeros, ones, full, zeros_like, ones_like, full_like, randn, rand, randint,  # noqa: F401
+                      randn_like, rand_like, manual_seed, multinomial, topk, cat, stack, where)
+from .realize import realize as _realize
+from .runtime import max_memory_allocated, memory_allocated, reset_peak_memory_stats  # noqa: F401
+from . import nn, optim  # noqa: F401,E402
+
+float = float32  # torch.float
+long = int64
+double = float64
+bool = bool_
+
+
+def realize(*tensors):
+    """Compute several tensors in one pass over their shared graph."""
+    _realize(*tensors)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+__all__ = ["Tensor", "tensor", "no_grad", "realize", "nn", "optim"]

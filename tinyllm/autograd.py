@@ -1,0 +1,32 @@
+"""The gradient walker: gradients are more graph, built from each primitive's rule in `tinyllm.ops`.
+
+Walks the graph once in reverse topological order. Broadcasting needs no care here: the front end broadcasts
+only through EXPAND, whose rule sums the gradient back (ops/movement.py), so it is undone in that one place.
+"""
+from .graph import toposort
+from .ops import rule_of
+
+
+def gradients(root, root_grad, targets):
+    """d root / d t for each node t in `targets`, as graph nodes (None where root does not depend on t)."""
+    targets = set(targets)
+    order = toposort([root], stop=lambda n: n.op == "DETACH")
+    leads = set()  # nodes with a path to a target: only those need a gradient
+    for node in order:
+        if node in targets or any(s in leads for s in node.src):
+            leads.add(node)
+    grads = {root: root_grad}
+    for node in reversed(order):
+        dy = grads.get(node)
+        if dy is None or not node.src or node not in leads:
+            continue
+        if node not in targets:
+            del grads[node]  # keep only what is still needed
+        src_grads = rule_of(node.op)(dy, node)
+        for s, g in zip(node.src, src_grads):
+            if g is None or s not in leads:
+                continue
+            if g.shape != s.shape:
+                raise RuntimeError(f"gradient rule of {node.op} gave shape {g.shape} for an input of shape {s.shape}")
+            grads[s] = g if s not in grads else grads[s] + g
+    return {t: grads.get(t) for t in targets}

@@ -1,0 +1,126 @@
+"""Creating tensors, with torch's names. Random numbers come from one seeded generator (manual_seed)."""
+import numpy as np
+
+from . import dtype as dt
+from .graph import build, const
+from .runtime import get as get_runtime
+from .tensor import Tensor, arange  # noqa: F401  (arange lives beside Tensor, which uses it)
+
+_rng = [np.random.default_rng(0)]
+
+
+def manual_seed(seed):
+    _rng[0] = np.random.default_rng(seed)
+
+
+def generator():
+    return _rng[0]
+
+
+def _shape(size):
+    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    """A constant: it takes no memory until something needs it as a buffer."""
+    if dtype is None:
+        dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
+    node = const(fill_value, tuple(size), dt.to_dtype(dtype))
+    return Tensor._from_node(node, get_runtime(device).name, requires_grad=requires_grad)
+
+
+def zeros(*size, dtype=dt.float32, device=None, requires_grad=False):
+    return full(_shape(size), 0, dtype, device, requires_grad)
+
+
+def ones(*size, dtype=dt.float32, device=None, requires_grad=False):
+    return full(_shape(size), 1, dtype, device, requires_grad)
+
+
+def zeros_like(x, dtype=None): return full(x.shape, 0, dtype or x.dtype, x.device)
+def ones_like(x, dtype=None): return full(x.shape, 1, dtype or x.dtype, x.device)
+def full_like(x, value, dtype=None): return full(x.shape, value, dtype or x.dtype, x.device)
+
+
+def randn(*size, dtype=dt.float32, device=None, requires_grad=False):
+    data = _rng[0].standard_normal(_shape(size), dtype=np.float64)
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def rand(*size, dtype=dt.float32, device=None, requires_grad=False):
+    return Tensor(_rng[0].random(_shape(size)), dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=dt.int64, device=None):
+    if high is None:
+        low, high = 0, low
+    return Tensor(_rng[0].integers(low, high, size=tuple(size)), dtype=dtype, device=device)
+
+
+def randn_like(x): return randn(*x.shape, dtype=x.dtype, device=x.device)
+def rand_like(x): return rand(*x.shape, dtype=x.dtype, device=x.device)
+
+
+def bernoulli_mask(shape, keep, device=None):
+    """A bool tensor, true with probability `keep` (dropout's mask)."""
+    return Tensor(_rng[0].random(tuple(shape)) < keep, device=device)
+
+
+def multinomial(probs, num_samples=1):
+    """Draw `num_samples` indices per row of `probs` (with replacement), as torch.multinomial. Eager: it reads
+    the probabilities now; sampling has no gradient."""
+    p = probs.detach().numpy().astype(np.float64)
+    p2 = p.reshape(-1, p.shape[-1])
+    if (p2 < 0).any() or not np.isfinite(p2).all() or (p2.sum(-1) <= 0).any():
+        raise RuntimeError("multinomial: probabilities must be finite, non-negative and not all zero in a row")
+    p2 = p2 / p2.sum(-1, keepdims=True)
+    out = np.stack([_rng[0].choice(p2.shape[-1], size=num_samples, p=row) for row in p2])
+    return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), device=probs.device)
+
+
+def topk(x, k, dim=-1):
+    """The k largest values along `dim` and their indices, as torch.topk. Eager and without gradient (it is
+    for sampling): it reads x now."""
+    a = x.detach().numpy()
+    d = dim % a.ndim
+    if not 0 < k <= a.shape[d]:
+        raise RuntimeError(f"topk: k={k} out of range for dim {dim} of size {a.shape[d]}")
+    idx = np.flip(np.argsort(a, axis=d, kind="stable"), axis=d).take(np.arange(k), axis=d)
+    return Tensor(np.take_along_axis(a, idx, axis=d), device=x.device), Tensor(idx, device=x.device)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    first = tensors[0]
+    d = first._dim(dim, "cat")
+    dtype = first.dtype
+    for t in tensors[1:]:
+        dtype = dt.result_type(dtype, t.dtype)
+    ts = [first._as(t).to(dtype) for t in tensors]
+    for t in ts:
+        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
+            raise RuntimeError(f"cat: shapes {[t.shape for t in ts]} must match except in dimension {d}")
+    if len(ts) == 1:
+        return ts[0]
+    return ts[0]._make(build("CAT", *[t._node for t in ts], arg=d), *ts[1:])
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise RuntimeError(f"stack: all tensors must have one shape, got {sorted(shapes)}")
+    d = dim if dim >= 0 else dim + tensors[0].ndim + 1
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+def where(condition, x, y):
+    return condition.where(x, y)

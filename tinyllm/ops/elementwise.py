@@ -1,0 +1,176 @@
+"""Elementwise primitives: inputs of one shape and dtype (the front end broadcasts), output of that shape."""
+import math
+
+import numpy as np
+
+from .. import dtype as dt
+from ..graph import const
+from .base import Op, register, fmt
+
+
+class Unary(Op):
+    def infer(src, arg):
+        (x,) = src
+        return x.shape, x.dtype
+
+
+class FloatUnary(Unary):
+    def infer(src, arg):
+        (x,) = src
+        if not x.dtype.is_float:
+            raise TypeError(f"needs a floating-point input, got {x.dtype.name}: cast it with .float()")
+        return x.shape, x.dtype
+
+
+@register
+class NEG(Unary):
+    """y = -x  ⇒  dx = -dy"""
+    def forward(x): return np.negative(x)
+    def backward(dy, y): return (-dy,)
+
+
+@register
+class EXP(FloatUnary):
+    """y = eˣ  ⇒  dx = dy · y"""
+    def forward(x): return np.exp(x)
+    def backward(dy, y): return (dy * y,)
+
+
+@register
+class LOG(FloatUnary):
+    """y = ln x  ⇒  dx = dy / x"""
+    def forward(x): return np.log(x)
+    def backward(dy, y): return (dy / y.src[0],)
+
+
+@register
+class SQRT(FloatUnary):
+    """y = √x  ⇒  dx = dy / (2y)"""
+    def forward(x): return np.sqrt(x)
+    def backward(dy, y): return (dy / (y * 2.0),)
+
+
+@register
+class RECIP(FloatUnary):
+    """y = 1/x  ⇒  dx = -dy / x² = -dy · y²"""
+    def forward(x): return np.reciprocal(x)
+    def backward(dy, y): return (-(dy * y * y),)
+
+
+@register
+class TANH(FloatUnary):
+    """y = tanh x  ⇒  dx = dy · (1 - y²)"""
+    def forward(x): return np.tanh(x)
+    def backward(dy, y): return (dy * (1.0 - y * y),)
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+@register
+class ERF(FloatUnary):
+    """y = erf x = (2/√π) ∫₀ˣ e^(-t²) dt  ⇒  dx = dy · (2/√π) · e^(-x²)"""
+    def forward(x): return _erf(x.astype(np.float64)).astype(x.dtype)  # exact: math.erf per element
+    def backward(dy, y):
+        x = y.src[0]
+        return (dy * (-(x * x)).exp() * (2.0 / math.sqrt(math.pi)),)
+
+
+@register
+class CAST(Op):
+    """y = x converted to dtype `arg`  ⇒  dx = dy converted back (no gradient reaches integers or bools)"""
+    def infer(src, arg):
+        (x,) = src
+        if not isinstance(arg, dt.DType):
+            raise TypeError(f"needs a dtype, got {arg!r}")
+        return x.shape, arg
+    def forward(x, arg): return x.astype(arg.np)
+    def backward(dy, y):
+        x = y.src[0]
+        return (dy.cast(x.dtype) if x.dtype.is_float else None,)
+
+
+@register
+class DETACH(Unary):
+    """y = x, but no gradient flows back through it (torch's .detach())."""
+    def forward(x): return x
+    def backward(dy, y): return (None,)
+
+
+@register
+class CONTIGUOUS(Unary):
+    """y = x copied into a fresh row-major buffer  ⇒  dx = dy"""
+    def forward(x): return np.ascontiguousarray(x)
+    def backward(dy, y): return (dy,)
+
+
+class Binary(Op):
+    def infer(src, arg):
+        x, z = src
+        if x.shape != z.shape or x.dtype is not z.dtype:
+            raise ValueError(f"elementwise op on {fmt(x.shape, z.shape)}, dtypes {x.dtype.name} and {z.dtype.name}: "
+                             "the graph needs equal shapes and dtypes (the Tensor front end broadcasts and promotes)")
+        return x.shape, x.dtype
+
+
+@register
+class ADD(Binary):
+    """y = x + z  ⇒  dx = dy, dz = dy"""
+    def forward(x, z): return np.add(x, z)
+    def backward(dy, y): return (dy, dy)
+
+
+@register
+class MUL(Binary):
+    """y = x · z  ⇒  dx = dy · z, dz = dy · x"""
+    def forward(x, z): return np.multiply(x, z)
+    def backward(dy, y):
+        x, z = y.src
+        return (dy * z, dy * x)
+
+
+@register
+class MAX(Binary):
+    """y = max(x, z)  ⇒  dx = dy · [x > z] + ½ dy · [x = z], and the mirror for dz (ties split evenly, as torch)"""
+    def forward(x, z): return np.maximum(x, z)
+    def backward(dy, y):
+        x, z = y.src
+        share = (x > z).cast(dy.dtype) + x.eq(z).cast(dy.dtype) * 0.5
+        return (dy * share, dy * (1.0 - share))
+
+
+class Compare(Binary):
+    def infer(src, arg):
+        shape, _ = Binary.infer(src, arg)
+        return shape, dt.bool_
+    def backward(dy, y): return (None, None)  # a step function: zero gradient almost everywhere
+
+
+@register
+class CMPLT(Compare):
+    """y = [x < z] (bool); no gradient"""
+    def forward(x, z): return np.less(x, z)
+
+
+@register
+class CMPEQ(Compare):
+    """y = [x = z] (bool); no gradient"""
+    def forward(x, z): return np.equal(x, z)
+
+
+@register
+class WHERE(Op):
+    """y = c ? a : b  ⇒  da = c ? dy : 0, db = c ? 0 : dy (no gradient to the condition)"""
+    def infer(src, arg):
+        c, a, b = src
+        if c.dtype is not dt.bool_:
+            raise TypeError(f"needs a bool condition, got {c.dtype.name}")
+        Binary.infer((a, b), arg)
+        if c.shape != a.shape:
+            raise ValueError(f"condition shape {c.shape} differs from the values' {a.shape}")
+        return a.shape, a.dtype
+    def forward(c, a, b): return np.where(c, a, b)
+    def backward(dy, y):
+        c = y.src[0]
+        zero = const(0, dy.shape, dy.dtype)
+        return (None, c.where(dy, zero), c.where(zero, dy))

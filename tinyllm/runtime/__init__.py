@@ -1,0 +1,35 @@
+"""Runtimes by name. `TINYLLM_RUNTIME` picks the default; `device=` / `.to()` pick one per tensor."""
+import os
+
+from .memory import max_memory_allocated, memory_allocated, reset_peak_memory_stats  # noqa: F401
+
+_FACTORIES = {}
+_live = {}
+
+
+def _numpy():
+    from .numpy_runtime import NumpyRuntime
+    return NumpyRuntime()
+
+
+_FACTORIES["numpy"] = _numpy
+ALIASES = {"cpu": "numpy"}
+
+
+def available():
+    return sorted(_FACTORIES)
+
+
+def get(name=None):
+    """The runtime called `name` (default: $TINYLLM_RUNTIME, else numpy), made once and kept."""
+    if name is None:
+        name = os.environ.get("TINYLLM_RUNTIME") or "numpy"
+    if not isinstance(name, str):
+        name = getattr(name, "name", str(name))
+    name = ALIASES.get(name.split(":")[0], name.split(":")[0])
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(available())} "
+                         "(set TINYLLM_RUNTIME or pass device=...)")
+    if name not in _live:
+        _live[name] = _FACTORIES[name]()
+    return _live[name]

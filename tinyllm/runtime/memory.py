@@ -1,0 +1,49 @@
+"""Bytes held by runtime buffers, with torch.cuda's names. Every array a runtime allocates is tracked by its
+owning allocation (views cost nothing) and released when Python frees it, so the peak is what was really held."""
+import threading
+import weakref
+
+_lock = threading.Lock()
+_current = 0
+_peak = 0
+_tracked = set()
+
+
+def track(array, nbytes=None):
+    """Count `array`'s storage (once, however many views of it exist) until it is freed."""
+    global _current, _peak
+    owner = array
+    while getattr(owner, "base", None) is not None and hasattr(owner.base, "nbytes"):
+        owner = owner.base
+    key = id(owner)
+    with _lock:
+        if key in _tracked:
+            return array
+        size = owner.nbytes if nbytes is None else nbytes
+        _tracked.add(key)
+        _current += size
+        _peak = max(_peak, _current)
+    weakref.finalize(owner, _release, key, size)
+    return array
+
+
+def _release(key, size):
+    global _current
+    with _lock:
+        _tracked.discard(key)
+        _current -= size
+
+
+def memory_allocated():
+    """Bytes held now by the runtimes' buffers."""
+    return _current
+
+
+def max_memory_allocated():
+    """The most bytes held at once since the start or the last reset_peak_memory_stats()."""
+    return _peak
+
+
+def reset_peak_memory_stats():
+    global _peak
+    _peak = _current

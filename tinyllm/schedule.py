@@ -1,0 +1,32 @@
+"""Turns the graph behind some output nodes into a linear list of kernels, with the point after which each
+value is no longer needed, so a runtime can free buffers as soon as it can."""
+from .graph import toposort
+
+
+def _is_input(node):
+    return node.buffer is not None or not node.src
+
+
+class Schedule:
+    """inputs: LOAD/CONST (and already realized) nodes; kernels: the rest, in an order that respects
+    dependencies; frees[i]: values dead after kernel i; outputs: the nodes to return."""
+    __slots__ = ("inputs", "kernels", "frees", "outputs")
+
+    def __init__(self, outputs):
+        self.outputs = list(outputs)
+        order = toposort(self.outputs, stop=_is_input)
+        self.inputs = [n for n in order if _is_input(n)]
+        self.kernels = [n for n in order if not _is_input(n)]
+        last = {}
+        for i, n in enumerate(self.kernels):
+            for s in n.src:
+                last[s] = i
+        keep = set(self.outputs)
+        self.frees = [[] for _ in self.kernels]
+        for node, i in last.items():
+            if node not in keep:
+                self.frees[i].append(node)
+
+    def devices(self):
+        return {n.arg.runtime.name if n.op == "LOAD" else n.buffer.runtime.name
+                for n in self.inputs if n.op == "LOAD" or n.buffer is not None}

@@ -1,0 +1,614 @@
+"""Tensor: the user's API, with PyTorch's names and semantics. It only builds graph nodes; values are computed
+when something needs them (.numpy(), .item(), .backward(), an optimizer step, or tinyllm.realize)."""
+import math
+import weakref
+from collections import namedtuple
+
+import numpy as np
+
+from . import dtype as dt
+from .autograd import gradients
+from .graph import Node, build, const, toposort
+from .realize import realize
+from .runtime import get as get_runtime
+from .views import contiguous_strides, is_contiguous, strides_of, view_strides
+
+_grad_enabled = [True]
+_grad_leaves = weakref.WeakValueDictionary()  # LOAD node of a leaf that requires grad -> its Tensor
+MaxResult = namedtuple("MaxResult", "values indices")
+
+
+class no_grad:
+    """Context manager (and decorator) under which ops record no gradient, as torch.no_grad."""
+    def __enter__(self):
+        _grad_enabled.append(False)
+
+    def __exit__(self, *exc):
+        _grad_enabled.pop()
+
+    def __call__(self, fn):
+        def wrapped(*args, **kwargs):
+            with no_grad():
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+def is_grad_enabled():
+    return _grad_enabled[-1]
+
+
+def _device_name(device):
+    return get_runtime(device).name
+
+
+class Tensor:
+    __slots__ = ("_node", "requires_grad", "grad", "device", "is_leaf", "__weakref__")
+    __hash__ = object.__hash__  # == builds a comparison, as in torch; identity hashing stays
+
+    def __init__(self, data, requires_grad=False, dtype=None, device=None):
+        if isinstance(data, Tensor):
+            data = data.numpy()
+        array = np.asarray(data)
+        if array.dtype == object:
+            raise TypeError(f"Tensor: can't build a tensor from {type(data).__name__} {data!r:.60}: give numbers, "
+                            "nested lists of numbers or a NumPy array")
+        if dtype is None:
+            dtype = dt.float32 if array.dtype.kind == "f" and not isinstance(data, np.ndarray) else dt.to_dtype(array.dtype)
+        else:
+            dtype = dt.to_dtype(dtype)
+        runtime = get_runtime(device)
+        buf = runtime.from_numpy(np.array(array, dtype=dtype.np, copy=True), dtype)
+        self._init(Node("LOAD", (), buf, buf.shape, dtype), runtime.name, requires_grad, leaf=True)
+
+    def _init(self, node, device, requires_grad=False, leaf=True):
+        self._node, self.device, self.grad, self.is_leaf, self.requires_grad = node, device, None, leaf, False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _from_node(cls, node, device, requires_grad=False, leaf=True):
+        t = object.__new__(cls)
+        t._init(node, device, requires_grad, leaf)
+        return t
+
+    # The graph node behind this tensor. A leaf that requires grad always sits on its own buffer, so the
+    # gradient walk can tell it from any other tensor.
+    @property
+    def node(self):
+        return self._node
+
+    @node.setter
+    def node(self, node):
+        self._node = node
+        if self.requires_grad and self.is_leaf:
+            _grad_leaves[node] = self
+
+    def requires_grad_(self, requires_grad=True):
+        if not self.is_leaf:
+            raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; use .detach() first")
+        if requires_grad and not self.dtype.is_float:
+            raise RuntimeError(f"requires_grad_: only floating-point tensors can require gradients, not {self.dtype.name}")
+        self.requires_grad = False
+        if requires_grad:
+            if self._node.op != "LOAD":
+                realize(self)  # a leaf that requires grad gets a buffer of its own
+            self.requires_grad = True
+            _grad_leaves[self._node] = self
+        return self
+
+    # ---- what the tensor is -----------------------------------------------------------------------------
+    shape = property(lambda self: self._node.shape)
+    dtype = property(lambda self: self._node.dtype)
+    ndim = property(lambda self: len(self._node.shape))
+    T = property(lambda self: self.permute(*reversed(range(self.ndim))))
+    mT = property(lambda self: self.transpose(-2, -1))
+    grad_fn = property(lambda self: None if self.is_leaf else self._node.op)
+
+    def dim(self): return self.ndim
+    def numel(self): return math.prod(self.shape)
+    def size(self, dim=None): return self.shape if dim is None else self.shape[self._dim(dim, "size")]
+    def stride(self): return strides_of(self._node)
+    def is_contiguous(self): return is_contiguous(self.shape, self.stride())
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self):
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"tensor({np.array2string(self.numpy(), separator=', ', prefix='tensor(')}, dtype={self.dtype.name}, device='{self.device}'{grad})"
+
+    # ---- values ---------------------------------------------------------------------------------------------
+    def realize(self):
+        realize(self)
+        return self
+
+    def numpy(self):
+        realize(self)
+        buf = self._node.buffer if self._node.op != "LOAD" else self._node.arg
+        return buf.numpy()
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item: only one-element tensors can be converted to a Python scalar, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self): return self.numpy().tolist()
+    def __float__(self): return float(self.item())
+    def __int__(self): return int(self.item())
+    def __bool__(self): return bool(self.item())
+    def __index__(self):
+        if self.dtype is not dt.int64 or self.numel() != 1:
+            raise TypeError("only one-element integer tensors can be used as an index")
+        return int(self.item())
+    def __array__(self, dtype=None, copy=None): return np.asarray(self.numpy(), dtype=dtype)
+
+    def detach(self):
+        node = self._node if self._node.op == "LOAD" else build("DETACH", self._node)
+        return Tensor._from_node(node, self.device)
+
+    @property
+    def data(self): return self.detach()
+
+    @data.setter
+    def data(self, value): self.copy_(value)
+
+    def copy_(self, src):
+        """Overwrite this tensor's value with `src` (realized now), keeping its identity, grad and flags."""
+        src = self._as(src)
+        if src.shape != self.shape:
+            src = src.expand(*self.shape)
+        src = src.to(self.device).to(self.dtype).detach().contiguous()
+        realize(src)
+        buf = src._node.arg if src._node.op == "LOAD" else src._node.buffer
+        self.node = Node("LOAD", (), buf, buf.shape, buf.dtype)
+        return self
+
+    def to(self, *args, dtype=None, device=None):
+        """.to(dtype), .to(device) or both, as torch."""
+        for a in args:
+            if isinstance(a, (dt.DType, type)) or (isinstance(a, str) and a in ("float", "double", "long")):
+                dtype = a
+            else:
+                device = a
+        out = self
+        if dtype is not None and dt.to_dtype(dtype) is not self.dtype:
+            out = out._unary("CAST", dt.to_dtype(dtype))
+        if device is not None and _device_name(device) != self.device:
+            moved = Tensor(out.numpy(), dtype=out.dtype, device=device)
+            out = Tensor._from_node(moved._node, moved.device)
+            if self.requires_grad:
+                raise NotImplementedError("to(device) of a tensor that requires grad: move the leaf tensors "
+                                          "(e.g. model.to(device)) before building the graph")
+        return out
+
+    def float(self): return self.to(dt.float32)
+    def double(self): return self.to(dt.float64)
+    def long(self): return self.to(dt.int64)
+    def bool(self): return self.to(dt.bool_)
+    def type_as(self, other): return self.to(other.dtype)
+
+    # ---- autograd -------------------------------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=False):
+        """Build the gradient graph of this tensor and realize it with the forward pass; gradients accumulate
+        into the .grad of every leaf that requires grad."""
+        if not self.requires_grad:
+            raise RuntimeError("backward: this tensor does not require grad: none of its inputs has "
+                               "requires_grad=True (or it was built under no_grad)")
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs, got shape "
+                                   f"{self.shape}: call .sum() first or pass gradient= of that shape")
+            seed = const(1.0, self.shape, self.dtype)
+        else:
+            gradient = self._as(gradient)
+            if gradient.shape != self.shape:
+                raise RuntimeError(f"backward: gradient has shape {gradient.shape}, the tensor {self.shape}")
+            seed = gradient.to(self.dtype)._node
+        leaves = [t for n in toposort([self._node], stop=lambda n: n.op == "DETACH")
+                  if (t := _grad_leaves.get(n)) is not None and t.requires_grad]
+        grads = gradients(self._node, seed, [t._node for t in leaves])
+        updated = []
+        for t in leaves:
+            g = grads[t._node]
+            if g is None:
+                continue
+            g = Tensor._from_node(g, self.device)
+            t.grad = g if t.grad is None else Tensor._from_node(build("ADD", t.grad._node, g._node), self.device)
+            updated.append(t.grad)
+        realize(self, *updated)
+        if not retain_graph and not self.is_leaf:  # the graph is spent, as in torch: free what it holds
+            buf = self._node.buffer
+            self._node = Node("LOAD", (), buf, buf.shape, buf.dtype)
+
+    # ---- building ops ---------------------------------------------------------------------------------------
+    def _make(self, node, *inputs):
+        """Wrap a new node; it requires grad if any input does (unless gradients are off)."""
+        needs = any(t.requires_grad for t in (self,) + inputs)
+        if needs and not _grad_enabled[-1]:
+            node, needs = build("DETACH", node), False
+        return Tensor._from_node(node, self.device, leaf=not needs)._mark(needs)
+
+    def _mark(self, needs):
+        self.requires_grad = needs
+        return self
+
+    def _as(self, x, dtype=None):
+        """`x` as a tensor on this device: Python numbers become constants of a fitting dtype."""
+        if isinstance(x, Tensor):
+            if x.device != self.device:
+                raise RuntimeError(f"expected all tensors on one device, got {self.device} and {x.device}: use .to()")
+            return x
+        if isinstance(x, (bool, int, float, np.number)):
+            if dtype is None:
+                kind = dt.bool_ if isinstance(x, (bool, np.bool_)) else dt.int64 if isinstance(x, (int, np.integer)) else dt.float32
+                # a Python scalar never widens a tensor's dtype, as in torch
+                order = [dt.bool_, dt.int64, dt.float32, dt.float64]
+                dtype = self.dtype if order.index(self.dtype) >= order.index(kind) else kind
+            return Tensor._from_node(const(x, (), dtype), self.device)
+        return Tensor(x, device=self.device)
+
+    def _unary(self, op, arg=None):
+        return self._make(build(op, self._node, arg=arg))
+
+    def _float(self):
+        return self if self.dtype.is_float else self.float()
+
+    def _broadcast(self, *others, name):
+        """Promote to one dtype and broadcast to one shape, through CAST and EXPAND only."""
+        ts = [self] + [self._as(o) for o in others]
+        dtype = ts[0].dtype
+        for t in ts[1:]:
+            dtype = dt.result_type(dtype, t.dtype)
+        shape = _broadcast_shape([t.shape for t in ts], name)
+        return [t.to(dtype).expand(*shape) for t in ts]
+
+    def _binary(self, op, other, reverse=False, name=None):
+        a, b = self._broadcast(other, name=name or op.lower())
+        if reverse:
+            a, b = b, a
+        return a._make(build(op, a._node, b._node), b)
+
+    # ---- arithmetic -----------------------------------------------------------------------------------------
+    def add(self, x, alpha=1): return self._binary("ADD", x if alpha == 1 else self._as(x) * alpha, name="add")
+    def sub(self, x, alpha=1): return self.add(-(self._as(x)) if alpha == 1 else self._as(x) * -alpha)
+    def mul(self, x): return self._binary("MUL", x, name="mul")
+    def div(self, x): return self._float() * self._as(x)._float().reciprocal()
+    def neg(self): return self._unary("NEG")
+    def reciprocal(self): return self._float()._unary("RECIP")
+    def maximum(self, x): return self._binary("MAX", x, name="maximum")
+    def minimum(self, x): return -((-self).maximum(-self._as(x)))
+    def __add__(self, x): return self.add(x)
+    def __radd__(self, x): return self._binary("ADD", x, reverse=True, name="add")
+    def __sub__(self, x): return self.sub(x)
+    def __rsub__(self, x): return self._as(x) + (-self)
+    def __mul__(self, x): return self.mul(x)
+    def __rmul__(self, x): return self._binary("MUL", x, reverse=True, name="mul")
+    def __truediv__(self, x): return self.div(x)
+    def __rtruediv__(self, x): return self._as(x)._float() * self._float().reciprocal()
+    def __neg__(self): return self.neg()
+    def __pow__(self, p): return self.pow(p)
+    def __rpow__(self, base): return self._as(base).pow(self)
+    def __matmul__(self, x): return self.matmul(x)
+    def __rmatmul__(self, x): return self._as(x).matmul(self)
+    def __lt__(self, x): return self._binary("CMPLT", x, name="lt")
+    def __gt__(self, x): return self._binary("CMPLT", x, reverse=True, name="gt")
+    def __le__(self, x): return (self > x).logical_not()
+    def __ge__(self, x): return (self < x).logical_not()
+    def __eq__(self, x): return self._binary("CMPEQ", x, name="eq")
+    def __ne__(self, x): return (self == x).logical_not()
+    def __invert__(self): return self.logical_not()
+    def __and__(self, x): return self.logical_and(x)
+    def __or__(self, x): return self.logical_or(x)
+    lt, gt, le, ge, eq, ne = __lt__, __gt__, __le__, __ge__, __eq__, __ne__
+
+    def logical_not(self): return self._make(build("CMPEQ", self.bool()._node, const(False, self.shape, dt.bool_)))
+    def logical_and(self, x): return self.bool()._binary("MUL", self._as(x).bool(), name="logical_and")
+    def logical_or(self, x): return self.bool()._binary("MAX", self._as(x).bool(), name="logical_or")
+
+    def pow(self, p):
+        """xᵖ. Integer exponents multiply (so negative bases work); others go through exp(p·ln x)."""
+        if isinstance(p, (int, float)) and float(p).is_integer() and abs(p) <= 64:
+            n, result, base = abs(int(p)), None, self
+            while n:
+                if n & 1:
+                    result = base if result is None else result * base
+                n >>= 1
+                if n:
+                    base = base * base
+            result = self * 0 + 1 if result is None else result
+            return result.reciprocal() if p < 0 else result
+        if isinstance(p, (int, float)) and p == 0.5:
+            return self.sqrt()
+        return (self._float().log() * p).exp()
+
+    def exp(self): return self._float()._unary("EXP")
+    def log(self): return self._float()._unary("LOG")
+    def sqrt(self): return self._float()._unary("SQRT")
+    def rsqrt(self): return self.sqrt().reciprocal()
+    def tanh(self): return self._float()._unary("TANH")
+    def erf(self): return self._float()._unary("ERF")
+    def square(self): return self * self
+    def sigmoid(self): return (1.0 + (-self._float()).exp()).reciprocal()
+    def relu(self): return (self > 0).where(self, 0.0 if self.dtype.is_float else 0)
+    def abs(self): return (self < 0).where(-self, self)
+    def sign(self): return (self > 0).float() - (self < 0).float()
+    def clamp(self, min=None, max=None):
+        out = self if min is None else self.maximum(min)
+        return out if max is None else out.minimum(max)
+    clip = clamp
+
+    def where(self, x, y):
+        """self ? x : y, as torch.where(self, x, y) with self a bool condition."""
+        if self.dtype is not dt.bool_:
+            raise TypeError(f"where: the condition must be bool, got {self.dtype.name}: compare first (x > 0, mask == 1)")
+        ref = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else self
+        x, y = ref._as(x)._broadcast(ref._as(y), name="where")
+        shape = _broadcast_shape([self.shape, x.shape], "where")
+        c, x, y = self.expand(*shape), x.expand(*shape), y.expand(*shape)
+        return x._make(build("WHERE", c._node, x._node, y._node), y)
+
+    def masked_fill(self, mask, value):
+        mask = self._as(mask)
+        if mask.dtype is not dt.bool_:
+            raise TypeError(f"masked_fill: the mask must be bool, got {mask.dtype.name}: use (mask == 0) or .bool()")
+        return mask.where(self._as(value, self.dtype), self)
+
+    # ---- reductions -----------------------------------------------------------------------------------------
+    def _dim(self, d, name):
+        n = max(self.ndim, 1)
+        if not isinstance(d, (int, np.integer)) or not -n <= d < n:
+            raise IndexError(f"{name}: dimension {d} out of range for a tensor of shape {self.shape} "
+                             f"(expected in [{-n}, {n - 1}])")
+        return d % n
+
+    def _dims(self, dim, name):
+        if dim is None:
+            return tuple(range(self.ndim))
+        dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+        return tuple(sorted({self._dim(d, name) for d in dims})) if self.ndim else ()
+
+    def _reduce(self, op, dim, keepdim, name):
+        axes = self._dims(dim, name)
+        out = self._make(build(op, self._node, arg=axes)) if axes else self
+        if keepdim:
+            return out
+        return out.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
+
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        x = self if self.dtype.is_float or self.dtype is dt.int64 else self.long()
+        x = x if dtype is None else x.to(dtype)
+        return x._reduce("SUM", dim, keepdim, "sum")
+
+    def mean(self, dim=None, keepdim=False):
+        axes = self._dims(dim, "mean")
+        return self._float().sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes), 1)
+
+    def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        correction = correction if correction is not None else (0 if unbiased is False else 1)
+        axes = self._dims(dim, "var")
+        x = self._float()
+        d = x - x.mean(axes, keepdim=True)
+        return (d * d).sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes) - correction, 0)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        return self.var(dim, unbiased, keepdim, correction).sqrt()
+
+    def amax(self, dim=None, keepdim=False): return self._reduce("REDUCE_MAX", dim, keepdim, "amax")
+    def amin(self, dim=None, keepdim=False): return -((-self).amax(dim, keepdim))
+
+    def argmax(self, dim=None, keepdim=False):
+        """Index of the first largest value (along `dim`, or of the flattened tensor)."""
+        if dim is None:
+            return self.reshape(-1).argmax(0)
+        d = self._dim(dim, "argmax")
+        n = self.shape[d]
+        rev = (n - 1) - arange(n, device=self.device).reshape(*[n if i == d else 1 for i in range(self.ndim)])
+        hit = self == self.amax(d, keepdim=True)
+        return (n - 1) - hit.where(rev, -1).amax(d, keepdim)
+
+    def argmin(self, dim=None, keepdim=False): return (-self).argmax(dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        """max() is the largest value; max(dim) is (values, indices) along dim, as torch."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        if dim is None:
+            return self.amax()
+        return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        if dim is None:
+            return self.amin()
+        return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def logsumexp(self, dim, keepdim=False):
+        m = self.amax(dim, keepdim=True).detach()
+        out = (self - m).exp().sum(dim, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(dim)
+
+    def softmax(self, dim=-1):
+        """eˣ / Σ eˣ, shifted by the (constant) row max so nothing overflows."""
+        x = self._float()
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim=-1):
+        x = self._float()
+        s = x - x.amax(dim, keepdim=True).detach()
+        return s - s.exp().sum(dim, keepdim=True).log()
+
+    # ---- matmul -----------------------------------------------------------------------------------------------
+    def matmul(self, other):
+        """torch.matmul: 1-D operands become a row / column, batch axes broadcast, and an N-D @ 2-D product
+        runs as one 2-D product over all rows (so dW = Xᵀ dY is one product too)."""
+        a, b = self, self._as(other)
+        if not a.ndim or not b.ndim:
+            raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes {a.shape} and {b.shape}")
+        if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+            raise RuntimeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
+                               f"({a.shape[-1]} != {b.shape[-2 if b.ndim > 1 else 0]}): the last axis of the first "
+                               "must equal the second-to-last of the second")
+        dtype = dt.result_type(a.dtype, b.dtype)
+        a, b = a.to(dtype)._float(), b.to(dtype)._float()
+        a2 = a.unsqueeze(0) if a.ndim == 1 else a
+        b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+        if b2.ndim == 2 and a2.ndim > 2:
+            out = a2.reshape(-1, a2.shape[-1])._mm(b2).reshape(*a2.shape[:-1], b2.shape[-1])
+        else:
+            batch = _broadcast_shape([a2.shape[:-2], b2.shape[:-2]], "matmul")
+            out = a2.expand(*batch, *a2.shape[-2:])._mm(b2.expand(*batch, *b2.shape[-2:]))
+        if b.ndim == 1:
+            out = out.squeeze(-1)
+        if a.ndim == 1:
+            out = out.squeeze(-2 if b.ndim > 1 else -1)
+        return out
+
+    def _mm(self, b): return self._make(build("MATMUL", self._node, b._node), b)
+
+    # ---- movement ---------------------------------------------------------------------------------------------
+    def _shape_arg(self, shape, name):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if shape.count(-1) > 1:
+            raise RuntimeError(f"{name}: only one dimension can be -1, got {shape}")
+        if -1 in shape:
+            rest = math.prod(s for s in shape if s != -1)
+            if rest == 0 or self.numel() % rest:
+                raise RuntimeError(f"{name}: shape {shape} is invalid for a tensor of {self.numel()} elements {self.shape}")
+            shape = tuple(self.numel() // rest if s == -1 else s for s in shape)
+        if math.prod(shape) != self.numel():
+            raise RuntimeError(f"{name}: shape {shape} is invalid for a tensor of {self.numel()} elements {self.shape}")
+        return tuple(int(s) for s in shape)
+
+    def view(self, *shape):
+        shape = self._shape_arg(shape, "view")
+        if view_strides(self.shape, self.stride(), shape) is None:
+            raise RuntimeError(f"view: a tensor of shape {self.shape} with strides {self.stride()} cannot be viewed as "
+                               f"{shape} without copying (it is not contiguous): use .reshape(), which copies when it "
+                               "must, or .contiguous().view()")
+        return self._make(build("RESHAPE", self._node, arg=shape)) if shape != self.shape else self
+
+    def reshape(self, *shape):
+        shape = self._shape_arg(shape, "reshape")
+        if shape == self.shape:
+            return self
+        x = self if view_strides(self.shape, self.stride(), shape) is not None else self.contiguous()
+        return x._make(build("RESHAPE", x._node, arg=shape))
+
+    def contiguous(self):
+        return self if self.is_contiguous() else self._unary("CONTIGUOUS")
+
+    def permute(self, *dims):
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        if len(dims) != self.ndim:
+            raise RuntimeError(f"permute: {len(dims)} dims given for a tensor of shape {self.shape}")
+        order = tuple(self._dim(d, "permute") for d in dims)
+        if sorted(order) != list(range(self.ndim)):
+            raise RuntimeError(f"permute: {dims} repeats a dimension")
+        return self if order == tuple(range(self.ndim)) else self._unary("PERMUTE", order)
+
+    def transpose(self, dim0, dim1):
+        order = list(range(self.ndim))
+        a, b = self._dim(dim0, "transpose"), self._dim(dim1, "transpose")
+        order[a], order[b] = order[b], order[a]
+        return self.permute(*order)
+
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError(f"t: expects a tensor with <= 2 dimensions, got shape {self.shape}: use transpose()")
+        return self.permute(*reversed(range(self.ndim)))
+
+    def expand(self, *sizes):
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if len(sizes) < self.ndim:
+            raise RuntimeError(f"expand: the number of sizes {sizes} must be at least the number of dims {self.shape}")
+        lead = len(sizes) - self.ndim
+        shape = tuple(self.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+        for i, s in enumerate(self.shape):
+            if s != 1 and s != shape[lead + i]:
+                raise RuntimeError(f"expand: the size {s} of dim {i} of {self.shape} must match {shape[lead + i]} "
+                                   f"in {shape} (only size-1 dims expand)")
+        x = self.reshape(*((1,) * lead + self.shape)) if lead else self
+        return x if shape == x.shape else x._unary("EXPAND", shape)
+
+    def expand_as(self, other): return self.expand(*other.shape)
+
+    def unsqueeze(self, dim):
+        d = dim if dim >= 0 else dim + self.ndim + 1
+        if not 0 <= d <= self.ndim:
+            raise IndexError(f"unsqueeze: dimension {dim} out of range for shape {self.shape}")
+        return self.reshape(*self.shape[:d], 1, *self.shape[d:])
+
+    def squeeze(self, dim=None):
+        dims = self._dims(dim, "squeeze") if dim is not None else range(self.ndim)
+        return self.reshape(*[s for i, s in enumerate(self.shape) if not (i in dims and s == 1)])
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        if not self.ndim:
+            return self.reshape(1)
+        s, e = self._dim(start_dim, "flatten"), self._dim(end_dim, "flatten")
+        return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
+
+    def _slice(self, dim, start, stop, step=1):
+        arg = tuple((start, stop, step) if i == dim else (0, s, 1) for i, s in enumerate(self.shape))
+        return self._unary("SHRINK", arg) if (start, stop, step) != (0, self.shape[dim], 1) else self
+
+    def narrow(self, dim, start, length):
+        d = self._dim(dim, "narrow")
+        return self._slice(d, start, start + length)
+
+    def split(self, split_size_or_sections, dim=0):
+        d = self._dim(dim, "split")
+        n = self.shape[d]
+        if isinstance(split_size_or_sections, int):
+            sizes = [min(split_size_or_sections, n - i) for i in range(0, n, split_size_or_sections)]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != n:
+                raise RuntimeError(f"split: sections {sizes} don't add up to {n}, the size of dim {d} of {self.shape}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self._slice(d, start, start + s))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks, dim=0):
+        n = self.shape[self._dim(dim, "chunk")]
+        return self.split(max(-(-n // chunks), 1), dim)
+
+    def tril(self, diagonal=0): return self._triangle(diagonal, lower=True)
+    def triu(self, diagonal=0): return self._triangle(diagonal, lower=False)
+
+    def _triangle(self, k, lower):
+        if self.ndim < 2:
+            raise RuntimeError(f"{'tril' if lower else 'triu'}: needs at least 2 dims, got shape {self.shape}")
+        r, c = self.shape[-2:]
+        rows = arange(r, device=self.device).reshape(r, 1)
+        cols = arange(c, device=self.device).reshape(1, c)
+        keep = (cols <= rows + k) if lower else (cols >= rows + k)
+        return keep.where(self, self._as(0, self.dtype))
+
+    def __getitem__(self, index):
+        from .indexing import getitem
+        return getitem(self, index)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _broadcast_shape(shapes, name):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"{name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together: "
+                         "sizes must match or be 1, aligned from the last axis") from None
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    floats = any(isinstance(v, float) for v in (start, end, step))
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32 if floats else dt.int64
+    return Tensor(np.arange(start, end, step), dtype=dtype, device=device, requires_grad=requires_grad)
