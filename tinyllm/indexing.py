@@ -13,8 +13,8 @@ def _normalize(x, index):
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consuming > x.ndim:
         raise IndexError(f"too many indices for a tensor of shape {x.shape}: {consuming} given")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    at = next((k for k, i in enumerate(items) if i is Ellipsis), None)  # `in` would compare tensors with ==
+    if at is not None:
         items[at:at + 1] = [slice(None)] * (x.ndim - consuming)
     return items
 

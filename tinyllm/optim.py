@@ -1,0 +1,135 @@
+"""Optimizers with torch.optim's names, defaults and update rules. Each step builds the update of every
+parameter as graph and realizes them all in one pass."""
+import math
+
+from .factory import zeros_like
+from .realize import realize
+from .tensor import Tensor
+
+
+def _commit(targets, values):
+    """Give each target tensor the realized value of its new tensor, keeping the target's identity."""
+    realize(*values)
+    for t, v in zip(targets, values):
+        t.node = v.node
+
+
+class Optimizer:
+    def __init__(self, params, defaults):
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = []
+        for g in groups:
+            group = {**defaults, **g, "params": list(g["params"])}
+            for p in group["params"]:
+                if not isinstance(p, Tensor) or not p.requires_grad:
+                    raise TypeError(f"{type(self).__name__}: can only optimize tensors that require grad, got {p!r:.80}")
+            self.param_groups.append(group)
+        self.defaults, self.state = defaults, {}
+
+    def zero_grad(self, set_to_none=True):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.grad = None
+
+    def step(self):
+        targets, values = [], []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    state = self.state.setdefault(p, {})
+                    for t, v in self._update(p.detach(), p.grad, state, group):
+                        targets.append(state[t] if isinstance(t, str) else p)
+                        values.append(v)
+        _commit(targets, values)
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov))
+
+    def _update(self, p, g, state, group):
+        """g ← g + λp;  b ← μb + (1-τ)g (b = g at first);  p ← p - lr·(g + μb if nesterov else b)"""
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        out = []
+        if group["momentum"]:
+            if "momentum_buffer" not in state:
+                b = g
+                state["momentum_buffer"] = zeros_like(p)
+            else:
+                b = state["momentum_buffer"] * group["momentum"] + g * (1.0 - group["dampening"])
+            out.append(("momentum_buffer", b))
+            g = g + group["momentum"] * b if group["nesterov"] else b
+        return [(None, p - group["lr"] * g)] + out
+
+
+class AdamW(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def _update(self, p, g, state, group):
+        """Decoupled weight decay (Loshchilov & Hutter), in torch's arithmetic:
+        p ← p(1 - lr·λ);  m ← β₁m + (1-β₁)g;  v ← β₂v + (1-β₂)g²;
+        p ← p - (lr / (1-β₁ᵗ)) · m / (√v / √(1-β₂ᵗ) + ε)"""
+        (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
+        if "step" not in state:
+            state.update(step=0, exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
+        state["step"] += 1
+        t = state["step"]
+        m = state["exp_avg"] * b1 + g * (1.0 - b1)
+        v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
+        if wd:
+            p = p * (1.0 - lr * wd)
+        denom = v.sqrt() / math.sqrt(1.0 - b2 ** t) + eps
+        return [(None, p - (lr / (1.0 - b1 ** t)) * m / denom), ("exp_avg", m), ("exp_avg_sq", v)]
+
+
+class Adam(AdamW):
+    """Adam is AdamW without decoupled decay (and, as torch, L2 decay added to the gradient)."""
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+    def _update(self, p, g, state, group):
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        return super()._update(p, g, state, {**group, "weight_decay": 0.0})
+
+
+class LambdaLR:
+    """lr = base_lr · fn(step), as torch.optim.lr_scheduler.LambdaLR; call .step() after optimizer.step()."""
+    def __init__(self, optimizer, lr_lambda):
+        self.optimizer, self.lr_lambda, self.last_epoch = optimizer, lr_lambda, 0
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self._apply()
+
+    def _apply(self):
+        for g, base in zip(self.optimizer.param_groups, self.base_lrs):
+            g["lr"] = base * self.lr_lambda(self.last_epoch)
+
+    def step(self):
+        self.last_epoch += 1
+        self._apply()
+
+    def get_last_lr(self):
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+
+def warmup_cosine(warmup_steps, max_steps, min_ratio=0.1):
+    """The factor for LambdaLR: linear warmup to 1, then a cosine down to min_ratio at max_steps (nanoGPT)."""
+    def factor(step):
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        if step >= max_steps:
+            return min_ratio
+        progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+        return min_ratio + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - min_ratio)
+    return factor
+
+
+class WarmupCosineLR(LambdaLR):
+    def __init__(self, optimizer, warmup_steps, max_steps, min_ratio=0.1):
+        super().__init__(optimizer, warmup_cosine(warmup_steps, max_steps, min_ratio))

@@ -1,0 +1,5 @@
+"""Neural-network building blocks with torch.nn's names."""
+from . import functional  # noqa: F401
+from .module import Module, ModuleList, ModuleDict, Sequential, Parameter  # noqa: F401
+from .layers import Linear, Embedding, LayerNorm, Dropout, GELU, ReLU  # noqa: F401
+from .utils import clip_grad_norm_  # noqa: F401

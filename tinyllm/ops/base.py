@@ -1,5 +1,7 @@
 import inspect
 
+import numpy as np
+
 from ..graph import OPS
 
 
@@ -20,6 +22,9 @@ class Op:
 def register(cls):
     params = list(inspect.signature(cls.forward).parameters)
     cls.takes_arg = bool(params) and params[-1] == "arg"
+    forward = cls.forward
+    # NumPy gives a scalar, not an array, for 0-d inputs to a ufunc or np.take: every forward returns an array
+    cls.forward = staticmethod(lambda *xs, **kw: np.asarray(forward(*xs, **kw)))
     cls.name = cls.__name__
     OPS[cls.__name__] = cls
     PRIMITIVES.append(cls.__name__)

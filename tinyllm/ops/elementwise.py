@@ -70,7 +70,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 @register
 class ERF(FloatUnary):
     """y = erf x = (2/√π) ∫₀ˣ e^(-t²) dt  ⇒  dx = dy · (2/√π) · e^(-x²)"""
-    def forward(x): return _erf(x.astype(np.float64)).astype(x.dtype)  # exact: math.erf per element
+    def forward(x): return np.asarray(_erf(x.astype(np.float64)), dtype=x.dtype)  # exact: math.erf per element
     def backward(dy, y):
         x = y.src[0]
         return (dy * (-(x * x)).exp() * (2.0 / math.sqrt(math.pi)),)

@@ -1,0 +1,125 @@
+"""Composite ops, built from primitives in the front end (so every runtime gets them for free), with
+torch.nn.functional's names and arguments."""
+import math
+
+from .. import dtype as dt
+from ..factory import bernoulli_mask
+from ..tensor import Tensor
+
+
+def relu(x): return x.relu()
+def softmax(x, dim=-1): return x.softmax(dim)
+def log_softmax(x, dim=-1): return x.log_softmax(dim)
+def tanh(x): return x.tanh()
+def sigmoid(x): return x.sigmoid()
+
+
+def gelu(x, approximate="none"):
+    """x·Φ(x) with Φ the normal CDF: exact through erf, or GPT-2's tanh approximation."""
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * x * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
+
+
+def linear(x, weight, bias=None):
+    """y = x Wᵀ + b, with W stored (out_features, in_features) as torch."""
+    if x.shape[-1] != weight.shape[-1]:
+        raise RuntimeError(f"linear: input of shape {x.shape} has {x.shape[-1]} features, the weight "
+                           f"{weight.shape} expects {weight.shape[-1]}")
+    y = x.matmul(weight.t())
+    return y if bias is None else y + bias
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / √(var + eps) over the trailing `normalized_shape` axes, then scale and shift."""
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
+        raise RuntimeError(f"layer_norm: input of shape {x.shape} does not end in normalized_shape {normalized_shape}")
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(dims, keepdim=True)
+    y = centered * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+def dropout(x, p=0.5, training=True):
+    """Zero each element with probability p and scale the rest by 1/(1-p), in training only."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability has to be between 0 and 1, got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = bernoulli_mask(x.shape, 1.0 - p, device=x.device)
+    return keep.where(x * (1.0 / (1.0 - p)), 0.0)
+
+
+def embedding(idx, weight):
+    """Rows of `weight` picked by integer `idx` (a GATHER; its gradient is a scatter-add)."""
+    if not isinstance(idx, Tensor) or idx.dtype is not dt.int64:
+        raise TypeError(f"embedding: indices must be an int64 tensor, got "
+                        f"{getattr(idx, 'dtype', type(idx)).__repr__()}: use .long()")
+    return weight[idx]
+
+
+def one_hot(idx, num_classes):
+    from ..tensor import arange
+    return (idx.unsqueeze(-1) == arange(num_classes, device=idx.device)).long()
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """-log softmax(logits)[target], averaged over targets that are not `ignore_index`.
+    logits (N, C) or (N, C, d...) as torch, or (..., C) with target (...) of int64 class indices."""
+    if target.dtype is not dt.int64:
+        raise TypeError(f"cross_entropy: target must hold int64 class indices, got {target.dtype.name}: use .long()")
+    if logits.ndim > 2 and logits.shape[:1] + logits.shape[2:] == target.shape:
+        logits = logits.permute(0, *range(2, logits.ndim), 1)  # class axis last
+    if logits.shape[:-1] != target.shape:
+        raise RuntimeError(f"cross_entropy: logits {logits.shape} and target {target.shape} don't fit: expected "
+                           "target shape equal to the logits' without the class axis")
+    from ..tensor import arange
+    n_classes = logits.shape[-1]
+    logp = logits.log_softmax(-1)
+    picked = target.unsqueeze(-1) == arange(n_classes, device=logits.device)
+    nll = -(picked.where(logp, 0.0).sum(-1))
+    if label_smoothing:
+        nll = (1.0 - label_smoothing) * nll - label_smoothing * logp.mean(-1)
+    valid = target != ignore_index
+    nll = valid.where(nll, 0.0)
+    if reduction == "none":
+        return nll
+    if reduction == "sum":
+        return nll.sum()
+    if reduction != "mean":
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return nll.sum() / valid.float().sum()
+
+
+def mse_loss(x, y, reduction="mean"):
+    d = x - y
+    return (d * d).mean() if reduction == "mean" else (d * d).sum() if reduction == "sum" else d * d
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """softmax(q kᵀ · scale + mask) v, composed from primitives: the plain form a FlashAttention rewrite matches."""
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} don't fit: need "
+                           "q (..., L, E), k (..., S, E), v (..., S, Ev)")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    att = (q @ k.transpose(-2, -1)) * scale
+    if is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        from ..factory import ones
+        keep = ones(L, S, dtype=dt.bool_, device=q.device).tril()
+        att = att.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        att = att.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype is dt.bool_ else att + attn_mask
+    att = att.softmax(-1)
+    if dropout_p:
+        att = dropout(att, dropout_p)
+    return att @ v

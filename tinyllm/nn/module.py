@@ -1,0 +1,149 @@
+"""nn.Module with torch's bookkeeping: parameters are found by walking attributes, names are dotted paths."""
+from collections import OrderedDict
+
+import numpy as np
+
+from ..tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that a Module registers as a parameter (requires grad by default)."""
+    def __init__(self, data, requires_grad=True):
+        data = data.detach().numpy() if isinstance(data, Tensor) else data
+        super().__init__(data, requires_grad=requires_grad, dtype=None if isinstance(data, np.ndarray) else "float")
+
+
+class Module:
+    training = True
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_children(self):
+        for name, value in vars(self).items():
+            if isinstance(value, Module):
+                yield name, value
+
+    def children(self):
+        return (m for _, m in self.named_children())
+
+    def named_modules(self, prefix=""):
+        stack = [(prefix, self)]
+        while stack:  # iterative: deep stacks of modules are fine
+            name, mod = stack.pop()
+            yield name, mod
+            kids = [(f"{name}.{n}" if name else n, m) for n, m in mod.named_children()]
+            stack.extend(reversed(kids))
+
+    def modules(self):
+        return (m for _, m in self.named_modules())
+
+    def named_parameters(self):
+        seen = set()
+        for mod_name, mod in self.named_modules():
+            for name, value in vars(mod).items():
+                if isinstance(value, Parameter) and id(value) not in seen:
+                    seen.add(id(value))  # a tied weight is listed once, under its first name
+                    yield (f"{mod_name}.{name}" if mod_name else name), value
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def state_dict(self):
+        """Every parameter by dotted name (tied weights under each of their names, as torch)."""
+        out = OrderedDict()
+        for mod_name, mod in self.named_modules():
+            for name, value in vars(mod).items():
+                if isinstance(value, Parameter):
+                    out[f"{mod_name}.{name}" if mod_name else name] = value
+        return out
+
+    def load_state_dict(self, state, strict=True):
+        """Copy values (Tensors, NumPy arrays or anything with .numpy()/.detach()) into the parameters."""
+        own = self.state_dict()
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        for name, value in state.items():
+            if name not in own:
+                continue
+            array = _to_numpy(value)
+            if tuple(array.shape) != own[name].shape:
+                raise ValueError(f"load_state_dict: {name} has shape {tuple(array.shape)} in the state dict but "
+                                 f"{own[name].shape} in the model")
+            own[name].copy_(array.astype(own[name].dtype.np, copy=False))
+        return missing, unexpected
+
+    def train(self, mode=True):
+        for m in self.modules():
+            m.training = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            p.grad = None
+
+    def to(self, device=None, dtype=None):
+        for p in self.parameters():
+            moved = p.detach().to(device=device, dtype=dtype)
+            p.device = moved.device
+            p.copy_(moved)
+        return self
+
+    def num_parameters(self):
+        return sum(p.numel() for p in self.parameters())
+
+
+def _to_numpy(value):
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if hasattr(value, "detach"):  # a torch tensor, without importing torch
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        self._items = []
+        for m in modules:
+            self.append(m)
+
+    def append(self, module):
+        setattr(self, str(len(self._items)), module)
+        self._items.append(module)
+        return self
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __len__(self):
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(self._items)
+
+
+class Sequential(ModuleList):
+    def __init__(self, *modules):
+        super().__init__(modules)
+
+    def forward(self, x):
+        for m in self:
+            x = m(x)
+        return x
+
+
+class ModuleDict(Module):
+    def __init__(self, modules=None):
+        for name, m in (modules or {}).items():
+            setattr(self, name, m)
+
+    def __getitem__(self, name):
+        return getattr(self, name)

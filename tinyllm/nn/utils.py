@@ -1,0 +1,15 @@
+from ..realize import realize
+
+
+def clip_grad_norm_(parameters, max_norm, eps=1e-6):
+    """Scale all gradients together so their global L2 norm is at most max_norm; returns the norm before."""
+    params = [p for p in (parameters if isinstance(parameters, (list, tuple)) else list(parameters)) if p.grad is not None]
+    if not params:
+        from ..factory import zeros
+        return zeros(())
+    total = sum(((p.grad * p.grad).sum() for p in params[1:]), (params[0].grad * params[0].grad).sum()).sqrt()
+    coef = (max_norm / (total + eps)).clamp(max=1.0)
+    for p in params:
+        p.grad = p.grad * coef
+    realize(total, *[p.grad for p in params])
+    return total
