@@ -4,6 +4,7 @@ A Node is (op, src, arg, shape, dtype). Building a node that already exists retu
 equal subexpressions are shared and a node can key any cache. Shape and dtype come from the op's own rule in
 `tinyllm.ops`, which raises a clear error for bad input when the node is built, long before anything runs.
 """
+import math
 import weakref
 
 from . import dtype as dt
@@ -16,7 +17,8 @@ class Node:
     _cache = weakref.WeakValueDictionary()
 
     def __new__(cls, op, src, arg, shape, dtype):
-        key = (op, src, arg, shape, dtype)
+        # -0.0 == 0.0 in Python, but they are different constants (1/-0.0 is -inf): key floats by their sign too
+        key = (op, src, (arg, math.copysign(1.0, arg)) if type(arg) is float else arg, shape, dtype)
         node = Node._cache.get(key)
         if node is None:
             node = object.__new__(cls)
@@ -89,6 +91,8 @@ def build(op, *src, arg=None):
 def const(value, shape=(), dtype=dt.float32):
     """A constant of any shape; it costs no memory until an op reads it."""
     value = bool(value) if dtype is dt.bool_ else int(value) if dtype is dt.int64 else float(value)
+    if dtype is dt.int64 and not -2**63 <= value < 2**63:
+        raise OverflowError(f"constant {value} does not fit in int64")
     return Node("CONST", (), value, tuple(shape), dtype)
 
 

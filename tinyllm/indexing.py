@@ -51,7 +51,8 @@ def getitem(x, index):
             if idx.dtype is dt.bool_:
                 raise NotImplementedError("boolean-mask indexing is not supported: use masked_fill or where")
             if idx.dtype is not dt.int64:
-                raise TypeError(f"tensors used as indices must be int64 (long), got {idx.dtype.name}: use .long()")
+                raise TypeError(f"index: tensors used as indices must be int64 (long), got {idx.dtype.name} of shape "
+                                f"{idx.shape} indexing a tensor of shape {x.shape}: use .long()")
             out = out._make(build("GATHER", out._node, idx._node, arg=dim))
             dim += idx.ndim
         else:

@@ -16,23 +16,33 @@ def _commit(targets, values):
 
 class Optimizer:
     def __init__(self, params, defaults):
+        name = type(self).__name__
+        if isinstance(params, Tensor):  # iterating it would hand over its rows, which are not the parameter
+            raise TypeError(f"{name}: params must be an iterable of tensors or of dicts, got one Tensor: "
+                            "wrap it in a list")
         params = list(params)
         if not params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+            raise ValueError(f"{name}: got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
-        self.param_groups = []
+        self.param_groups, seen = [], set()
         for g in groups:
-            group = {**defaults, **g, "params": list(g["params"])}
+            ps = g["params"]
+            group = {**defaults, **g, "params": [ps] if isinstance(ps, Tensor) else list(ps)}
             for p in group["params"]:
-                if not isinstance(p, Tensor) or not p.requires_grad:
-                    raise TypeError(f"{type(self).__name__}: can only optimize tensors that require grad, got {p!r:.80}")
+                if not isinstance(p, Tensor) or not p.requires_grad or not p.is_leaf:
+                    raise TypeError(f"{name}: can only optimize leaf tensors that require grad, got {p!r:.80}")
+                if id(p) in seen:
+                    raise ValueError(f"{name}: a parameter appears twice (in one group or in two): it would be "
+                                     "updated twice per step")
+                seen.add(id(p))
             self.param_groups.append(group)
         self.defaults, self.state = defaults, {}
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
             for p in g["params"]:
-                p.grad = None
+                if p.grad is not None:
+                    p.grad = None if set_to_none else zeros_like(p.grad)
 
     def step(self):
         targets, values = [], []

@@ -1,13 +1,14 @@
 """Realization: rewrite the graph behind some tensors, schedule it and run it on their runtime."""
-import os
 import time
 
+from .env import debug_level
 from .graph import Node
 from .rewrite.engine import graph_rewrite, trace
 from .rewrite.simplify import simplify
 from .rewrite.cse import cse
 from .runtime import get as get_runtime
 from .schedule import Schedule
+from .views import VIEW_OPS
 
 # The passes every realize runs, in order. Later passes (fusion, FlashAttention, checkpointing) join this list.
 PASSES = [("simplify", simplify), ("cse", cse)]
@@ -29,10 +30,10 @@ def realize(*tensors):
     if len(devices) > 1:
         raise RuntimeError(f"realize: tensors are on different devices {sorted(devices)}: move them with .to()")
     runtime = get_runtime(devices.pop())
-    debug = int(os.environ.get("TINYLLM_DEBUG", "0") or 0)
+    debug = debug_level()
     start, mark = time.perf_counter(), len(trace)
     roots = run_passes([t.node for t in todo])
-    schedule = Schedule(roots)
+    schedule = Schedule(roots, fresh=[t.node.op not in VIEW_OPS for t in todo])
     found = schedule.devices() - {runtime.name}
     if found:
         raise RuntimeError(f"realize: the graph reads buffers on {sorted(found)} but runs on {runtime.name}: "

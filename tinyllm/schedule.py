@@ -9,11 +9,13 @@ def _is_input(node):
 
 class Schedule:
     """inputs: LOAD/CONST (and already realized) nodes; kernels: the rest, in an order that respects
-    dependencies; frees[i]: values dead after kernel i; outputs: the nodes to return."""
-    __slots__ = ("inputs", "kernels", "frees", "outputs")
+    dependencies; frees[i]: values dead after kernel i; outputs: the nodes to return; fresh[i]: output i must
+    not share memory with an input (it was not a view before the passes simplified it, e.g. x*1 -> x)."""
+    __slots__ = ("inputs", "kernels", "frees", "outputs", "fresh")
 
-    def __init__(self, outputs):
+    def __init__(self, outputs, fresh=None):
         self.outputs = list(outputs)
+        self.fresh = list(fresh) if fresh is not None else [False] * len(self.outputs)
         order = toposort(self.outputs, stop=_is_input)
         self.inputs = [n for n in order if _is_input(n)]
         self.kernels = [n for n in order if not _is_input(n)]

@@ -49,7 +49,7 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.numpy()
         array = np.asarray(data)
-        if array.dtype == object:
+        if array.dtype.kind not in "biuf":
             raise TypeError(f"Tensor: can't build a tensor from {type(data).__name__} {data!r:.60}: give numbers, "
                             "nested lists of numbers or a NumPy array")
         if dtype is None:
@@ -144,8 +144,9 @@ class Tensor:
     def __array__(self, dtype=None, copy=None): return np.asarray(self.numpy(), dtype=dtype)
 
     def detach(self):
-        node = self._node if self._node.op == "LOAD" else build("DETACH", self._node)
-        return Tensor._from_node(node, self.device)
+        """The same value, cut from the graph. Always a DETACH node, even over a leaf's LOAD: sharing the LOAD
+        would let gradients reach the leaf through the detached tensor."""
+        return Tensor._from_node(build("DETACH", self._node), self.device)
 
     @property
     def data(self): return self.detach()
@@ -195,6 +196,9 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("backward: this tensor does not require grad: none of its inputs has "
                                "requires_grad=True (or it was built under no_grad)")
+        if not self.is_leaf and self._node.op == "LOAD":  # only backward() turns a non-leaf into a LOAD
+            raise RuntimeError("backward: the graph of this tensor was freed by an earlier backward(): pass "
+                               "retain_graph=True to the first call to backpropagate through it again")
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs, got shape "
@@ -223,8 +227,9 @@ class Tensor:
 
     # ---- building ops ---------------------------------------------------------------------------------------
     def _make(self, node, *inputs):
-        """Wrap a new node; it requires grad if any input does (unless gradients are off)."""
-        needs = any(t.requires_grad for t in (self,) + inputs)
+        """Wrap a new node; it requires grad if any input does (unless gradients are off), and only if it is
+        floating-point: comparisons, argmax and casts to integers have no gradient, as in torch."""
+        needs = node.dtype.is_float and any(t.requires_grad for t in (self,) + inputs)
         if needs and not _grad_enabled[-1]:
             node, needs = build("DETACH", node), False
         return Tensor._from_node(node, self.device, leaf=not needs)._mark(needs)
@@ -329,10 +334,17 @@ class Tensor:
     def tanh(self): return self._float()._unary("TANH")
     def erf(self): return self._float()._unary("ERF")
     def square(self): return self * self
-    def sigmoid(self): return (1.0 + (-self._float()).exp()).reciprocal()
+    def sigmoid(self):
+        """σ(x) = 1/(1+e) for x ≥ 0 and e/(1+e) for x < 0, with e = e^(-|x|) ≤ 1: nothing overflows. The plain
+        1/(1+e^(-x)) overflows to 1/inf for x ≪ 0, and its gradient there is 0·inf = nan."""
+        x = self._float()
+        neg = x < 0
+        e = neg.where(x, -x).exp()  # -|x|, with the slope of the branch taken (also at 0, unlike abs)
+        r = (1.0 + e).reciprocal()
+        return neg.where(e * r, r)
     def relu(self): return (self > 0).where(self, 0.0 if self.dtype.is_float else 0)
-    def abs(self): return (self < 0).where(-self, self)
-    def sign(self): return (self > 0).float() - (self < 0).float()
+    def abs(self): return self * self.sign()  # so the gradient at 0 is sign(0) = 0, as torch
+    def sign(self): return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
     def clamp(self, min=None, max=None):
         out = self if min is None else self.maximum(min)
         return out if max is None else out.minimum(max)
@@ -352,6 +364,9 @@ class Tensor:
         mask = self._as(mask)
         if mask.dtype is not dt.bool_:
             raise TypeError(f"masked_fill: the mask must be bool, got {mask.dtype.name}: use (mask == 0) or .bool()")
+        if _broadcast_shape([mask.shape, self.shape], "masked_fill") != self.shape:
+            raise ValueError(f"masked_fill: a mask of shape {mask.shape} does not broadcast to the tensor's shape "
+                             f"{self.shape}")
         return mask.where(self._as(value, self.dtype), self)
 
     # ---- reductions -----------------------------------------------------------------------------------------
@@ -366,7 +381,10 @@ class Tensor:
         if dim is None:
             return tuple(range(self.ndim))
         dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-        return tuple(sorted({self._dim(d, name) for d in dims})) if self.ndim else ()
+        axes = [self._dim(d, name) for d in dims]
+        if len(set(axes)) != len(axes):
+            raise RuntimeError(f"{name}: dims {dims} name a dimension more than once (tensor of shape {self.shape})")
+        return tuple(sorted(axes)) if self.ndim else ()
 
     def _reduce(self, op, dim, keepdim, name):
         axes = self._dims(dim, name)
@@ -415,6 +433,7 @@ class Tensor:
             return self.maximum(dim)
         if dim is None:
             return self.amax()
+        dim = self._dim(dim, "max")
         return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
 
     def min(self, dim=None, keepdim=False):
@@ -422,21 +441,26 @@ class Tensor:
             return self.minimum(dim)
         if dim is None:
             return self.amin()
+        dim = self._dim(dim, "min")
         return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
 
     def logsumexp(self, dim, keepdim=False):
+        """log Σ eˣ = m + log Σ e^(x-m) for the (constant) max m; where m is ±inf the shift is 0, so a row of
+        -inf gives -inf (as torch) instead of -inf - -inf = nan."""
+        dim = self._dims(dim, "logsumexp")
         m = self.amax(dim, keepdim=True).detach()
+        m = (m.abs() < math.inf).where(m, 0.0)
         out = (self - m).exp().sum(dim, keepdim=True).log() + m
         return out if keepdim else out.squeeze(dim)
 
     def softmax(self, dim=-1):
         """eˣ / Σ eˣ, shifted by the (constant) row max so nothing overflows."""
-        x = self._float()
+        x, dim = self._float(), self._dim(dim, "softmax")
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
     def log_softmax(self, dim=-1):
-        x = self._float()
+        x, dim = self._float(), self._dim(dim, "log_softmax")
         s = x - x.amax(dim, keepdim=True).detach()
         return s - s.exp().sum(dim, keepdim=True).log()
 
@@ -458,7 +482,11 @@ class Tensor:
         if b2.ndim == 2 and a2.ndim > 2:
             out = a2.reshape(-1, a2.shape[-1])._mm(b2).reshape(*a2.shape[:-1], b2.shape[-1])
         else:
-            batch = _broadcast_shape([a2.shape[:-2], b2.shape[:-2]], "matmul")
+            try:
+                batch = _broadcast_shape([a2.shape[:-2], b2.shape[:-2]], "matmul")
+            except ValueError:
+                raise RuntimeError(f"matmul: the batch dims {a2.shape[:-2]} of {a.shape} and {b2.shape[:-2]} of "
+                                   f"{b.shape} cannot be broadcast together") from None
             out = a2.expand(*batch, *a2.shape[-2:])._mm(b2.expand(*batch, *b2.shape[-2:]))
         if b.ndim == 1:
             out = out.squeeze(-1)
@@ -525,6 +553,8 @@ class Tensor:
         if len(sizes) < self.ndim:
             raise RuntimeError(f"expand: the number of sizes {sizes} must be at least the number of dims {self.shape}")
         lead = len(sizes) - self.ndim
+        if -1 in sizes[:lead]:
+            raise RuntimeError(f"expand: size -1 (keep) in {sizes} is not allowed for a new leading dim of {self.shape}")
         shape = tuple(self.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
         for i, s in enumerate(self.shape):
             if s != 1 and s != shape[lead + i]:
@@ -549,6 +579,8 @@ class Tensor:
         if not self.ndim:
             return self.reshape(1)
         s, e = self._dim(start_dim, "flatten"), self._dim(end_dim, "flatten")
+        if s > e:
+            raise RuntimeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
 
     def _slice(self, dim, start, stop, step=1):
@@ -557,12 +589,18 @@ class Tensor:
 
     def narrow(self, dim, start, length):
         d = self._dim(dim, "narrow")
+        start = start + self.shape[d] if start < 0 else start
+        if not (0 <= start and length >= 0 and start + length <= self.shape[d]):
+            raise RuntimeError(f"narrow: start {start} and length {length} do not fit dim {d} of size {self.shape[d]} "
+                               f"(shape {self.shape})")
         return self._slice(d, start, start + length)
 
     def split(self, split_size_or_sections, dim=0):
         d = self._dim(dim, "split")
         n = self.shape[d]
         if isinstance(split_size_or_sections, int):
+            if split_size_or_sections <= 0:
+                raise RuntimeError(f"split: split_size must be positive, got {split_size_or_sections}")
             sizes = [min(split_size_or_sections, n - i) for i in range(0, n, split_size_or_sections)]
         else:
             sizes = list(split_size_or_sections)
@@ -576,6 +614,8 @@ class Tensor:
 
     def chunk(self, chunks, dim=0):
         n = self.shape[self._dim(dim, "chunk")]
+        if chunks <= 0:
+            raise RuntimeError(f"chunk: chunks must be positive, got {chunks}")
         return self.split(max(-(-n // chunks), 1), dim)
 
     def tril(self, diagonal=0): return self._triangle(diagonal, lower=True)

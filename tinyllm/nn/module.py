@@ -3,6 +3,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..factory import zeros_like
+from ..realize import realize
 from ..tensor import Tensor
 
 
@@ -30,10 +32,16 @@ class Module:
     def children(self):
         return (m for _, m in self.named_children())
 
-    def named_modules(self, prefix=""):
-        stack = [(prefix, self)]
+    def named_modules(self, prefix="", remove_duplicate=True):
+        """This module and every one under it, depth first, by dotted path. A module reached twice (shared, or
+        through a cycle) is listed once, under its first path, unless remove_duplicate=False, as torch."""
+        stack, seen = [(prefix, self)], set()
         while stack:  # iterative: deep stacks of modules are fine
             name, mod = stack.pop()
+            if remove_duplicate:
+                if id(mod) in seen:
+                    continue
+                seen.add(id(mod))
             yield name, mod
             kids = [(f"{name}.{n}" if name else n, m) for n, m in mod.named_children()]
             stack.extend(reversed(kids))
@@ -55,26 +63,27 @@ class Module:
     def state_dict(self):
         """Every parameter by dotted name (tied weights under each of their names, as torch)."""
         out = OrderedDict()
-        for mod_name, mod in self.named_modules():
+        for mod_name, mod in self.named_modules(remove_duplicate=False):
             for name, value in vars(mod).items():
                 if isinstance(value, Parameter):
                     out[f"{mod_name}.{name}" if mod_name else name] = value
         return out
 
     def load_state_dict(self, state, strict=True):
-        """Copy values (Tensors, NumPy arrays or anything with .numpy()/.detach()) into the parameters."""
+        """Copy values (Tensors, NumPy arrays or anything with .numpy()/.detach()) into the parameters.
+        All or nothing, as torch: every key and shape is checked before any parameter changes."""
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        for name, value in state.items():
-            if name not in own:
-                continue
-            array = _to_numpy(value)
+            raise RuntimeError(f"load_state_dict for {type(self).__name__}: missing keys {missing}, "
+                               f"unexpected keys {unexpected}")
+        arrays = {name: _to_numpy(value) for name, value in state.items() if name in own}
+        for name, array in arrays.items():
             if tuple(array.shape) != own[name].shape:
                 raise ValueError(f"load_state_dict: {name} has shape {tuple(array.shape)} in the state dict but "
                                  f"{own[name].shape} in the model")
+        for name, array in arrays.items():
             own[name].copy_(array.astype(own[name].dtype.np, copy=False))
         return missing, unexpected
 
@@ -88,13 +97,21 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         for p in self.parameters():
-            p.grad = None
+            if p.grad is not None:
+                p.grad = None if set_to_none else zeros_like(p.grad)
 
-    def to(self, device=None, dtype=None):
+    def to(self, *args, device=None, dtype=None):
+        """Move and/or cast every parameter (and its gradient) in place, as torch: model.to("cpu"),
+        model.to(tinyllm.float64), model.to(device=..., dtype=...). The Parameter objects stay the same, so an
+        optimizer built before still holds them. Only floating-point dtypes, as torch."""
         for p in self.parameters():
-            moved = p.detach().to(device=device, dtype=dtype)
-            p.device = moved.device
-            p.copy_(moved)
+            moved = p.detach().to(*args, device=device, dtype=dtype)
+            if not moved.dtype.is_float:
+                raise TypeError(f"Module.to: parameters can only take floating-point dtypes, got {moved.dtype.name}")
+            realize(moved)
+            p.device, p.node = moved.device, moved.node  # the new buffer, keeping identity and requires_grad
+            if p.grad is not None:
+                p.grad = p.grad.to(*args, device=device, dtype=dtype)
         return self
 
     def num_parameters(self):

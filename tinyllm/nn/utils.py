@@ -1,9 +1,13 @@
 from ..realize import realize
+from ..tensor import Tensor
 
 
 def clip_grad_norm_(parameters, max_norm, eps=1e-6):
-    """Scale all gradients together so their global L2 norm is at most max_norm; returns the norm before."""
-    params = [p for p in (parameters if isinstance(parameters, (list, tuple)) else list(parameters)) if p.grad is not None]
+    """Scale all gradients together so their global L2 norm is at most max_norm; returns the norm before.
+    ‖g‖ = √(Σ_p Σ g_p²);  g_p ← g_p · min(1, max_norm / (‖g‖ + eps)).
+    `parameters` is one tensor or an iterable of them, as in torch; tensors without a gradient are skipped."""
+    parameters = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    params = [p for p in parameters if p.grad is not None]
     if not params:
         from ..factory import zeros
         return zeros(())

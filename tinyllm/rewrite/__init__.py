@@ -1,2 +1,2 @@
 """Graph rewrites: the pattern engine and the passes built on it, each a small named PatternMatcher."""
-from .engine import Pat, PatternMatcher, graph_rewrite, trace  # noqa: F401
+from .engine import ANY, Fired, Pat, PatternMatcher, graph_rewrite, trace, tracing  # noqa: F401

@@ -1,13 +1,14 @@
 """Common-subexpression elimination. Hash-consing already makes equal nodes one node; this pass also makes
-a+b and b+a one node, by putting the sources of commutative ops in one canonical order."""
+a+b and b+a one node, by putting the sources of commutative ops in one canonical order. Only ops whose result
+is bit-for-bit the same either way qualify: not float MAX, since NumPy's max(-0.0, +0.0) returns its second
+argument (and torch's its first)."""
+from .. import dtype as dt
 from ..graph import Node
 from .engine import Pat, PatternMatcher
 
-COMMUTATIVE = {"ADD", "MUL", "MAX", "CMPEQ"}
-
 
 def _key(node):
-    return (node.op, node.shape, node.dtype.name, id(node))
+    return (node.op, id(node))
 
 
 def canonical_order(x):
@@ -17,4 +18,7 @@ def canonical_order(x):
     return Node(x.op, (b, a), x.arg, x.shape, x.dtype)
 
 
-cse = PatternMatcher([(Pat(COMMUTATIVE, name="x"), canonical_order)])
+cse = PatternMatcher([
+    (Pat({"ADD", "MUL", "CMPEQ"}, name="x"), canonical_order),
+    (Pat("MAX", dtype=(dt.bool_, dt.int64), name="x"), canonical_order),
+])

@@ -1,102 +1,167 @@
 """Pattern matching and rewriting of the lazy graph, run to a fixed point.
 
-A rule is (Pat, fn): the pattern matches a node on op, sources, argument and dtype and captures named parts;
-`fn(**captures)` returns a replacement node or None (no change). `graph_rewrite` rebuilds the graph bottom-up,
-applying rules to every node until none fires, and records which rule fired in `trace`.
-"""
-import os
+A rule is (Pat, fn) or (Pat, fn, name): the pattern matches a node on op, sources, argument and dtype and
+captures named parts; `fn(**captures)` returns a replacement node or None (no change). `graph_rewrite` walks the
+graph bottom-up with an explicit stack: a node is rewritten once its sources are final, and whatever a rule
+returns is itself walked and rewritten, so one walk reaches the fixed point. A rule chain that comes back to a
+node still being rewritten (A -> B -> A) raises an error naming the pass and the rules, instead of hanging.
 
-from ..graph import Node, toposort
+Every rule that fires is recorded as Fired(pass_name, rule, op): in `trace` while TINYLLM_DEBUG is set, and in
+the list a `tracing()` block yields.
+"""
+import contextlib
+from collections import Counter, namedtuple
+
+from ..env import debug_level
+from ..graph import Node
 
 ANY = object()
-trace = []  # (pass name, rule name, op) for every rewrite, while TINYLLM_DEBUG is set
-MAX_REWRITES_PER_NODE = 100
+Fired = namedtuple("Fired", "pass_name rule op")
+trace = []  # Fired(...) for every rewrite while TINYLLM_DEBUG is set (realize.py prints and clears it)
+_recorders = []  # the lists of the open tracing() blocks
+MAX_CHAIN = 1000  # successive rewrites of one node before we call it a runaway rule
+
+
+@contextlib.contextmanager
+def tracing():
+    """`with tracing() as fired:` records every rewrite made inside the block into the list `fired`."""
+    fired = []
+    _recorders.append(fired)
+    try:
+        yield fired
+    finally:
+        del _recorders[next(i for i, r in enumerate(_recorders) if r is fired)]  # by identity: lists compare by value
 
 
 class Pat:
-    """Matches a node. op: a name or a set of names (None: any); src: a tuple of Pats for the sources (None:
-    any); arg: a required argument, or a predicate on it; name: capture the node under that name;
-    commutative: also try the two sources swapped."""
+    """Matches a node.
+    op:    a name or a set of names (None: any op)
+    src:   a tuple of Pats, one per source (None: any sources)
+    arg:   the required argument, or a predicate on it (ANY: any argument)
+    dtype: a DType or a tuple of them (None: any)
+    name:  capture the node under this name; a name used twice must capture the same node
+    commutative: also try the two sources swapped
+    A realized node (one with a buffer) is a leaf: a pattern never looks at its sources."""
     def __init__(self, op=None, src=None, arg=ANY, name=None, dtype=None, commutative=False):
-        self.ops = None if op is None else {op} if isinstance(op, str) else set(op)
-        self.src, self.arg, self.name, self.dtype, self.commutative = src, arg, name, dtype, commutative
+        self.ops = None if op is None else frozenset([op] if isinstance(op, str) else op)
+        self.dtypes = None if dtype is None else tuple(dtype) if isinstance(dtype, (tuple, list, set)) else (dtype,)
+        self.src, self.arg, self.name, self.commutative = src, arg, name, commutative
+
+    def __repr__(self):
+        return f"Pat({'|'.join(sorted(self.ops)) if self.ops else '*'}{' ' + self.name if self.name else ''})"
 
     def match(self, node, caps):
+        """Yield every capture dict (extending `caps`) under which this pattern matches `node`."""
         if self.ops is not None and node.op not in self.ops:
-            return False
-        if self.dtype is not None and node.dtype is not self.dtype:
-            return False
+            return
+        if self.dtypes is not None and node.dtype not in self.dtypes:
+            return
         if self.arg is not ANY and not (self.arg(node.arg) if callable(self.arg) else node.arg == self.arg):
-            return False
+            return
         if self.name is not None:
-            if self.name in caps and caps[self.name] is not node:
-                return False
-            caps[self.name] = node
+            if caps.get(self.name, node) is not node:
+                return
+            caps = {**caps, self.name: node}
         if self.src is None:
-            return True
-        if len(self.src) != len(node.src):
-            return False
-        orders = [node.src, node.src[::-1]] if self.commutative else [node.src]
-        for srcs in orders:
-            trial = dict(caps)
-            if all(p.match(s, trial) for p, s in zip(self.src, srcs)):
-                caps.update(trial)
-                return True
-        return False
+            yield caps
+            return
+        if node.buffer is not None or len(self.src) != len(node.src):
+            return
+        yield from _match_all(self.src, node.src, caps)
+        if self.commutative and len(node.src) == 2 and node.src[0] is not node.src[1]:
+            yield from _match_all(self.src, node.src[::-1], caps)
+
+
+def _match_all(pats, nodes, caps):
+    if not pats:
+        yield caps
+        return
+    for c in pats[0].match(nodes[0], caps):
+        yield from _match_all(pats[1:], nodes[1:], c)
 
 
 class PatternMatcher:
+    """An ordered list of rules; the first one whose function returns a node wins."""
     def __init__(self, rules):
-        self.rules = rules
-        self.by_op, self.any_op = {}, []
-        for pat, fn in rules:
-            if pat.ops is None:
-                self.any_op.append((pat, fn))
-            else:
-                for op in pat.ops:
-                    self.by_op.setdefault(op, []).append((pat, fn))
+        self.rules = [(r[0], r[1], r[2] if len(r) > 2 else r[1].__name__) for r in rules]
+        self._for_op = {}
+
+    def rules_for(self, op):
+        if op not in self._for_op:
+            self._for_op[op] = [r for r in self.rules if r[0].ops is None or op in r[0].ops]
+        return self._for_op[op]
 
     def rewrite(self, node):
         """The first rule that fires on `node`: (replacement, rule name), or None."""
-        for pat, fn in self.by_op.get(node.op, []) + self.any_op:
-            caps = {}
-            if pat.match(node, caps):
+        for pat, fn, name in self.rules_for(node.op):
+            for caps in pat.match(node, {}):
                 new = fn(**caps)
                 if new is not None and new is not node:
-                    return new, fn.__name__
+                    return new, name
         return None
+
+    def __add__(self, other):
+        return PatternMatcher(self.rules + other.rules)
 
 
 def _is_leaf(node):
     return node.buffer is not None or not node.src
 
 
+SRCS, REBUILT = object(), "(rebuilt)"  # stack steps: see graph_rewrite
+
+
 def graph_rewrite(roots, pm, name="rewrite"):
-    """Rewrite every node reachable from `roots` until no rule fires. Realized nodes are leaves: nothing under
-    them is visited. Returns the new roots, in order."""
-    debug = bool(int(os.environ.get("TINYLLM_DEBUG", "0") or 0))
-    for _ in range(MAX_REWRITES_PER_NODE):
-        changed, new_of = False, {}
-        for node in toposort(roots, stop=_is_leaf):
-            src = tuple(new_of.get(s, s) for s in node.src)
-            new = node if src == node.src or _is_leaf(node) else Node(node.op, src, node.arg, node.shape, node.dtype)
-            seen = {new}
-            while (hit := pm.rewrite(new)) is not None:
+    """Rewrite every node reachable from `roots` until no rule of `pm` fires anywhere. Realized nodes are
+    leaves: they are kept as they are and nothing under them is visited. Returns the new roots, in order."""
+    sinks = _recorders + ([trace] if debug_level() else [])
+    done, active = {}, set()  # node -> its final form; nodes whose rewrite is under way
+    # The stack holds (node, step, new, depth). step None: first visit. step SRCS: the sources are final, so
+    # rebuild the node on them or try the rules. Otherwise step names the rule (REBUILT for a rebuild) that
+    # replaced node by `new`: node's final form is new's. depth counts the replacements that led to a node.
+    stack = [(r, None, None, 0) for r in reversed(roots)]
+    while stack:
+        node, step, new, depth = stack.pop()
+        if step is None:
+            if node in done:
+                continue
+            if node in active:
+                raise RuntimeError(_loop_message(name, node, stack))
+            if _is_leaf(node):
+                done[node] = node
+                continue
+            active.add(node)
+            stack.append((node, SRCS, None, depth))
+            stack.extend((s, None, None, 0) for s in reversed(node.src) if s not in done)
+        elif step is SRCS:
+            src = tuple(done[s] for s in node.src)
+            if src != node.src:
+                new, rule = Node(node.op, src, node.arg, node.shape, node.dtype), REBUILT
+            elif (hit := pm.rewrite(node)) is not None:
                 new, rule = hit
-                if debug:
-                    trace.append((name, rule, node.op))
+                for sink in sinks:
+                    sink.append(Fired(name, rule, node.op))
                 if new.shape != node.shape or new.dtype is not node.dtype:
-                    raise RuntimeError(f"pass {name}: rule {rule} turned {node} into {new}")
-                if new in seen:
-                    raise RuntimeError(f"pass {name}: rule {rule} loops on {node}")
-                seen.add(new)
-                if len(seen) > MAX_REWRITES_PER_NODE:
-                    raise RuntimeError(f"pass {name}: no fixed point for {node} after {MAX_REWRITES_PER_NODE} rewrites")
-            if new is not node:
-                new_of[node] = new
-                changed = True
-        roots = [new_of.get(r, r) for r in roots]
-        if not changed:
-            return roots
-        # a replacement may hold new nodes whose sources were never visited: walk again until nothing changes
-    raise RuntimeError(f"pass {name}: graph did not reach a fixed point")
+                    raise RuntimeError(f"pass {name}: rule {rule} turned {node} into {new}: a rewrite must keep "
+                                       "shape and dtype")
+            else:
+                done[node] = node
+                active.discard(node)
+                continue
+            if depth >= MAX_CHAIN:
+                top = Counter(e[1] for e in stack if isinstance(e[1], str) and e[1] != REBUILT).most_common(3)
+                raise RuntimeError(f"pass {name}: no fixed point after {MAX_CHAIN} successive rewrites of one node; "
+                                   "rules: " + ", ".join(f"{r}×{c}" for r, c in top))
+            stack.append((node, rule, new, depth))
+            stack.append((new, None, None, depth + 1))
+        else:
+            done[node] = done[new]
+            active.discard(node)
+    return [done[r] for r in roots]
+
+
+def _loop_message(name, node, stack):
+    at = max(i for i, e in enumerate(stack) if e[0] is node and e[1] is not None)
+    rules = [e[1] for e in stack[at:] if isinstance(e[1], str) and e[1] != REBUILT]
+    return (f"pass {name}: rewrite loop: rule{'s' if len(rules) > 1 else ''} {' -> '.join(rules) or '?'} "
+            f"lead{'' if len(rules) > 1 else 's'} back to {node}, which is still being rewritten")

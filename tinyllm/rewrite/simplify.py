@@ -1,36 +1,74 @@
-"""Algebraic simplification and constant folding. Every rule keeps values exactly (IEEE semantics included:
-x·0 is not folded, since inf·0 is nan)."""
+"""Algebraic simplification and constant folding. Every rule is an exact identity in IEEE arithmetic: a rewritten
+elementwise value is bit for bit what the unrewritten graph computes. (A reduction may still round differently
+in its last bits when a rewrite changes its input's memory layout, e.g. x·1 no longer copies: NumPy sums in an
+order that follows strides.) So, as in C compilers without fast-math:
+  x·0 is not folded (inf·0 is nan), x + 0.0 is not folded for floats (-0.0 + 0.0 is +0.0) but x + (-0.0) is,
+  SUM(SUM(x)) is not merged and SUM of a constant folds only when every partial sum is exact (float rounding
+  depends on the summation order), SUM over size-1 axes is kept (NumPy's sum turns -0.0 into +0.0).
+"""
+import math
+
 import numpy as np
 
+from .. import dtype as dt
 from ..graph import OPS, const
 from .engine import Pat, PatternMatcher
 
-ELEMENTWISE = {"NEG", "EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF", "CAST", "ADD", "MUL", "MAX", "CMPLT", "CMPEQ",
-               "WHERE"}
+ELEMENTWISE = {"NEG", "EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF", "CAST", "CONTIGUOUS", "ADD", "MUL", "MAX", "CMPLT",
+               "CMPEQ", "WHERE"}
 VIEWS = {"RESHAPE", "EXPAND", "PERMUTE", "SHRINK"}
+# x -> y is lossless, so CAST(CAST(x, mid), to) == CAST(x, to)
+LOSSLESS = {(dt.bool_, dt.int64), (dt.bool_, dt.float32), (dt.bool_, dt.float64), (dt.float32, dt.float64)}
 
 
-def _is(value):
-    return Pat("CONST", arg=lambda a: a == value and not isinstance(a, bool))
+def _const(value, pred=lambda a: True):
+    """A CONST of exactly `value` (bools are not numbers here), optionally with a further test of its arg."""
+    return Pat("CONST", arg=lambda a: not isinstance(a, bool) and a == value and pred(a))
+
+
+def _folded(value, shape, dtype):
+    """const(value), or None when the graph hands back a constant that is not bit-for-bit `value`: hash-consing
+    compares args with ==, so to it 0.0 and -0.0 are one CONST, whichever was made first."""
+    node = const(value, shape, dtype)
+    a, b = node.arg, value
+    same = (a == b and math.copysign(1, a) == math.copysign(1, b)) or (a != a and b != b)
+    return node if same else None
 
 
 def fold_elementwise(x):
-    """An elementwise op whose inputs are all constants is a constant."""
-    if not x.src or any(s.op != "CONST" for s in x.src):
+    """An elementwise op whose inputs are all constants is a constant, computed by the op's own forward."""
+    if any(s.op != "CONST" for s in x.src):
         return None
     ins = [np.array(s.arg, dtype=s.dtype.np) for s in x.src]
     out = OPS[x.op].forward(*ins, arg=x.arg) if OPS[x.op].takes_arg else OPS[x.op].forward(*ins)
-    return const(np.asarray(out).item(), x.shape, x.dtype)
+    return _folded(np.asarray(out, dtype=x.dtype.np).item(), x.shape, x.dtype)
 
 
 def fold_view(x):
     """Moving a constant around leaves a constant."""
-    return const(x.src[0].arg, x.shape, x.dtype)
+    return _folded(x.src[0].arg, x.shape, x.dtype)
 
 
 def fold_sum(c, x):
-    n = c.numel // x.numel
-    return const(np.asarray(np.array(c.arg, dtype=c.dtype.np) * n).item(), x.shape, x.dtype)
+    """Σ of n copies of c is n·c, when that is exact: for floats, when every partial sum k·c is representable
+    (then any summation order gives n·c). NumPy's sum starts from +0.0, so a sum of zeros is +0.0."""
+    n = math.prod(c.shape[a] for a in x.arg)
+    if c.dtype is dt.int64:
+        return const((c.arg * n + 2 ** 63) % 2 ** 64 - 2 ** 63, x.shape, x.dtype)  # wraps as NumPy does
+    if not c.dtype.is_float:
+        return None
+    v = float(np.array(c.arg, dtype=c.dtype.np))  # the value the runtime sees (a float32 CONST may hold 0.1)
+    if v == 0 or n == 0:
+        return _folded(0.0, x.shape, x.dtype)
+    if not math.isfinite(v):
+        return _folded(v, x.shape, x.dtype)
+    num = v.as_integer_ratio()[0]
+    while num % 2 == 0:  # v = num·2^k with num odd
+        num //= 2
+    bits = np.finfo(c.dtype.np).nmant + 1
+    if n * abs(num) >= 2 ** bits or n * abs(v) > np.finfo(c.dtype.np).max:
+        return None
+    return _folded(v * n, x.shape, x.dtype)  # exact in float64, and representable in the dtype
 
 
 def drop_detach(x): return x  # after autograd, DETACH has nothing left to stop
@@ -38,26 +76,32 @@ def add_zero(x): return x
 def mul_one(x): return x
 def double_neg(x): return x
 def same_cast(x, c): return x if c.arg is x.dtype else None
+def where_same(c, a): return a
+def where_const(c, a, b): return a if c.arg else b
 def reshape_reshape(x, r): return x.reshape(r.shape)
 def expand_expand(x, e): return x.expand(e.shape)
-def noop_view(x, v): return x if v.op in ("RESHAPE", "EXPAND") and x.shape == v.shape else None
+def noop_view(x, v): return x if x.shape == v.shape else None
+def cast_cast(x, m, c): return x.cast(c.arg) if (x.dtype, m.arg) in LOSSLESS else None
+def permute_permute(x, p, q): return x.permute(tuple(p.arg[i] for i in q.arg))
 
 
-def permute_permute(x, p, q):
-    return x.permute(tuple(p.arg[i] for i in q.arg))
-
-
+x = Pat(name="x")
 simplify = PatternMatcher([
-    (Pat("DETACH", src=(Pat(name="x"),)), drop_detach),
-    (Pat("ADD", src=(Pat(name="x"), _is(0)), commutative=True), add_zero),
-    (Pat("MUL", src=(Pat(name="x"), _is(1)), commutative=True), mul_one),
-    (Pat("NEG", src=(Pat("NEG", src=(Pat(name="x"),)),)), double_neg),
-    (Pat("CAST", src=(Pat(name="x"),), name="c"), same_cast),
+    (Pat("DETACH", src=(x,)), drop_detach),
+    # x + (-0.0) is x for every x; x + 0 too for integers and bools
+    (Pat("ADD", src=(x, _const(0, lambda a: isinstance(a, int) or math.copysign(1, a) < 0)), commutative=True),
+     add_zero),
+    (Pat("MUL", src=(x, _const(1)), commutative=True), mul_one),
+    (Pat("NEG", src=(Pat("NEG", src=(x,)),)), double_neg),
+    (Pat("CAST", src=(x,), name="c"), same_cast),
+    (Pat("CAST", src=(Pat("CAST", src=(x,), name="m"),), name="c"), cast_cast),
+    (Pat("WHERE", src=(Pat(name="c"), Pat(name="a"), Pat(name="a"))), where_same),
     (Pat(ELEMENTWISE, name="x"), fold_elementwise),
+    (Pat("WHERE", src=(Pat("CONST", name="c"), Pat(name="a"), Pat(name="b"))), where_const),
     (Pat(VIEWS, src=(Pat("CONST"),), name="x"), fold_view),
     (Pat("SUM", src=(Pat("CONST", name="c"),), name="x"), fold_sum),
-    (Pat("RESHAPE", src=(Pat("RESHAPE", src=(Pat(name="x"),)),), name="r"), reshape_reshape),
-    (Pat("EXPAND", src=(Pat("EXPAND", src=(Pat(name="x"),)),), name="e"), expand_expand),
-    (Pat("PERMUTE", src=(Pat("PERMUTE", src=(Pat(name="x"),), name="p"),), name="q"), permute_permute),
-    (Pat({"RESHAPE", "EXPAND"}, src=(Pat(name="x"),), name="v"), noop_view),
+    (Pat("RESHAPE", src=(Pat("RESHAPE", src=(x,)),), name="r"), reshape_reshape),
+    (Pat("EXPAND", src=(Pat("EXPAND", src=(x,)),), name="e"), expand_expand),
+    (Pat("PERMUTE", src=(Pat("PERMUTE", src=(x,), name="p"),), name="q"), permute_permute),
+    (Pat({"RESHAPE", "EXPAND"}, src=(x,), name="v"), noop_view),
 ])

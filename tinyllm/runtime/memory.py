@@ -9,21 +9,26 @@ _peak = 0
 _tracked = set()
 
 
+def owner(array):
+    """The array that owns `array`'s memory (itself unless it is a view)."""
+    while getattr(array, "base", None) is not None and hasattr(array.base, "nbytes"):
+        array = array.base
+    return array
+
+
 def track(array, nbytes=None):
     """Count `array`'s storage (once, however many views of it exist) until it is freed."""
     global _current, _peak
-    owner = array
-    while getattr(owner, "base", None) is not None and hasattr(owner.base, "nbytes"):
-        owner = owner.base
-    key = id(owner)
+    owner_ = owner(array)
+    key = id(owner_)
     with _lock:
         if key in _tracked:
             return array
-        size = owner.nbytes if nbytes is None else nbytes
+        size = owner_.nbytes if nbytes is None else nbytes
         _tracked.add(key)
         _current += size
         _peak = max(_peak, _current)
-    weakref.finalize(owner, _release, key, size)
+    weakref.finalize(owner_, _release, key, size)
     return array
 
 

@@ -4,7 +4,7 @@ import numpy as np
 
 from ..graph import OPS
 from .base import Buffer, Runtime
-from .memory import track
+from .memory import owner, track
 
 
 class NumpyRuntime(Runtime):
@@ -18,6 +18,10 @@ class NumpyRuntime(Runtime):
         return buffer.data
 
     def execute(self, schedule):
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
+            return self._execute(schedule)
+
+    def _execute(self, schedule):
         vals = {}
         for n in schedule.inputs:
             if n.buffer is not None:
@@ -26,6 +30,7 @@ class NumpyRuntime(Runtime):
                 vals[n] = n.arg.data
             else:  # CONST: one element seen through zero strides
                 vals[n] = np.broadcast_to(np.array(n.arg, dtype=n.dtype.np), n.shape)
+        input_storage = {id(owner(vals[n])) for n in schedule.inputs if n.op == "LOAD" or n.buffer is not None}
         for node, dead in zip(schedule.kernels, schedule.frees):
             op = OPS[node.op]
             ins = [vals[s] for s in node.src]
@@ -33,9 +38,10 @@ class NumpyRuntime(Runtime):
             for d in dead:
                 del vals[d]
         outs = []
-        for n in schedule.outputs:
+        for n, fresh in zip(schedule.outputs, schedule.fresh):
             v = np.asarray(vals[n], dtype=n.dtype.np)
-            if not v.flags.writeable:  # a broadcast constant: give the caller real memory
+            # a broadcast constant gets real memory; a result the passes reduced to an input gets its own
+            if not v.flags.writeable or (fresh and id(owner(v)) in input_storage):
                 v = track(v.copy())
             outs.append(Buffer(self, v, n.shape, n.dtype))
         return outs

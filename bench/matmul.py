@@ -1,0 +1,159 @@
+"""sgemm GFLOP/s: tinyllm's C kernel (tinyllm._sgemm) against numpy (OpenBLAS) and torch, side by side.
+
+    python bench/matmul.py                      # n = 64 ... 2048, 1 and 2 threads
+    python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
+
+Each thread count runs in its own subprocess, with OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and
+TINYLLM_THREADS set before anything is imported (and torch.set_num_threads), threads pinned with
+OMP_PROC_BIND=true unless already set. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from
+that environment, so numpy runs the OpenBLAS kernel it would pick for this CPU by itself (the
+header says which one). Within a subprocess the three libraries are timed interleaved, in a
+rotating order, for several rounds of many short timings; the table shows the best timing of
+each, which on a machine shared with other processes is the one that ran undisturbed. Between
+libraries the bench sleeps long enough for the previous library's idle threads to stop spinning,
+so they do not steal a core from the next one. Builds the extension in place if it is missing.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = [64, 128, 256, 512, 1024, 2048]
+SETTLE_S = 0.15   # > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
+SAMPLE_S = 0.002  # one timing: short, so that some land in moments when no other process runs
+
+
+def load_sgemm():
+    try:
+        from tinyllm import _sgemm
+    except ImportError:
+        sys.path.insert(0, os.path.join(ROOT, "runtime_c"))
+        from build_sgemm import build_in_place
+        build_in_place()
+        from tinyllm import _sgemm
+    return _sgemm
+
+
+def worker(threads, sizes, rounds, samples, trans_n):
+    import numpy as np
+    sgemm = load_sgemm()
+    ffi, lib = sgemm.ffi, sgemm.lib
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    try:
+        from threadpoolctl import threadpool_info
+        blas = [f"{i['internal_api']} {i['version']} {i.get('architecture', '?')} kernel, "
+                f"{i['num_threads']} threads" for i in threadpool_info() if i["user_api"] == "blas"]
+    except ImportError:
+        blas = ["threadpoolctl not installed: OpenBLAS kernel unknown"]
+
+    def ptr(x):
+        return ffi.cast("float *", x.ctypes.data)
+
+    def cases(n, ta, tb):
+        """One product C = op(A) op(B) of size n as zero-argument callables, per library."""
+        rng = np.random.default_rng(n)
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), np.float32)
+        pa, pb, pc = ptr(a), ptr(b), ptr(c)
+        na, nb = (a.T if ta else a), (b.T if tb else b)  # views: the BLAS gets the transpose flag
+        fns = {"tinyllm": lambda: lib.tl_sgemm(ta, tb, n, n, n, pa, n, pb, n, 0.0, pc, n),
+               "numpy": lambda: np.matmul(na, nb, out=c)}
+        if torch is not None:
+            tc = torch.from_numpy(c)
+            xa, xb = torch.from_numpy(a), torch.from_numpy(b)
+            xa, xb = (xa.t() if ta else xa), (xb.t() if tb else xb)
+            fns["torch"] = lambda: torch.matmul(xa, xb, out=tc)
+        return fns
+
+    def measure(fns, flops):
+        """Best GFLOP/s per library over rounds x samples short timings, rounds interleaved."""
+        best = {name: float("inf") for name in fns}
+        names = list(fns)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
+                fn = fns[name]
+                time.sleep(SETTLE_S)
+                warm = []
+                for _ in range(3):  # warm-up, and the time of one call
+                    t = time.perf_counter()
+                    fn()
+                    warm.append(time.perf_counter() - t)
+                calls = max(1, int(SAMPLE_S / min(warm)))
+                for _ in range(samples):
+                    t = time.perf_counter()
+                    for _ in range(calls):
+                        fn()
+                    best[name] = min(best[name], (time.perf_counter() - t) / calls)
+        return {name: flops / s / 1e9 for name, s in best.items()}
+
+    rows = [{"label": str(n), **measure(cases(n, 0, 0), 2.0 * n ** 3)} for n in sizes]
+    if trans_n:
+        for label, ta, tb in (("A^T B", 1, 0), ("A B^T", 0, 1)):
+            rows.append({"label": f"{label} {trans_n}", **measure(cases(trans_n, ta, tb), 2.0 * trans_n ** 3)})
+    info = {"blas": blas, "tinyllm_path": "AVX2+FMA" if lib.tl_sgemm_uses_avx2() else "portable C",
+            "tinyllm_threads": lib.tl_get_num_threads(),
+            "torch": f"torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else "no torch"}
+    print(json.dumps({"info": info, "rows": rows}))
+
+
+def run_threads(threads, args):
+    env = dict(os.environ)
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(var, None)
+    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), TINYLLM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    env.setdefault("OMP_PROC_BIND", "true")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
+           "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1]), env["OMP_PROC_BIND"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the libraries")
+    p.add_argument("--samples", type=int, default=10, help="timings per library per round")
+    p.add_argument("--trans-n", type=int, default=512, help="size of the A^T B and A B^T rows (0: none)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n)
+        return
+
+    print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x {args.samples} "
+          f"timings (~{SAMPLE_S * 1e3:g} ms each) per library")
+    print("numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
+    for threads in args.threads:
+        res, bind = run_threads(threads, args)
+        info = res["info"]
+        print(f"\n{threads} thread{'s' if threads > 1 else ''} (OMP_PROC_BIND={bind}); "
+              f"tinyllm: {info['tinyllm_path']}, {info['tinyllm_threads']} threads; numpy: {'; '.join(info['blas'])}; "
+              f"{info['torch']}")
+        has_torch = "torch" in res["rows"][0]
+        head = f"{'n':>11} {'tinyllm-C':>10} {'numpy':>8}" + (f" {'torch':>8}" if has_torch else "") + \
+            f" {'C/numpy':>8}" + (f" {'C/torch':>8}" if has_torch else "")
+        print(head)
+        print("-" * len(head))
+        for r in res["rows"]:
+            line = f"{r['label']:>11} {r['tinyllm']:>10.1f} {r['numpy']:>8.1f}"
+            if has_torch:
+                line += f" {r['torch']:>8.1f}"
+            line += f" {r['tinyllm'] / r['numpy']:>8.2f}"
+            if has_torch:
+                line += f" {r['tinyllm'] / r['torch']:>8.2f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+/*
+Single-precision matrix multiply for tinyllm's C runtime.
+
+All matrices are row-major with an explicit row stride (ld = "leading
+dimension", in elements), in the style of llm.c:
+
+    C[M,N] = op(A)[M,K] . op(B)[K,N] + beta * C
+
+    transA == 0: A is stored M x K, element (i,k) at A[i*lda + k], lda >= K
+    transA != 0: A is stored K x M, element (i,k) at A[k*lda + i], lda >= M
+    transB == 0: B is stored K x N, element (k,j) at B[k*ldb + j], ldb >= N
+    transB != 0: B is stored N x K, element (k,j) at B[j*ldb + k], ldb >= K
+
+so the backward pass can form A^T.B and A.B^T straight from the forward
+tensors, without copies. beta == 0 overwrites C without reading it (NaNs in C
+are ignored); beta == 1 accumulates.
+
+The batched form runs `batch` independent products, matrix b starting at
+A + b*strideA, B + b*strideB and C + b*strideC.
+
+This header is also the cffi cdef: keep it to plain declarations (lines
+starting with '#' are dropped by runtime_c/build_sgemm.py).
+*/
+#ifndef TINYLLM_SGEMM_H
+#define TINYLLM_SGEMM_H
+
+void tl_sgemm(int transA, int transB, int M, int N, int K,
+              const float *A, long lda, const float *B, long ldb,
+              float beta, float *C, long ldc);
+
+void tl_sgemm_batched(int batch, int transA, int transB, int M, int N, int K,
+                      const float *A, long lda, long strideA,
+                      const float *B, long ldb, long strideB,
+                      float beta, float *C, long ldc, long strideC);
+
+// Threads used by later calls; n <= 0 restores the default (TINYLLM_THREADS
+// from the environment, else every core this process may run on).
+void tl_set_num_threads(int n);
+int tl_get_num_threads(void);
+
+// 1 when this CPU (and OS) can run the AVX2+FMA kernels.
+int tl_cpu_has_avx2_fma(void);
+
+// Testing aid: force the portable C path (1) or go back to the best path for
+// this CPU (0). TINYLLM_NO_AVX2=1 in the environment does the same at load.
+// Not to be called while another thread is inside tl_sgemm.
+void tl_force_portable(int on);
+
+// 1 when the AVX2+FMA kernels are in use.
+int tl_sgemm_uses_avx2(void);
+
+#endif  // TINYLLM_SGEMM_H

@@ -1,0 +1,99 @@
+"""Shared test helpers: inputs kept off kinks and ties, hypothesis shape strategies, and `helper_test_op`, which
+runs one function in torch and in tinyllm on the same inputs and compares outputs and every input's gradient."""
+import numpy as np
+import torch
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import tinyllm as tl
+
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def shapes(min_dims=0, max_dims=4, min_side=1, max_side=4):
+    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
+
+
+def broadcastable(n=2, min_dims=0, max_dims=4, max_side=4):
+    """n shapes that broadcast together (some axes 1 or missing)."""
+    return hnp.mutually_broadcastable_shapes(num_shapes=n, min_dims=min_dims, max_dims=max_dims,
+                                             max_side=max_side).map(lambda s: s.input_shapes)
+
+
+def make_inputs(shapes, rng, dtype=np.float32, values="any"):
+    """Arrays of `shapes`. values: "any" uniform in [-2, 2]; "positive" in [0.5, 2] (log, sqrt, pow);
+    "nonzero" with 0.25 <= |x| <= 2 (relu, abs, division: off the kink or pole at 0); "distinct" all
+    different across every input, at least 1/(2n) apart (max/min, sort-like ops: no ties);
+    "int" small integers as floats (comparisons: ties do happen)."""
+    sizes = [int(np.prod(s)) for s in shapes]
+    if values == "distinct":
+        n = max(sum(sizes), 1)
+        pool = (rng.permutation(n) + rng.uniform(0.25, 0.75, n)) * (4.0 / n) - 2.0
+        flat, out = pool, []
+        for s, k in zip(shapes, sizes):
+            out.append(flat[:k].reshape(s))
+            flat = flat[k:]
+    elif values == "any":
+        out = [rng.uniform(-2, 2, s) for s in shapes]
+    elif values == "positive":
+        out = [rng.uniform(0.5, 2, s) for s in shapes]
+    elif values == "nonzero":
+        out = [rng.uniform(0.25, 2, s) * rng.choice([-1.0, 1.0], s) for s in shapes]
+    elif values == "int":
+        out = [rng.integers(-2, 3, s).astype(np.float64) for s in shapes]
+    else:
+        raise ValueError(f"unknown values kind {values!r}")
+    return [np.asarray(a, dtype=dtype) for a in out]
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _np(t):
+    return t.detach().numpy() if isinstance(t, torch.Tensor) else t.numpy()
+
+
+def compare(name, got, want, rtol, atol):
+    """Shapes and dtypes equal exactly; floats to the tolerance; integers and bools exactly."""
+    assert got.shape == want.shape, f"{name}: shape {got.shape}, torch gives {want.shape}"
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, torch gives {want.dtype}"
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def helper_test_op(shapes, torch_fn, tinyllm_fn=None, *, tol, seed=0, dtype=np.float32, values="any",
+                   arrays=None, grad=True):
+    """Run `torch_fn` on torch tensors and `tinyllm_fn` (default: the same function, since tinyllm has torch's
+    names) on tinyllm tensors made from the same arrays; compare every output, then backpropagate one random
+    upstream gradient per float output (a vector-Jacobian product, which catches wrong signs and swapped
+    elements that a plain .sum() can hide) and compare every input's .grad.
+    tol: {"forward": (rtol, atol), "grad": (rtol, atol)} for this dtype. Returns the tinyllm outputs."""
+    rng = np.random.default_rng(seed)
+    arrays = make_inputs(shapes, rng, dtype, values) if arrays is None else [np.asarray(a) for a in arrays]
+    where = f"inputs {[a.shape for a in arrays]} {arrays[0].dtype if arrays else ''}"
+    tt = [torch.tensor(a, requires_grad=grad) for a in arrays]
+    ts = [tl.Tensor(a, requires_grad=grad) for a in arrays]
+    t_outs, l_outs = _flat(torch_fn(*tt)), _flat((tinyllm_fn or torch_fn)(*ts))
+    assert len(t_outs) == len(l_outs), f"{where}: {len(l_outs)} outputs, torch gives {len(t_outs)}"
+    for k, (l, t) in enumerate(zip(l_outs, t_outs)):
+        compare(f"forward output {k}, {where}", l.numpy(), _np(t), *tol["forward"])
+    if not grad:
+        return l_outs
+    pairs = [(l, t) for l, t in zip(l_outs, t_outs) if t.dtype.is_floating_point and t.requires_grad]
+    assert pairs, f"{where}: no output needs a gradient in torch"
+    ups = [rng.standard_normal(t.shape).astype(t.detach().numpy().dtype) for _, t in pairs]
+    torch.autograd.backward([t for _, t in pairs], [torch.tensor(u) for u in ups])
+    for l, _ in pairs:
+        assert l.requires_grad, f"{where}: output does not require grad, torch's does"
+    if len(pairs) == 1:
+        pairs[0][0].backward(gradient=tl.Tensor(ups[0]))
+    else:
+        sum((l * tl.Tensor(u)).sum() for (l, _), u in zip(pairs, ups)).backward()
+    for i, (l, t) in enumerate(zip(ts, tt)):
+        want = np.zeros_like(arrays[i]) if t.grad is None else t.grad.numpy()
+        got = np.zeros_like(arrays[i]) if l.grad is None else l.grad.numpy()
+        compare(f"gradient of input {i}, {where}", got, want, *tol["grad"])
+    return l_outs

@@ -1,0 +1,277 @@
+"""tinyllm.optim against torch.optim: the same parameters receive the same gradients for several steps, and the
+parameters must stay together; clip_grad_norm_ and the learning-rate schedules too."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tinyllm as tl
+from tinyllm import nn, optim
+
+TOL = dict(rtol=1e-5, atol=1e-6)  # float32 updates in the same arithmetic as torch's; rounding differs by ~1 ulp/step
+STEPS = 6
+SHAPES = [(4, 3), (3,), (2, 2, 2)]
+
+
+def make_params(seed=0, shapes=SHAPES):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    return [nn.Parameter(a.copy()) for a in arrays], [torch.nn.Parameter(torch.tensor(a)) for a in arrays]
+
+
+def grads_for(step, shapes=SHAPES, seed=1):
+    rng = np.random.default_rng(seed + 1000 * step)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def run(opt, topt, params, tparams, steps=STEPS, skip=(), schedulers=()):
+    """Feed both optimizers the same gradients (None for indices in `skip`) and compare after every step."""
+    for step in range(steps):
+        for i, (p, tp, g) in enumerate(zip(params, tparams, grads_for(step, [p.shape for p in params]))):
+            p.grad = None if i in skip else tl.tensor(g)
+            tp.grad = None if i in skip else torch.tensor(g)
+        opt.step()
+        topt.step()
+        for sched, tsched in schedulers:
+            sched.step()
+            tsched.step()
+            np.testing.assert_allclose(sched.get_last_lr(), tsched.get_last_lr(), rtol=1e-12)
+        for i, (p, tp) in enumerate(zip(params, tparams)):
+            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), **TOL, err_msg=f"param {i}, step {step}")
+
+
+def moved(params, seed=0):
+    """Which parameters differ from their starting value."""
+    start, _ = make_params(seed, [p.shape for p in params])
+    return [not np.array_equal(p.numpy(), s.numpy()) for p, s in zip(params, start)]
+
+
+# ---- SGD ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("momentum,dampening,nesterov,weight_decay", [
+    (0.0, 0.0, False, 0.0), (0.0, 0.0, False, 0.1), (0.9, 0.0, False, 0.0), (0.9, 0.3, False, 0.05),
+    (0.9, 0.0, True, 0.0), (0.8, 0.0, True, 0.1)])
+def test_sgd_matches_torch(momentum, dampening, nesterov, weight_decay):
+    params, tparams = make_params()
+    kw = dict(lr=0.05, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=weight_decay)
+    run(optim.SGD(params, **kw), torch.optim.SGD(tparams, **kw), params, tparams)
+
+
+# ---- Adam / AdamW ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(), dict(lr=1e-2, weight_decay=0.1), dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-6),
+                                dict(lr=1e-2, weight_decay=0.0)])
+def test_adamw_matches_torch(kw):
+    params, tparams = make_params()
+    run(optim.AdamW(params, **kw), torch.optim.AdamW(tparams, **kw), params, tparams)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(lr=1e-2, weight_decay=0.1), dict(lr=3e-3, betas=(0.8, 0.9), eps=1e-4)])
+def test_adam_matches_torch(kw):
+    params, tparams = make_params()
+    run(optim.Adam(params, **kw), torch.optim.Adam(tparams, **kw), params, tparams)
+
+
+def test_adam_and_adamw_decay_differently():
+    """Adam's L2 term passes through the moment estimates; AdamW's decay does not: with decay they part."""
+    a, _ = make_params()
+    b, _ = make_params()
+    opt_a, opt_b = optim.Adam(a, lr=1e-2, weight_decay=0.5), optim.AdamW(b, lr=1e-2, weight_decay=0.5)
+    for step in range(3):
+        for p, q, g in zip(a, b, grads_for(step)):
+            p.grad, q.grad = tl.tensor(g), tl.tensor(g)
+        opt_a.step()
+        opt_b.step()
+    assert not np.allclose(a[0].numpy(), b[0].numpy(), **TOL)
+
+
+def test_adamw_on_a_real_loss_matches_torch():
+    """Gradients from backward() rather than set by hand, with the step realized between iterations."""
+    tl.manual_seed(0)
+    lin, tlin = nn.Linear(5, 3), torch.nn.Linear(5, 3)
+    tlin.load_state_dict({k: torch.tensor(v.numpy()) for k, v in lin.state_dict().items()})
+    opt = optim.AdamW(lin.parameters(), lr=1e-2, weight_decay=0.1)
+    topt = torch.optim.AdamW(tlin.parameters(), lr=1e-2, weight_decay=0.1)
+    rng = np.random.default_rng(1)
+    for _ in range(STEPS):
+        x = rng.standard_normal((8, 5)).astype(np.float32)
+        y = rng.standard_normal((8, 3)).astype(np.float32)
+        loss = nn.functional.mse_loss(lin(tl.tensor(x)), tl.tensor(y))
+        tloss = torch.nn.functional.mse_loss(tlin(torch.tensor(x)), torch.tensor(y))
+        opt.zero_grad()
+        topt.zero_grad()
+        loss.backward()
+        tloss.backward()
+        opt.step()
+        topt.step()
+        assert loss.item() == pytest.approx(tloss.item(), rel=1e-5)
+    for name, tp in tlin.named_parameters():
+        np.testing.assert_allclose(getattr(lin, name).numpy(), tp.detach().numpy(), **TOL)
+
+
+# ---- parameter groups, skipped parameters, errors ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["SGD", "AdamW", "Adam"])
+def test_param_groups_with_their_own_lr_and_weight_decay(name):
+    params, tparams = make_params()
+    extra = dict(momentum=0.9) if name == "SGD" else {}
+
+    def groups(ps):
+        return [{"params": ps[:1], "lr": 0.1, "weight_decay": 0.2}, {"params": ps[1:], "weight_decay": 0.0}]
+
+    opt = getattr(optim, name)(groups(params), lr=0.01, **extra)
+    topt = getattr(torch.optim, name)(groups(tparams), lr=0.01, **extra)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.01]
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.0]
+    run(opt, topt, params, tparams)
+
+
+@pytest.mark.parametrize("name", ["SGD", "AdamW"])
+def test_parameter_without_grad_is_left_alone(name):
+    params, tparams = make_params()
+    kw = dict(lr=0.1, momentum=0.9, weight_decay=0.1) if name == "SGD" else dict(lr=0.1, weight_decay=0.1)
+    opt = getattr(optim, name)(params, **kw)
+    run(opt, getattr(torch.optim, name)(tparams, **kw), params, tparams, skip={1})
+    assert moved(params) == [True, False, True]
+    assert params[1] not in opt.state or not opt.state[params[1]]
+
+
+def test_zero_grad_sets_grads_to_none():
+    params, _ = make_params()
+    opt = optim.SGD(params, lr=0.1)
+    for p in params:
+        p.grad = tl.ones(*p.shape)
+    opt.zero_grad()
+    assert all(p.grad is None for p in params)
+
+
+def test_step_keeps_parameter_identity_and_leaf_status():
+    params, _ = make_params()
+    ids = [id(p) for p in params]
+    opt = optim.AdamW(params, lr=0.1)
+    for p in params:
+        p.grad = tl.ones(*p.shape)
+    opt.step()
+    assert [id(p) for p in params] == ids
+    assert all(p.is_leaf and p.requires_grad for p in params)
+    # and a later backward still reaches the updated parameter
+    opt.zero_grad()
+    (params[0] * 2.0).sum().backward()
+    np.testing.assert_array_equal(params[0].grad.numpy(), np.full(params[0].shape, 2.0, np.float32))
+
+
+def test_optimizer_errors():
+    with pytest.raises(ValueError, match="empty"):
+        optim.SGD([], lr=0.1)
+    with pytest.raises(TypeError, match="require grad"):
+        optim.AdamW([tl.ones(2)], lr=0.1)
+    p = nn.Parameter(np.ones((3, 2), np.float32))
+    with pytest.raises(TypeError, match="iterable"):  # torch refuses a bare tensor too
+        optim.SGD(p, lr=0.1)
+    with pytest.raises(ValueError, match="twice"):
+        optim.SGD([{"params": [p]}, {"params": [p]}], lr=0.1)
+    with pytest.raises(TypeError, match="leaf"):
+        optim.SGD([p * 2.0], lr=0.1)
+
+
+def test_group_params_may_be_one_tensor():
+    params, tparams = make_params(shapes=[(3, 2)])
+    opt = optim.SGD([{"params": params[0]}], lr=0.1)
+    topt = torch.optim.SGD([{"params": tparams[0]}], lr=0.1)
+    assert len(opt.param_groups[0]["params"]) == 1 and opt.param_groups[0]["params"][0] is params[0]
+    run(opt, topt, params, tparams, steps=2)
+
+
+def test_zero_grad_set_to_none_false_keeps_zero_tensors():
+    params, _ = make_params()
+    opt = optim.SGD(params, lr=0.1)
+    for p in params:
+        p.grad = tl.ones(*p.shape)
+    opt.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and p.grad.shape == p.shape and not p.grad.numpy().any() for p in params)
+
+
+# ---- clip_grad_norm_ ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])
+def test_clip_grad_norm_matches_torch(max_norm):
+    params, tparams = make_params()
+    for p, tp, g in zip(params, tparams, grads_for(0)):
+        p.grad, tp.grad = tl.tensor(g), torch.tensor(g)
+    norm = nn.clip_grad_norm_(params, max_norm)
+    tnorm = torch.nn.utils.clip_grad_norm_(tparams, max_norm)
+    assert norm.item() == pytest.approx(tnorm.item(), rel=1e-6)
+    for p, tp in zip(params, tparams):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), **TOL)
+    clipped = math.sqrt(sum(float((p.grad.numpy().astype(np.float64) ** 2).sum()) for p in params))
+    assert clipped <= max_norm * (1 + 1e-5)
+    if max_norm > norm.item():  # below the limit nothing changes
+        for p, g in zip(params, grads_for(0)):
+            np.testing.assert_array_equal(p.grad.numpy(), g)
+
+
+def test_clip_grad_norm_skips_missing_grads_and_takes_iterables_and_single_tensors():
+    params, tparams = make_params()
+    for i, (p, tp, g) in enumerate(zip(params, tparams, grads_for(0))):
+        p.grad, tp.grad = (None, None) if i == 1 else (tl.tensor(g), torch.tensor(g))
+    norm = nn.clip_grad_norm_(iter(params), 0.1)  # a generator, as model.parameters() is in torch
+    tnorm = torch.nn.utils.clip_grad_norm_(iter(tparams), 0.1)
+    assert norm.item() == pytest.approx(tnorm.item(), rel=1e-6)
+    assert params[1].grad is None
+    # one tensor on its own, as torch allows
+    p, tp = make_params(shapes=[(3, 4)])
+    g = grads_for(0, [(3, 4)])[0]
+    p[0].grad, tp[0].grad = tl.tensor(g), torch.tensor(g)
+    norm = nn.clip_grad_norm_(p[0], 0.5)
+    tnorm = torch.nn.utils.clip_grad_norm_(tp[0], 0.5)
+    assert norm.item() == pytest.approx(tnorm.item(), rel=1e-6)
+    np.testing.assert_allclose(p[0].grad.numpy(), tp[0].grad.numpy(), **TOL)
+
+
+# ---- schedules ---------------------------------------------------------------------------------------------
+
+def nanogpt_lr(it, lr, warmup, decay_iters, min_lr):
+    """nanoGPT's get_lr, written out: linear warmup, cosine decay, then a floor."""
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    if it > decay_iters:
+        return min_lr
+    ratio = (it - warmup) / (decay_iters - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+@pytest.mark.parametrize("warmup,max_steps,min_ratio", [(10, 100, 0.1), (0, 50, 0.0), (5, 20, 0.5)])
+def test_warmup_cosine_shape(warmup, max_steps, min_ratio):
+    f = optim.warmup_cosine(warmup, max_steps, min_ratio)
+    values = [f(s) for s in range(max_steps + 20)]
+    for s, v in enumerate(values):
+        assert v == pytest.approx(nanogpt_lr(s, 1.0, warmup, max_steps, min_ratio), abs=1e-12), s
+    rise, fall = values[:warmup + 1], values[warmup:max_steps + 1]
+    assert all(a < b for a, b in zip(rise, rise[1:])), "warmup must rise"
+    assert values[warmup] == pytest.approx(1.0)
+    assert all(a > b for a, b in zip(fall, fall[1:])), "the cosine must fall"
+    assert all(v == pytest.approx(min_ratio) for v in values[max_steps:]), "then stay at min_ratio"
+    assert min(values) >= min(min_ratio, values[0]) - 1e-12
+
+
+def test_warmup_cosine_lr_drives_every_group():
+    params, _ = make_params()
+    opt = optim.AdamW([{"params": params[:1], "lr": 1e-2}, {"params": params[1:]}], lr=1e-3)
+    sched = optim.WarmupCosineLR(opt, warmup_steps=3, max_steps=10, min_ratio=0.1)
+    f = optim.warmup_cosine(3, 10, 0.1)
+    for step in range(14):
+        assert sched.get_last_lr() == pytest.approx([1e-2 * f(step), 1e-3 * f(step)])
+        assert [g["lr"] for g in opt.param_groups] == sched.get_last_lr()
+        sched.step()
+
+
+def test_lambda_lr_matches_torch_and_steers_the_updates():
+    params, tparams = make_params()
+    opt = optim.SGD([{"params": params[:2]}, {"params": params[2:], "lr": 0.3}], lr=0.1, momentum=0.9)
+    topt = torch.optim.SGD([{"params": tparams[:2]}, {"params": tparams[2:], "lr": 0.3}], lr=0.1, momentum=0.9)
+    fn = optim.warmup_cosine(2, 5, 0.2)
+    sched, tsched = optim.LambdaLR(opt, fn), torch.optim.lr_scheduler.LambdaLR(topt, fn)
+    np.testing.assert_allclose(sched.get_last_lr(), tsched.get_last_lr(), rtol=1e-12)
+    run(opt, topt, params, tparams, steps=7, schedulers=[(sched, tsched)])
+    assert sched.last_epoch == tsched.last_epoch == 7
