@@ -16,6 +16,7 @@ so they do not steal a core from the next one. Builds the extension in place if 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
 SETTLE_S = 0.15   # > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
 SAMPLE_S = 0.002  # one timing: short, so that some land in moments when no other process runs
+ROUND_S = 0.1     # time per library per round
 
 
 def load_sgemm():
@@ -81,13 +83,12 @@ def worker(threads, sizes, rounds, samples, trans_n):
             for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
                 fn = fns[name]
                 time.sleep(SETTLE_S)
-                warm = []
-                for _ in range(3):  # warm-up, and the time of one call
-                    t = time.perf_counter()
-                    fn()
-                    warm.append(time.perf_counter() - t)
-                calls = max(1, int(SAMPLE_S / min(warm)))
-                for _ in range(samples):
+                t = time.perf_counter()
+                fn()  # warm-up, and the time of one call
+                call_s = time.perf_counter() - t
+                calls = max(1, int(SAMPLE_S / call_s))
+                # big sizes take fewer samples, so a round stays under ~ROUND_S
+                for _ in range(max(2, min(samples, int(ROUND_S / (calls * call_s))))):
                     t = time.perf_counter()
                     for _ in range(calls):
                         fn()
@@ -98,9 +99,10 @@ def worker(threads, sizes, rounds, samples, trans_n):
     if trans_n:
         for label, ta, tb in (("A^T B", 1, 0), ("A B^T", 0, 1)):
             rows.append({"label": f"{label} {trans_n}", **measure(cases(trans_n, ta, tb), 2.0 * trans_n ** 3)})
+    torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
     info = {"blas": blas, "tinyllm_path": "AVX2+FMA" if lib.tl_sgemm_uses_avx2() else "portable C",
             "tinyllm_threads": lib.tl_get_num_threads(),
-            "torch": f"torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else "no torch"}
+            "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
     print(json.dumps({"info": info, "rows": rows}))
 
 
@@ -131,8 +133,8 @@ def main():
         worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n)
         return
 
-    print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x {args.samples} "
-          f"timings (~{SAMPLE_S * 1e3:g} ms each) per library")
+    print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
+          f"{args.samples} timings (~{SAMPLE_S * 1e3:g} ms each) per library")
     print("numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
     for threads in args.threads:
         res, bind = run_threads(threads, args)

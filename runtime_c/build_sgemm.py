@@ -44,7 +44,7 @@ def make_ffibuilder(root=""):
         depends=[rel("runtime_c/sgemm.h"), rel("runtime_c/common.h")],
         # -fno-wrapv undoes the -fwrapv in Python's own CFLAGS: with wrapping signed ints
         # gcc stops vectorising loops that index with int arithmetic.
-        extra_compile_args=["-O3", "-fno-wrapv", "-fopenmp", "-Wall", "-Wno-unused-function"],
+        extra_compile_args=["-O3", "-fno-wrapv", "-fopenmp", "-Wall"],
         extra_link_args=["-fopenmp"],
     )
     return ffi

@@ -1,6 +1,7 @@
 /*
 Helpers shared by tinyllm's C runtime: environment settings, CPU feature
-dispatch, OpenMP shims and per-thread aligned scratch buffers.
+dispatch, OpenMP shims, flags for signalling between threads and per-thread
+aligned scratch buffers.
 
 Everything here is `static`, so each translation unit that includes this header
 gets its own private copy; no symbol clashes when several runtime files are
@@ -10,6 +11,8 @@ linked into one extension module.
 #define TINYLLM_COMMON_H
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +65,41 @@ static inline int tl_omp_num_threads(void) {
 }
 
 // ----------------------------------------------------------------------------
+// Point-to-point signalling between the threads of a team: a counter that one
+// thread raises and others wait on. Each flag has a cache line to itself, so a
+// waiting thread's reads do not slow down writes to its neighbours' flags.
+//
+// Waiting spins briefly, then yields the core: on a machine shared with other
+// processes the thread being waited for may be off its core, and a waiter that
+// spins burns the CPU share that thread needs (an OpenMP barrier keeps spinning
+// much longer).
+
+typedef struct {
+    _Alignas(TL_ALIGN) _Atomic long value;
+} tl_flag;
+
+static inline void tl_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void tl_flag_set(tl_flag *f, long v) {
+    atomic_store_explicit(&f->value, v, memory_order_release);
+}
+
+// Returns once the flag is at least v; what its setter wrote before setting it
+// is then visible to the caller.
+static inline void tl_flag_wait(tl_flag *f, long v) {
+    for (int spins = 0; atomic_load_explicit(&f->value, memory_order_acquire) < v; spins++) {
+        if (spins < 1000) tl_cpu_relax();
+        else sched_yield();
+    }
+}
+
+// ----------------------------------------------------------------------------
 // CPU features. The AVX2 code paths are compiled with
 // __attribute__((target("avx2,fma"))) into the same object file as the
 // portable code, and chosen at run time, so one build runs on any x86-64.
@@ -92,16 +130,16 @@ typedef struct {
 static pthread_key_t tl_scratch_key;
 static pthread_once_t tl_scratch_once = PTHREAD_ONCE_INIT;
 
-static void tl_scratch_free(void *p) {
+static inline void tl_scratch_free(void *p) {
     tl_scratch_set *s = (tl_scratch_set *)p;
     for (int i = 0; i < TL_SCRATCH_SLOTS; i++) free(s->ptr[i]);
     free(s);
 }
 
-static void tl_scratch_make_key(void) { pthread_key_create(&tl_scratch_key, tl_scratch_free); }
+static inline void tl_scratch_make_key(void) { pthread_key_create(&tl_scratch_key, tl_scratch_free); }
 
 // Out of memory is fatal, as in llm.c: there is no sensible way to go on.
-static void tl_oom(size_t bytes) {
+static inline void tl_oom(size_t bytes) {
     fprintf(stderr, "tinyllm: out of memory allocating %zu bytes of scratch\n", bytes);
     abort();
 }

@@ -1,14 +1,14 @@
 /*
 Packed, cache-tiled, register-blocked sgemm (GotoBLAS / BLIS layout).
 
-    for jc in N by NC:                      B panel  KC x NC   -> L3, shared by the threads
-      for pc in K by KC:
-        pack B[pc:+KC, jc:+NC] into NR-wide strips (threads split the strips)
-        for ic in (this thread's rows) by MC:   A block  MC x KC  -> L2, private
+    for jc in N by NC:                          B panel  KC x NC -> L3, shared by the threads
+      for pc in K by KC:                        (one "round")
+        pack B[pc:+KC, jc:+NC] into NR-wide strips (each thread packs a chunk)
+        for ic in (this thread's rows) by MC:   A block  MC x KC -> L2, private
           pack A[ic:+MC, pc:+KC] into MR-tall strips
-          for jr in (this thread's strips) by NR:    B strip KC x NR -> L1
+          for jr in (this thread's strips) by NR:   B strip KC x NR -> L1
             for ir in MC by MR:
-              micro-kernel: C[MR x NR] += A strip . B strip, in registers
+              micro-kernel: C[MR x NR] (+)= A strip . B strip, in registers
 
 Packing reads op(A) and op(B) in whatever layout they have (plain or
 transposed), so the micro-kernel only ever sees one contiguous layout, and the
@@ -18,7 +18,14 @@ The micro-kernel is 6 x 16: 12 ymm accumulators (6 rows x 2 vectors of 8),
 2 ymm for the B row and 1 for the broadcast A element = 15 of the 16 ymm
 registers. Each k step issues 12 FMAs against 2 loads and 6 broadcasts,
 enough independent FMAs to keep both FMA pipes busy through their 4-cycle
-latency.
+latency. It runs at the FMA peak of one Zen core (~105 GFLOP/s at 3.3 GHz).
+AVX-512 would not be faster on Zen 4, which splits 512-bit FMAs in two.
+
+Threads (OpenMP) split C into a grid: normally M in halves (each thread packs
+its own A blocks and half of the shared B panel), N when M is too short. They
+hand the B panel over with per-thread flags and two panel buffers instead of
+barriers (see gemm_thread). Batched products of small matrices run one matrix
+per thread instead.
 */
 
 #include "common.h"
@@ -44,11 +51,13 @@ latency.
 #ifndef TL_NC
 #define TL_NC 4096
 #endif
-// Below this many multiply-adds per thread, waking another thread and the
-// barriers cost more than the thread saves.
+// Below this many multiply-adds per thread, waking another thread and handing
+// it the B panel cost more than the thread saves.
 #ifndef TL_MIN_WORK_PER_THREAD
 #define TL_MIN_WORK_PER_THREAD (64L * 64 * 64)
 #endif
+// Threads per product at most: bounds the per-call flags on the stack.
+#define TL_MAX_THREADS 256
 
 _Static_assert(TL_MC % MR == 0, "MC must be a multiple of MR");
 _Static_assert(TL_NC % NR == 0, "NC must be a multiple of NR");
@@ -347,8 +356,25 @@ static void thread_grid(int nt, long m_strips, long n_strips, int *tm, int *tn) 
     }
 }
 
-// The body each of the nt threads runs (tid in [0, nt)); bpack is shared.
-static void gemm_thread(const gemm_args *g, float *bpack, int tid, int nt) {
+// What the threads of one product share: two B panel buffers, used in turn by
+// successive (jc, pc) rounds, and one flag per thread counting the rounds it
+// has packed its part of.
+typedef struct {
+    float *bpack[2];
+    tl_flag *packed;
+} gemm_shared;
+
+// The body each of the nt threads runs (tid in [0, nt)).
+//
+// Synchronisation without barriers: the tm threads of a grid column share its
+// B strips, each packing one chunk of them per (jc, pc) round. After packing
+// round r a thread raises its flag to r + 1; a thread waits for a chunk's
+// packer to reach r + 1 just before it first multiplies with that chunk, and
+// starts with its own chunk. Buffer r % 2 is repacked in round r + 2 only once
+// every flag has reached r + 2, which each thread raises after finishing round
+// r. So a thread can run up to a round ahead of the others instead of meeting
+// them twice a round; that matters most when another process takes a core.
+static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int nt) {
     const int avx2 = g_use_avx2;
 #if defined(__x86_64__)
     const kernel_fn kernel = avx2 ? kernel_avx2 : kernel_portable;
@@ -364,21 +390,30 @@ static void gemm_thread(const gemm_args *g, float *bpack, int tid, int nt) {
     // MR*NR floats of slack for the overlapping stores of pack_a_strip_rows_avx2
     float *apack = tl_scratch(SLOT_A, (size_t)TL_MC * TL_KC + MR * NR);
 
+    long round = 0;
     for (long jc = 0; jc < g->N; jc += TL_NC) {
         int nc = (int)tl_min(TL_NC, g->N - jc);
         long n_strips = (nc + NR - 1) / NR;
+        // this thread column's strips, packed in chunks by its tm threads
         long s0 = n_strips * tcol / tn, s1 = n_strips * (tcol + 1) / tn;
-        for (long pc = 0; pc < g->K; pc += TL_KC) {
+        long chunk = (s1 - s0 + tm - 1) / tm;
+        long own0 = tl_min(s1, s0 + trow * chunk), own1 = tl_min(s1, own0 + chunk);
+        for (long pc = 0; pc < g->K; pc += TL_KC, round++) {
             int kc = (int)tl_min(TL_KC, g->K - pc);
             float beta = pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
-            pack_b(g, avx2, pc, jc, nc, kc, n_strips * tid / nt, n_strips * (tid + 1) / nt, bpack);
-            if (nt > 1) {
-#pragma omp barrier
-            }
+            float *bpack = sh->bpack[round % 2];
+            // Buffer round % 2 was last read in round - 2: wait until every
+            // thread has packed round - 1, and so is done with round - 2.
+            for (int t = 0; t < nt; t++) tl_flag_wait(&sh->packed[t], round);
+            pack_b(g, avx2, pc, jc, nc, kc, own0, own1, bpack);
+            tl_flag_set(&sh->packed[tid], round + 1);
+
             for (long ic = m0; ic < m1; ic += TL_MC) {
                 int mc = (int)tl_min(TL_MC, m1 - ic);
                 pack_a(g, avx2, ic, pc, mc, kc, apack);
-                for (long s = s0; s < s1; s++) {
+                for (long q = 0; q < s1 - s0; q++) {
+                    long s = s0 + (own0 - s0 + q) % (s1 - s0);  // own chunk first
+                    if (ic == m0) tl_flag_wait(&sh->packed[(s - s0) / chunk * tn + tcol], round + 1);
                     long jr = s * NR;
                     int nr = (int)tl_min(NR, nc - jr);
                     const float *bp = bpack + s * NR * kc;
@@ -390,11 +425,6 @@ static void gemm_thread(const gemm_args *g, float *bpack, int tid, int nt) {
                         else kernel_edge(kernel, kc, ap, bp, beta, c, g->ldc, mr, nr);
                     }
                 }
-            }
-            // The panel is repacked next round: wait until all are done with it
-            // (after the last round, the end of the parallel region waits anyway).
-            if (nt > 1 && (pc + kc < g->K || jc + nc < g->N)) {
-#pragma omp barrier
             }
         }
     }
@@ -413,7 +443,7 @@ static int useful_threads(long M, long N, long K, int nt) {
     double work = (double)M * N * K;
     long tiles = (M + MR - 1) / MR * ((tl_min(N, TL_NC) + NR - 1) / NR);
     long n = (long)(work / TL_MIN_WORK_PER_THREAD);
-    return (int)tl_max(1, tl_min(nt, tl_min(n, tiles)));
+    return (int)tl_max(1, tl_min(tl_min(nt, TL_MAX_THREADS), tl_min(n, tiles)));
 }
 
 static void gemm(const gemm_args *g, int nt) {
@@ -422,16 +452,22 @@ static void gemm(const gemm_args *g, int nt) {
         scale_c(g);
         return;
     }
-    long kc = tl_min(g->K, TL_KC), nc = tl_round_up(tl_min(g->N, TL_NC), NR);
-    float *bpack = tl_scratch(SLOT_B, (size_t)(kc * nc));
+    size_t panel = (size_t)(tl_min(g->K, TL_KC) * tl_round_up(tl_min(g->N, TL_NC), NR));
     if (nt <= 1) {
-        gemm_thread(g, bpack, 0, 1);
+        tl_flag packed = {0};
+        float *bpack = tl_scratch(SLOT_B, panel);  // one thread: no need for a second buffer
+        gemm_shared sh = {{bpack, bpack}, &packed};
+        gemm_thread(g, &sh, 0, 1);
         return;
     }
+    tl_flag packed[nt];
+    for (int t = 0; t < nt; t++) atomic_init(&packed[t].value, 0);
+    float *bpack = tl_scratch(SLOT_B, 2 * panel);
+    gemm_shared sh = {{bpack, bpack + panel}, packed};
     // The team may come out smaller than asked (nested parallelism), so the
     // work is split by the actual team size.
 #pragma omp parallel num_threads(nt)
-    gemm_thread(g, bpack, tl_omp_thread_num(), tl_omp_num_threads());
+    gemm_thread(g, &sh, tl_omp_thread_num(), tl_omp_num_threads());
 }
 
 void tl_sgemm(int transA, int transB, int M, int N, int K, const float *A, long lda, const float *B,
@@ -446,7 +482,7 @@ void tl_sgemm_batched(int batch, int transA, int transB, int M, int N, int K, co
     if (batch <= 0) return;
     int nt = g_threads;
     int per_matrix = useful_threads(M, N, K, nt);
-    // One matrix per thread at a time needs no barriers and no shared panel,
+    // One matrix per thread at a time needs no hand-offs and no shared panel,
     // so prefer it, unless the matrices are big enough to keep all threads busy
     // on their own and the batch does not divide evenly among the threads.
     if (nt > 1 && batch > 1 && (per_matrix < nt || batch % nt == 0)) {

@@ -46,9 +46,10 @@ class with_passes:
 
     def __enter__(self):
         self.saved, R.PASSES = R.PASSES, self.passes
+        self.cached, R.CACHE_PLANS = R.CACHE_PLANS, False
 
     def __exit__(self, *exc):
-        R.PASSES = self.saved
+        R.PASSES, R.CACHE_PLANS = self.saved, self.cached
 
 
 # ---- the engine ---------------------------------------------------------------------------------------------

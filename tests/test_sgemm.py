@@ -7,7 +7,7 @@ Every product runs on both code paths (AVX2+FMA where the CPU has it, and the po
 1 and 2 threads. The tolerance is the classic bound for a K-term dot product in float32,
 |C - C_ref| <= K * eps * (|op(A)| |op(B)|), plus one rounding for the beta * C term.
 """
-import glob
+import importlib.machinery
 import os
 import shutil
 import subprocess
@@ -23,13 +23,21 @@ SOURCES = [os.path.join(ROOT, "runtime_c", f) for f in ("sgemm.c", "sgemm.h", "c
 EPS = np.finfo(np.float32).eps
 
 
+def _built_extension():
+    """The file `import tinyllm._sgemm` would load (the first suffix in Python's order), or None."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(ROOT, "tinyllm", "_sgemm" + suffix)
+        if os.path.exists(path):
+            return path
+    return None
+
+
 def _load_extension():
-    built = glob.glob(os.path.join(ROOT, "tinyllm", "_sgemm*.so")) + glob.glob(os.path.join(ROOT, "tinyllm", "_sgemm*.pyd"))
-    stale = not built or min(map(os.path.getmtime, built)) < max(map(os.path.getmtime, SOURCES))
-    if stale:
+    built = _built_extension()
+    if built is None or os.path.getmtime(built) < max(map(os.path.getmtime, SOURCES)):
         compiler = os.environ.get("CC", "cc")
         if shutil.which(compiler) is None and shutil.which("gcc") is None:
-            if not built:
+            if built is None:
                 pytest.skip(f"no C compiler ({compiler!r} or 'gcc') on PATH to build tinyllm._sgemm from runtime_c/",
                             allow_module_level=True)
         else:
@@ -120,6 +128,25 @@ def test_sgemm_random_shapes(config, m, n, k, ta, tb, beta, pad, seed):
 def test_sgemm_block_edges(config, m, n, k, ta, tb, beta):
     c, ref, tol = run_sgemm(np.random.default_rng(m * n * k), ta, tb, m, n, k, beta, pad=(3, 1, 2))
     assert_close(c, ref, tol)
+
+
+# Several (jc, pc) rounds with the threads in a row (split M), in a column (split N) or a 2 x 2
+# grid, and more threads than cores (the waits then yield): repeated, to give a race a chance.
+@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize("m,n,k", [(300, 200, 1100), (12, 4200, 600), (100, 4150, 300)])
+def test_sgemm_threads_many_rounds(threads, m, n, k):
+    rng = np.random.default_rng(threads * m)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    ref, tol = reference(0, 0, a, b, 0.0, np.zeros((m, n), np.float32))
+    lib.tl_set_num_threads(threads)
+    try:
+        for _ in range(5):
+            c = np.full((m, n), np.nan, np.float32)
+            lib.tl_sgemm(0, 0, m, n, k, ptr(a), k, ptr(b), n, 0.0, ptr(c), n)
+            assert_close(c, ref, tol)
+    finally:
+        lib.tl_set_num_threads(0)
 
 
 def test_sgemm_empty_dims(config):

@@ -126,3 +126,15 @@ def consumers(order):
         for s in n.src:
             users[s].append(n)
     return users
+
+
+def substitute(roots, mapping):
+    """The graph of `roots` with each node in `mapping` replaced by its value (iteratively rebuilt)."""
+    new = {}
+    for n in toposort(roots, stop=lambda n: n in mapping):
+        if n in mapping:
+            new[n] = mapping[n]
+        else:
+            src = tuple(new[s] for s in n.src)
+            new[n] = n if src == n.src else Node(n.op, src, n.arg, n.shape, n.dtype)
+    return [new[r] for r in roots]

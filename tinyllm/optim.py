@@ -2,6 +2,8 @@
 parameter as graph and realizes them all in one pass."""
 import math
 
+import numpy as np
+
 from .factory import zeros_like
 from .realize import realize
 from .tensor import Tensor
@@ -44,7 +46,17 @@ class Optimizer:
                 if p.grad is not None:
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
+    def scalar(self, value, like):
+        """`value` as a 0-d tensor beside `like`. Values that change every step (the learning rate, bias
+        corrections) enter the graph as buffers, not constants, so the step's graph has the same shape every
+        time and its compiled kernels are reused."""
+        key = (float(value), like.dtype, like.device)
+        if key not in self._scalars:
+            self._scalars[key] = Tensor(np.asarray(value, like.dtype.np), device=like.device)
+        return self._scalars[key]
+
     def step(self):
+        self._scalars = {}
         targets, values = [], []
         for group in self.param_groups:
             for p in group["params"]:
@@ -74,7 +86,7 @@ class SGD(Optimizer):
                 b = state["momentum_buffer"] * group["momentum"] + g * (1.0 - group["dampening"])
             out.append(("momentum_buffer", b))
             g = g + group["momentum"] * b if group["nesterov"] else b
-        return [(None, p - group["lr"] * g)] + out
+        return [(None, p - self.scalar(group["lr"], p) * g)] + out
 
 
 class AdamW(Optimizer):
@@ -93,9 +105,9 @@ class AdamW(Optimizer):
         m = state["exp_avg"] * b1 + g * (1.0 - b1)
         v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
         if wd:
-            p = p * (1.0 - lr * wd)
-        denom = v.sqrt() / math.sqrt(1.0 - b2 ** t) + eps
-        return [(None, p - (lr / (1.0 - b1 ** t)) * m / denom), ("exp_avg", m), ("exp_avg_sq", v)]
+            p = p * self.scalar(1.0 - lr * wd, p)
+        denom = v.sqrt() * self.scalar(1.0 / math.sqrt(1.0 - b2 ** t), p) + eps
+        return [(None, p - self.scalar(lr / (1.0 - b1 ** t), p) * m / denom), ("exp_avg", m), ("exp_avg_sq", v)]
 
 
 class Adam(AdamW):

@@ -11,11 +11,12 @@ class Schedule:
     """inputs: LOAD/CONST (and already realized) nodes; kernels: the rest, in an order that respects
     dependencies; frees[i]: values dead after kernel i; outputs: the nodes to return; fresh[i]: output i must
     not share memory with an input (it was not a view before the passes simplified it, e.g. x*1 -> x)."""
-    __slots__ = ("inputs", "kernels", "frees", "outputs", "fresh")
+    __slots__ = ("inputs", "kernels", "frees", "outputs", "fresh", "prepared")
 
     def __init__(self, outputs, fresh=None):
         self.outputs = list(outputs)
         self.fresh = list(fresh) if fresh is not None else [False] * len(self.outputs)
+        self.prepared = {}  # runtime name -> what that runtime made ready for this schedule (compiled kernels)
         order = toposort(self.outputs, stop=_is_input)
         self.inputs = [n for n in order if _is_input(n)]
         self.kernels = [n for n in order if not _is_input(n)]
@@ -28,7 +29,3 @@ class Schedule:
         for node, i in last.items():
             if node not in keep:
                 self.frees[i].append(node)
-
-    def devices(self):
-        return {n.arg.runtime.name if n.op == "LOAD" else n.buffer.runtime.name
-                for n in self.inputs if n.op == "LOAD" or n.buffer is not None}

@@ -17,3 +17,11 @@ class CONST(Op):
     def infer(src, arg): raise TypeError("CONST nodes are made by graph.const, not built")
     def forward(arg): return arg
     def backward(dy, y): return ()
+
+
+@register
+class SLOT(Op):
+    """The `arg`-th input of a cached plan: stands where a buffer was, so one plan serves every step."""
+    def infer(src, arg): raise TypeError("SLOT nodes are made by realize, not built")
+    def forward(arg): return arg
+    def backward(dy, y): return ()

@@ -12,7 +12,13 @@ def _numpy():
     return NumpyRuntime()
 
 
+def _c():
+    from .c_runtime import CRuntime
+    return CRuntime()
+
+
 _FACTORIES["numpy"] = _numpy
+_FACTORIES["c"] = _c
 ALIASES = {"cpu": "numpy"}
 
 

@@ -17,6 +17,7 @@ class Buffer:
 
 class Runtime:
     name = "?"
+    passes = ()  # rewrite passes this runtime adds after the common ones: (name, fn(roots) -> roots)
 
     def from_numpy(self, array, dtype):
         raise NotImplementedError
@@ -24,6 +25,7 @@ class Runtime:
     def to_numpy(self, buffer):
         raise NotImplementedError
 
-    def execute(self, schedule):
-        """Run `schedule` (see tinyllm/schedule.py) and return one Buffer per output node."""
+    def execute(self, schedule, feeds=()):
+        """Run `schedule` (see tinyllm/schedule.py) with feeds[i] the Buffer for its i-th SLOT input; return
+        one Buffer per output node."""
         raise NotImplementedError

@@ -17,24 +17,29 @@ class NumpyRuntime(Runtime):
     def to_numpy(self, buffer):
         return buffer.data
 
-    def execute(self, schedule):
-        with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
-            return self._execute(schedule)
+    def run(self, node, ins):
+        """One kernel: the op's NumPy forward."""
+        op = OPS[node.op]
+        return op.forward(*ins, arg=node.arg) if op.takes_arg else op.forward(*ins)
 
-    def _execute(self, schedule):
+    def execute(self, schedule, feeds=()):
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
+            return self._execute(schedule, feeds)
+
+    def _execute(self, schedule, feeds):
         vals = {}
         for n in schedule.inputs:
-            if n.buffer is not None:
+            if n.op == "SLOT":
+                vals[n] = feeds[n.arg].data
+            elif n.buffer is not None:
                 vals[n] = n.buffer.data
             elif n.op == "LOAD":
                 vals[n] = n.arg.data
             else:  # CONST: one element seen through zero strides
                 vals[n] = np.broadcast_to(np.array(n.arg, dtype=n.dtype.np), n.shape)
-        input_storage = {id(owner(vals[n])) for n in schedule.inputs if n.op == "LOAD" or n.buffer is not None}
+        input_storage = {id(owner(vals[n])) for n in schedule.inputs if n.op != "CONST"}
         for node, dead in zip(schedule.kernels, schedule.frees):
-            op = OPS[node.op]
-            ins = [vals[s] for s in node.src]
-            vals[node] = track(op.forward(*ins, arg=node.arg) if op.takes_arg else op.forward(*ins))
+            vals[node] = track(self.run(node, [vals[s] for s in node.src]))
             for d in dead:
                 del vals[d]
         outs = []

@@ -1,0 +1,174 @@
+"""Kernel fusion: chains of elementwise ops, and elementwise ops feeding a reduction, become one FUSED node.
+
+A FUSED node's `arg` is a Kernel: an iteration shape, an optional reduction, and straight-line code over its
+inputs. Views between fused ops (permute, expand, slice, viewable reshape) fold into each input's strides and
+offset, so they cost no copy and no kernel. A value with more than one consumer is computed once and stored.
+The same Kernel is rendered to C (runtime/render/c.py) and WGSL, and `run_kernel` is its NumPy meaning.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from ..graph import OPS, Node, toposort
+from ..ops.base import Op, register
+from ..views import contiguous_strides, view_strides
+from .engine import Pat, PatternMatcher, graph_rewrite
+
+ELEMENTWISE = {"NEG", "EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF", "CAST", "ADD", "MUL", "MAX", "CMPLT", "CMPEQ",
+               "WHERE"}
+REDUCE = {"SUM", "REDUCE_MAX"}
+FOLDABLE_VIEWS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH"}
+
+# shape: the iteration shape (a reduction's input shape); reduce: (op, axes) or None; ins: per input
+# (src index, strides, offset) in elements over the iteration shape; code: SSA instructions
+# (op, arg, operand indices, dtype); the last instruction is the value stored (or reduced).
+Kernel = namedtuple("Kernel", "shape reduce ins code")
+
+
+def _view(node):
+    """(base, strides, offset) that read `node` from a row-major `base`, or None if a reshape would copy."""
+    chain = []
+    while node.op in FOLDABLE_VIEWS:
+        chain.append(node)
+        node = node.src[0]
+    strides, offset = contiguous_strides(node.shape), 0
+    for v in reversed(chain):
+        if v.op == "PERMUTE":
+            strides = tuple(strides[i] for i in v.arg)
+        elif v.op == "EXPAND":
+            strides = tuple(0 if s != a else st for s, a, st in zip(v.src[0].shape, v.arg, strides))
+        elif v.op == "SHRINK":
+            offset += sum(start * st for (start, _, _), st in zip(v.arg, strides))
+            strides = tuple(st * step for st, (_, _, step) in zip(strides, v.arg))
+        elif v.op == "RESHAPE":
+            strides = view_strides(v.src[0].shape, strides, v.shape)
+            if strides is None:
+                return None
+    return node, strides, offset
+
+
+class _Builder:
+    """Collects one kernel's inputs and instructions, sharing equal ones."""
+    def __init__(self):
+        self.srcs, self.ins, self.code, self.index = [], [], [], {}
+
+    def emit(self, op, arg, operands, dtype):
+        key = (op, arg, tuple(operands), dtype)
+        if key not in self.index:
+            self.index[key] = len(self.code)
+            self.code.append(key)
+        return self.index[key]
+
+    def load(self, node):
+        """An instruction reading `node` over the iteration shape, through its views when it has some."""
+        view = _view(node)
+        base, strides, offset = view if view is not None else (node, contiguous_strides(node.shape), 0)
+        if base.op == "CONST" and base.buffer is None:
+            return self.emit("CONST", base.arg, (), base.dtype.name)
+        if base not in self.srcs:
+            self.srcs.append(base)
+        entry = (self.srcs.index(base), strides, offset)
+        if entry not in self.ins:
+            self.ins.append(entry)
+        return self.emit("IN", self.ins.index(entry), (), node.dtype.name)
+
+    def inline(self, kernel, srcs):
+        """Copy the code of a fused elementwise kernel (reading `srcs`) into this one; returns its result."""
+        at = []
+        for op, arg, operands, dtype in kernel.code:
+            if op == "IN":
+                i, strides, offset = kernel.ins[arg]
+                base = srcs[i]
+                if base not in self.srcs:
+                    self.srcs.append(base)
+                entry = (self.srcs.index(base), strides, offset)
+                if entry not in self.ins:
+                    self.ins.append(entry)
+                at.append(self.emit("IN", self.ins.index(entry), (), dtype))
+            else:
+                at.append(self.emit(op, arg, [at[o] for o in operands], dtype))
+        return at[-1]
+
+    def node(self, shape, reduce, out_shape, dtype):
+        return Node("FUSED", tuple(self.srcs), Kernel(shape, reduce, tuple(self.ins), tuple(self.code)),
+                    out_shape, dtype)
+
+
+def fuse(roots):
+    """The fusion pass: returns new roots whose graph holds FUSED nodes instead of elementwise ops."""
+    users = {}
+    for n in toposort(roots, stop=lambda n: n.buffer is not None):
+        for s in set(n.src):
+            users[s] = users.get(s, 0) + 1
+    for r in roots:
+        users[r] = users.get(r, 0) + 1  # an output is always stored
+    # The rules see nodes rebuilt on already-fused sources; `origin` maps them back to the graph's own nodes
+    # (hash-consing finds those again), where the user counts are.
+    origin = {}
+
+    def original(x):
+        return Node(x.op, tuple(origin.get(s, s) for s in x.src), x.arg, x.shape, x.dtype)
+
+    def operand(b, src, shape):
+        k = src.arg if src.op == "FUSED" else None
+        if k is not None and k.reduce is None and src.shape == shape and users.get(origin.get(src)) == 1:
+            return b.inline(k, src.src)  # its only user is this kernel: compute it here, never store it
+        return b.load(src)
+
+    def elementwise(x):
+        b = _Builder()
+        args = tuple(operand(b, s, x.shape) for s in x.src)
+        b.code.append((x.op, x.arg, args, x.dtype.name))
+        out = b.node(x.shape, None, x.shape, x.dtype)
+        origin[out] = original(x)
+        return out
+
+    def reduction(x):
+        b = _Builder()
+        src = x.src[0]
+        b.code.append(("COPY", None, (operand(b, src, src.shape),), src.dtype.name))
+        out = b.node(src.shape, (x.op, x.arg), x.shape, x.dtype)
+        origin[out] = original(x)
+        return out
+
+    def remember(x):
+        if x not in origin:  # not fused, but its consumers need to find the graph's node
+            origin[x] = original(x)
+
+    pm = PatternMatcher([(Pat(ELEMENTWISE, name="x"), elementwise, "fuse_elementwise"),
+                         (Pat(REDUCE, name="x"), reduction, "fuse_reduce"),
+                         (Pat(name="x"), remember, "remember")])
+    return graph_rewrite(roots, pm, "fusion")
+
+
+def run_kernel(kernel, *bases, out_dtype):
+    """The NumPy meaning of a Kernel (the reference its C and WGSL renderings are tested against)."""
+    vals = []
+    for op, arg, operands, dtype in kernel.code:
+        np_dtype = np.dtype(dtype if dtype != "bool" else np.bool_)
+        if op == "IN":
+            i, strides, offset = kernel.ins[arg]
+            flat = np.ascontiguousarray(bases[i]).reshape(-1)
+            vals.append(np.lib.stride_tricks.as_strided(flat[offset:], kernel.shape,
+                                                        [s * flat.itemsize for s in strides], writeable=False))
+        elif op == "CONST":
+            vals.append(np.array(arg, dtype=np_dtype))
+        elif op == "COPY":
+            vals.append(vals[operands[0]])
+        else:
+            fn = OPS[op].forward
+            ins = [vals[o] for o in operands]
+            vals.append(fn(*ins, arg=arg) if OPS[op].takes_arg else fn(*ins))
+    out = np.broadcast_to(vals[-1], kernel.shape)
+    if kernel.reduce is not None:
+        op, axes = kernel.reduce
+        out = np.sum(out, axis=axes, keepdims=True) if op == "SUM" else np.max(out, axis=axes, keepdims=True)
+    return np.ascontiguousarray(out, dtype=out_dtype)
+
+
+@register
+class FUSED(Op):
+    """Many elementwise ops (and a reduction) run as one kernel; made by the fusion pass after autograd, so it
+    has no gradient rule of its own."""
+    def infer(src, arg): raise TypeError("FUSED nodes are made by the fusion pass, not built")
+    def forward(*xs, arg): return run_kernel(arg, *xs, out_dtype=None)

@@ -1,0 +1,139 @@
+"""The C runtime: the NumPy runtime's buffers and zero-copy views, with the work done in C. Fused kernels are
+generated C (render/c.py) compiled on first use (compiler.py); MATMUL is the packed AVX2/FMA sgemm from
+runtime_c/ (built by pip install), reading transposed operands in place. Ops without a C kernel run their NumPy
+forward, and everything falls back to NumPy, with a warning, where no compiler or prebuilt module exists."""
+import hashlib
+import math
+import os
+import warnings
+
+import numpy as np
+
+from ..rewrite.fusion import fuse, run_kernel
+from . import compiler
+from .numpy_runtime import NumpyRuntime
+from .render.c import render
+
+
+def _load_sgemm():
+    try:
+        from .. import _sgemm
+        return _sgemm.ffi, _sgemm.lib
+    except ImportError:
+        warnings.warn("tinyllm: the prebuilt C module tinyllm._sgemm is missing (reinstall with `pip install -e .`, "
+                      "which needs a C compiler): matmuls run on NumPy", RuntimeWarning, stacklevel=4)
+        return None, None
+
+
+def _address(array):
+    return array.__array_interface__["data"][0]
+
+
+def _matrix_layout(x):
+    """(trans, ld, batch stride) that let sgemm read the last two axes of float32 `x` in place, or None."""
+    rows, cols = x.shape[-2:]
+    st = [s // 4 for s in x.strides]
+    if cols == 1 or st[-1] == 1:
+        trans, ld = 0, st[-2] if rows > 1 else cols
+    elif rows == 1 or st[-2] == 1:
+        trans, ld = 1, st[-1] if cols > 1 else rows
+    else:
+        return None
+    batch = [(n, s) for n, s in zip(x.shape[:-2], st[:-2]) if n > 1]
+    for (n0, s0), (n1, s1) in zip(batch, batch[1:]):
+        if s0 != s1 * n1:
+            return None
+    return trans, max(ld, 1), batch[-1][1] if batch else 0
+
+
+class CRuntime(NumpyRuntime):
+    name = "c"
+    passes = (("fusion", fuse),)
+
+    def __init__(self):
+        self.ffi, self.sgemm = _load_sgemm()
+        self.kernels = {}  # (Kernel, dtypes) -> compiled function
+        self.compiles = compiler.available()
+        threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
+        if self.sgemm is not None:
+            self.sgemm.tl_set_num_threads(threads)
+        if threads > 0:
+            _set_omp_threads(threads)
+
+    def execute(self, schedule, feeds=()):
+        if self.name not in schedule.prepared:
+            schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"])
+        self._fns = schedule.prepared[self.name]
+        return super().execute(schedule, feeds)
+
+    def _key(self, node):
+        return node.arg, node.dtype.name, tuple(s.dtype.name for s in node.src)
+
+    def _compile(self, nodes):
+        """{node: compiled function} for these FUSED nodes, compiling what this process has not yet."""
+        if not self.compiles:
+            return {}
+        todo = {}
+        for n in nodes:
+            key = self._key(n)
+            if key not in self.kernels and key not in todo.values():
+                name = "k" + hashlib.sha1(repr(key).encode()).hexdigest()[:20]
+                todo[name] = key
+        if todo:
+            sources = {name: render(name, key[0], key[1], key[2]) for name, key in todo.items()}
+            for name, fn in compiler.load(sources).items():
+                self.kernels[todo[name]] = fn
+        return {n: self.kernels[self._key(n)] for n in nodes}
+
+    def run(self, node, ins):
+        if node.op == "FUSED":
+            return self._fused(node, ins)
+        if node.op == "MATMUL" and self.sgemm is not None and ins[0].dtype == np.float32:
+            return self._matmul(*ins)
+        return super().run(node, ins)
+
+    def _fused(self, node, ins):
+        fn = self._fns.get(node)
+        ins = [np.ascontiguousarray(x) for x in ins]
+        if fn is None:
+            return run_kernel(node.arg, *ins, out_dtype=node.dtype.np)
+        out = np.empty(node.shape, node.dtype.np)
+        if out.size and math.prod(node.arg.shape):
+            bufs = compiler.ffi.new("char *[]", [compiler.ffi.cast("char *", _address(a)) for a in (out, *ins)])
+            fn(bufs)
+        elif out.size:
+            out[...] = 0 if node.arg.reduce[0] == "SUM" else -np.inf
+        return out
+
+    def _matmul(self, a, b):
+        batch, (M, K), N = a.shape[:-2], a.shape[-2:], b.shape[-1]
+        out = np.empty(batch + (M, N), np.float32)
+        if not out.size:
+            return out
+        if K == 0:
+            out[...] = 0
+            return out
+        la, lb = _matrix_layout(a), _matrix_layout(b)
+        if la is None:
+            a = np.ascontiguousarray(a)
+            la = _matrix_layout(a)
+        if lb is None:
+            b = np.ascontiguousarray(b)
+            lb = _matrix_layout(b)
+        cast = self.ffi.cast
+        self.sgemm.tl_sgemm_batched(math.prod(batch), la[0], lb[0], M, N, K,
+                                    cast("float *", _address(a)), la[1], la[2],
+                                    cast("float *", _address(b)), lb[1], lb[2],
+                                    0.0, cast("float *", _address(out)), N, M * N)
+        return out
+
+
+def _set_omp_threads(n):
+    """Generated kernels use OpenMP's default team; set it for the threads that launch them."""
+    import cffi
+    ffi = cffi.FFI()
+    ffi.cdef("void omp_set_num_threads(int);")
+    try:
+        ffi.dlopen("libgomp.so.1").omp_set_num_threads(n)
+    except OSError:
+        pass  # no libgomp: kernels were built without OpenMP and run on one thread anyway

@@ -1,0 +1,1 @@
+"""Source renderers for fused kernels: C here, WGSL beside it in a later issue."""

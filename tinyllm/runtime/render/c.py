@@ -1,0 +1,117 @@
+"""Renders a fusion Kernel (tinyllm/rewrite/fusion.py) as a C function `void NAME(char **bufs)`, where bufs[0]
+is the output and bufs[1 + i] the i-th input, each row-major. Shapes and strides are compile-time constants, so
+the compiler sees plain nested loops it can vectorise; OpenMP splits the outermost loop across threads."""
+import math
+
+CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char"}
+PARALLEL_MIN = 1 << 15  # below this many iterations a kernel runs on one thread: waking threads costs more
+
+UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
+         "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})"}
+BINARY = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})",
+          # NaN in either operand wins, as NumPy's maximum
+          "MAX": "(({0} != {0} || {0} > {1}) ? {0} : {1})"}
+
+
+def literal(value, dtype):
+    if dtype == "bool":
+        return "1" if value else "0"
+    if dtype == "int64":
+        return f"INT64_C({int(value)})"
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    return f"(({CTYPE[dtype]}){float(value).hex()})"  # hex literals are exact
+
+
+def expression(op, arg, operands, dtype, in_dtypes):
+    t, f = CTYPE[dtype], "f" if dtype == "float32" else ""
+    if op in UNARY:
+        return UNARY[op].format(*operands, t=t, f=f)
+    if op in BINARY:
+        return BINARY[op].format(*operands)
+    if op == "WHERE":
+        return f"({operands[0]} ? {operands[1]} : {operands[2]})"
+    if op == "CAST":
+        return f"({operands[0]} != 0)" if dtype == "bool" else f"(({t}){operands[0]})"
+    if op == "COPY":
+        return operands[0]
+    raise NotImplementedError(f"C renderer: no rendering for op {op}")
+
+
+def merge_dims(shape, stride_sets, reduced):
+    """Merge neighbouring axes that every operand walks contiguously (and that are both reduced or both kept):
+    a (16, 64, 128) elementwise kernel on row-major buffers becomes one loop of 131072."""
+    dims = [[s, [st[i] for st in stride_sets], i in reduced] for i, s in enumerate(shape) if s != 1]
+    merged = []
+    for d in dims:
+        if merged and merged[-1][2] == d[2] and all(a == b * d[0] for a, b in zip(merged[-1][1], d[1])):
+            merged[-1][0] *= d[0]
+            merged[-1][1] = d[1]
+        else:
+            merged.append(d)
+    return merged or [[1, [0] * len(stride_sets), False]]
+
+
+def render(name, kernel, out_dtype, src_dtypes):
+    """C source of one kernel."""
+    reduced = set(kernel.reduce[1]) if kernel.reduce else set()
+    red_op = kernel.reduce[0] if kernel.reduce else None
+    out_strides, acc = [], 1
+    for i in reversed(range(len(kernel.shape))):
+        out_strides.append(0 if i in reduced else acc)
+        acc *= 1 if i in reduced else kernel.shape[i]
+    dims = merge_dims(kernel.shape, [out_strides[::-1]] + [ins[1] for ins in kernel.ins], reduced)
+    # Row reduction (innermost axis reduced): outputs outside, one accumulator each, reduced axes inside.
+    # Otherwise the axes keep their memory order, and reductions accumulate straight into the output.
+    row = red_op is not None and dims[-1][2]
+    if row:
+        dims = [d for d in dims if not d[2]] + [d for d in dims if d[2]]
+    iv = [f"i{k}" for k in range(len(dims))]
+
+    def offset(k, base=0):
+        terms = [f"{v}*{d[1][k]}" for v, d in zip(iv, dims) if d[1][k]]
+        return " + ".join([str(base)] * bool(base) + terms) or "0"
+
+    body, names = [], []
+    for n, (op, arg, operands, dtype) in enumerate(kernel.code):
+        if op == "CONST":
+            names.append(literal(arg, dtype))
+            continue
+        if op == "IN":
+            src, _, off = kernel.ins[arg]
+            expr = f"s{src}[{offset(arg + 1, off)}]"
+        else:
+            expr = expression(op, arg, [names[o] for o in operands], dtype, [kernel.code[o][3] for o in operands])
+        body.append(f"const {CTYPE[dtype]} v{n} = {expr};")
+        names.append(f"v{n}")
+    value, ot = names[-1], CTYPE[out_dtype]
+    lines = ["#include <math.h>", "#include <stdint.h>", f"void {name}(char **bufs) {{",
+             f"  {ot} *restrict out = ({ot} *)bufs[0];"]
+    lines += [f"  const {CTYPE[d]} *restrict s{i} = (const {CTYPE[d]} *)bufs[{i + 1}];" for i, d in enumerate(src_dtypes)]
+    init = "0" if red_op == "SUM" else "-INFINITY" if ot in ("float", "double") else "INT64_MIN"
+    keep_max = "if ({v} != {v} || {v} > {a}) {a} = {v};"  # NaN wins, as NumPy's max
+    if red_op is None:
+        loops, inner, parallel = dims, [*body, f"out[{offset(0)}] = ({ot}){value};"], True
+    elif row:
+        n_kept = sum(1 for d in dims if not d[2])
+        at = "double" if ot == "float" and red_op == "SUM" else ot  # float sums accumulate in double
+        update = f"acc += {value};" if red_op == "SUM" else keep_max.format(v=value, a="acc")
+        red_loops = [f"for (long {iv[k]} = 0; {iv[k]} < {dims[k][0]}; {iv[k]}++) {{" for k in range(n_kept, len(dims))]
+        inner = [f"{at} acc = {init};", *red_loops, *["  " + b for b in body], "  " + update,
+                 *["}"] * len(red_loops), f"out[{offset(0)}] = ({ot})acc;"]
+        loops, parallel = dims[:n_kept], True
+    else:
+        n_out = math.prod(s for i, s in enumerate(kernel.shape) if i not in reduced)
+        lines.append(f"  for (long o = 0; o < {n_out}; o++) out[o] = {init};")
+        target = f"out[{offset(0)}]"
+        update = f"{target} += {value};" if red_op == "SUM" else keep_max.format(v=value, a=target)
+        loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
+    if parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1:
+        lines.append("  #pragma omp parallel for schedule(static)")
+    for k, d in enumerate(loops):
+        lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
+    lines += ["  " * (len(loops) + 1) + s for s in inner]
+    lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
+    return "\n".join(lines + ["}"]) + "\n"
