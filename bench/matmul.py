@@ -136,6 +136,8 @@ def main():
     print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
           f"{args.samples} timings (~{SAMPLE_S * 1e3:g} ms each) per library")
     print("numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start (well above 0, other processes "
+          f"compete for the cores, and large sizes read low for every library)")
     for threads in args.threads:
         res, bind = run_threads(threads, args)
         info = res["info"]

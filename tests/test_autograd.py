@@ -10,6 +10,7 @@ from hypothesis import given, strategies as st
 
 import tinyllm as tl
 from helpers import SEEDS
+from helpers import reference_runtime  # noqa: F401  (autouse: this module runs on the NumPy reference runtime)
 
 
 def leaf(*shape, seed=0, dtype=tl.float64):

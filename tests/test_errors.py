@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 import tinyllm as tl
 import tinyllm.runtime
 from helpers import shapes
+from helpers import reference_runtime  # noqa: F401  (autouse: this module runs on the NumPy reference runtime)
 
 
 def raises(exc, *fragments):

@@ -8,6 +8,7 @@ from tinyllm import ops
 from tinyllm.gradcheck import (GradcheckError, check_primitives, differentiable_primitives, gradcheck,
                                passes_gradient, primitive as P)
 from tinyllm.graph import toposort
+from helpers import reference_runtime  # noqa: F401  (autouse: this module runs on the NumPy reference runtime)
 
 rng = np.random.default_rng(0)
 
@@ -40,70 +41,73 @@ def sl(*spec):
     return tuple(spec)
 
 
-# Each differentiable primitive -> [(fn, inputs[, gradcheck options])], small float64 inputs kept off kinks and ties.
-# The functions apply the primitive itself (gradcheck.primitive), not the front end, so each rule is
-# checked alone.
-CASES = {
-    "NEG": [(lambda x: P("NEG", x), [leaf(3, 2)])],
-    "EXP": [(lambda x: P("EXP", x), [leaf(2, 3)])],
-    "LOG": [(lambda x: P("LOG", x), [positive(2, 3)])],
-    "SQRT": [(lambda x: P("SQRT", x), [positive(5)])],
-    "RECIP": [(lambda x: P("RECIP", x), [nonzero(2, 2)])],
-    "TANH": [(lambda x: P("TANH", x), [leaf(4)])],
-    "ERF": [(lambda x: P("ERF", x), [leaf(2, 3)])],
-    "CAST": [(lambda x: P("CAST", x, arg=tl.float64), [leaf(3)]),
-             # through float32 and back: rounding to float32 (~1e-7) needs a larger step and tolerance
-             (lambda x: P("CAST", P("CAST", x, arg=tl.float32), arg=tl.float64), [leaf(2, 2)],
-              dict(eps=1e-3, atol=1e-3, rtol=1e-2)),
-             # to an integer no gradient flows: the output is piecewise constant
-             (lambda x: P("CAST", P("CAST", x * 0.0 + 0.5, arg=tl.int64), arg=tl.float64) + x, [leaf(3)])],
-    "CONTIGUOUS": [(lambda x: P("CONTIGUOUS", P("PERMUTE", x, arg=(1, 0))), [leaf(2, 3)])],
-    "ADD": [(lambda x, z: P("ADD", x, z), [leaf(2, 3), leaf(2, 3)]),
-            (lambda x: P("ADD", x, x), [leaf(3)])],
-    "MUL": [(lambda x, z: P("MUL", x, z), [leaf(2, 3), leaf(2, 3)]),
-            (lambda x: P("MUL", x, x), [leaf(3)])],
-    "MAX": [(lambda x, z: P("MAX", x, z), [distinct(2, 3), distinct(2, 3)])],
-    "WHERE": [(lambda a, b, c: P("WHERE", c, a, b), [leaf(2, 3), leaf(2, 3),
-                                                     tl.Tensor(rng.random((2, 3)) < 0.5)])],
-    "SUM": [(lambda x: P("SUM", x, arg=(1,)), [leaf(2, 3)]),
-            (lambda x: P("SUM", x, arg=(0, 2)), [leaf(2, 3, 2)]),
-            (lambda x: P("SUM", x, arg=()), [leaf(2)])],
-    "REDUCE_MAX": [(lambda x: P("REDUCE_MAX", x, arg=(1,)), [distinct(3, 4)]),
-                   (lambda x: P("REDUCE_MAX", x, arg=(0, 1)), [distinct(2, 3)])],
-    "RESHAPE": [(lambda x: P("RESHAPE", x, arg=(3, 2)), [leaf(2, 3)])],
-    "PERMUTE": [(lambda x: P("PERMUTE", x, arg=(2, 0, 1)), [leaf(2, 3, 4)])],
-    "EXPAND": [(lambda x: P("EXPAND", x, arg=(2, 3, 4)), [leaf(2, 1, 1)])],
-    "SHRINK": [(lambda x: P("SHRINK", x, arg=sl((1, 5, 2), (0, 2, 1))), [leaf(5, 3)])],
-    "PAD": [(lambda x: P("PAD", x, arg=((5, 3), sl((1, 5, 2), (0, 2, 1)))), [leaf(2, 2)])],
-    "CAT": [(lambda a, b, c: P("CAT", a, b, c, arg=1), [leaf(2, 1), leaf(2, 3), leaf(2, 2)])],
-    "MATMUL": [(lambda a, b: P("MATMUL", a, b), [leaf(2, 3), leaf(3, 4)]),
-               (lambda a, b: P("MATMUL", a, b), [leaf(2, 2, 3), leaf(2, 3, 1)])],
-    "GATHER": [(lambda x, i: P("GATHER", x, i, arg=0), [leaf(4, 2), index(3, 0, 3, -1)]),
-               (lambda x, i: P("GATHER", x, i, arg=1), [leaf(2, 3), index([2, 2], [0, 1])])],
-    "SCATTER_ADD": [(lambda x, i: P("SCATTER_ADD", x, i, arg=(0, 4)), [leaf(3, 2), index(1, 3, 1)]),
-                    (lambda x, i: P("SCATTER_ADD", x, i, arg=(1, 3)), [leaf(2, 2, 2), index([0, 2], [2, 2])])],
-}
+def cases():
+    """Each differentiable primitive -> [(fn, inputs[, gradcheck options])], small float64 inputs kept off kinks
+    and ties. The functions apply the primitive itself (gradcheck.primitive), not the front end, so each rule is
+    checked alone. Built when a test runs, so the inputs live on the runtime the tests run on."""
+    return {
+        "NEG": [(lambda x: P("NEG", x), [leaf(3, 2)])],
+        "EXP": [(lambda x: P("EXP", x), [leaf(2, 3)])],
+        "LOG": [(lambda x: P("LOG", x), [positive(2, 3)])],
+        "SQRT": [(lambda x: P("SQRT", x), [positive(5)])],
+        "RECIP": [(lambda x: P("RECIP", x), [nonzero(2, 2)])],
+        "TANH": [(lambda x: P("TANH", x), [leaf(4)])],
+        "ERF": [(lambda x: P("ERF", x), [leaf(2, 3)])],
+        "CAST": [(lambda x: P("CAST", x, arg=tl.float64), [leaf(3)]),
+                 # through float32 and back: rounding to float32 (~1e-7) needs a larger step and tolerance
+                 (lambda x: P("CAST", P("CAST", x, arg=tl.float32), arg=tl.float64), [leaf(2, 2)],
+                  dict(eps=1e-3, atol=1e-3, rtol=1e-2)),
+                 # to an integer no gradient flows: the output is piecewise constant
+                 (lambda x: P("CAST", P("CAST", x * 0.0 + 0.5, arg=tl.int64), arg=tl.float64) + x, [leaf(3)])],
+        "CONTIGUOUS": [(lambda x: P("CONTIGUOUS", P("PERMUTE", x, arg=(1, 0))), [leaf(2, 3)])],
+        "ADD": [(lambda x, z: P("ADD", x, z), [leaf(2, 3), leaf(2, 3)]),
+                (lambda x: P("ADD", x, x), [leaf(3)])],
+        "MUL": [(lambda x, z: P("MUL", x, z), [leaf(2, 3), leaf(2, 3)]),
+                (lambda x: P("MUL", x, x), [leaf(3)])],
+        "MAX": [(lambda x, z: P("MAX", x, z), [distinct(2, 3), distinct(2, 3)])],
+        "WHERE": [(lambda a, b, c: P("WHERE", c, a, b), [leaf(2, 3), leaf(2, 3),
+                                                         tl.Tensor(rng.random((2, 3)) < 0.5)])],
+        "SUM": [(lambda x: P("SUM", x, arg=(1,)), [leaf(2, 3)]),
+                (lambda x: P("SUM", x, arg=(0, 2)), [leaf(2, 3, 2)]),
+                (lambda x: P("SUM", x, arg=()), [leaf(2)])],
+        "REDUCE_MAX": [(lambda x: P("REDUCE_MAX", x, arg=(1,)), [distinct(3, 4)]),
+                       (lambda x: P("REDUCE_MAX", x, arg=(0, 1)), [distinct(2, 3)])],
+        "RESHAPE": [(lambda x: P("RESHAPE", x, arg=(3, 2)), [leaf(2, 3)])],
+        "PERMUTE": [(lambda x: P("PERMUTE", x, arg=(2, 0, 1)), [leaf(2, 3, 4)])],
+        "EXPAND": [(lambda x: P("EXPAND", x, arg=(2, 3, 4)), [leaf(2, 1, 1)])],
+        "SHRINK": [(lambda x: P("SHRINK", x, arg=sl((1, 5, 2), (0, 2, 1))), [leaf(5, 3)])],
+        "PAD": [(lambda x: P("PAD", x, arg=((5, 3), sl((1, 5, 2), (0, 2, 1)))), [leaf(2, 2)])],
+        "CAT": [(lambda a, b, c: P("CAT", a, b, c, arg=1), [leaf(2, 1), leaf(2, 3), leaf(2, 2)])],
+        "MATMUL": [(lambda a, b: P("MATMUL", a, b), [leaf(2, 3), leaf(3, 4)]),
+                   (lambda a, b: P("MATMUL", a, b), [leaf(2, 2, 3), leaf(2, 3, 1)])],
+        "GATHER": [(lambda x, i: P("GATHER", x, i, arg=0), [leaf(4, 2), index(3, 0, 3, -1)]),
+                   (lambda x, i: P("GATHER", x, i, arg=1), [leaf(2, 3), index([2, 2], [0, 1])])],
+        "SCATTER_ADD": [(lambda x, i: P("SCATTER_ADD", x, i, arg=(0, 4)), [leaf(3, 2), index(1, 3, 1)]),
+                        (lambda x, i: P("SCATTER_ADD", x, i, arg=(1, 3)), [leaf(2, 2, 2), index([0, 2], [2, 2])])],
+    }
 
 
 @pytest.mark.parametrize("op", differentiable_primitives())
 def test_primitive_gradient(op):
-    assert CASES.get(op), f"primitive {op} has a gradient rule but no gradcheck case: add one to CASES"
-    for k, (fn, inputs, *options) in enumerate(CASES[op]):
+    all_cases = cases()
+    assert all_cases.get(op), f"primitive {op} has a gradient rule but no gradcheck case: add one to cases()"
+    for k, (fn, inputs, *options) in enumerate(all_cases[op]):
         assert op in {n.op for n in toposort([fn(*inputs).node])}, f"case {k} of {op} does not use {op}"
         assert gradcheck(fn, inputs, **(options[0] if options else {}))
 
 
 def test_every_differentiable_primitive_has_a_case():
     """A new primitive with a backward rule must come with a gradcheck case here."""
-    missing = sorted(set(differentiable_primitives()) - set(CASES))
-    assert not missing, f"no gradcheck case for {missing}: add them to CASES in tests/test_gradcheck.py"
-    assert not set(CASES) - set(ops.PRIMITIVES), "CASES names an op that is not a primitive"
+    names = set(cases())
+    missing = sorted(set(differentiable_primitives()) - names)
+    assert not missing, f"no gradcheck case for {missing}: add them to cases() in tests/test_gradcheck.py"
+    assert not names - set(ops.PRIMITIVES), "cases() names an op that is not a primitive"
 
 
 def test_check_primitives_runs_all_and_refuses_missing_cases():
-    assert check_primitives(CASES) == differentiable_primitives()
+    assert check_primitives(cases()) == differentiable_primitives()
     with pytest.raises(GradcheckError, match="no gradcheck case for MATMUL"):
-        check_primitives({op: c for op, c in CASES.items() if op != "MATMUL"})
+        check_primitives({op: c for op, c in cases().items() if op != "MATMUL"})
 
 
 def test_passes_gradient_classifies_rules():

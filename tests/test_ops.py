@@ -18,6 +18,7 @@ from hypothesis import assume, given, strategies as st
 
 import tinyllm as tl
 from helpers import SEEDS, broadcastable, helper_test_op as _helper, shapes
+from helpers import reference_runtime  # noqa: F401  (autouse: this module runs on the NumPy reference runtime)
 
 TOL = {
     np.float32: {"forward": (1e-5, 1e-6), "grad": (1e-4, 1e-5)},

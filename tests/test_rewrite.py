@@ -26,6 +26,18 @@ R = importlib.import_module("tinyllm.realize")  # `tinyllm.realize` the attribut
 SETTINGS = settings(deadline=None, max_examples=30)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def reference_runtime():
+    """These passes are checked bit for bit on the reference runtime; the C runtime's fusion is tested apart."""
+    saved = os.environ.get("TINYLLM_RUNTIME")
+    os.environ["TINYLLM_RUNTIME"] = "numpy"
+    yield
+    if saved is None:
+        del os.environ["TINYLLM_RUNTIME"]
+    else:
+        os.environ["TINYLLM_RUNTIME"] = saved
+
+
 def leaf(*shape, seed=0):
     return tl.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32)).node
 

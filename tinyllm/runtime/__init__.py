@@ -1,4 +1,5 @@
 """Runtimes by name. `TINYLLM_RUNTIME` picks the default; `device=` / `.to()` pick one per tensor."""
+import importlib.util
 import os
 
 from .memory import max_memory_allocated, memory_allocated, reset_peak_memory_stats  # noqa: F401
@@ -26,10 +27,20 @@ def available():
     return sorted(_FACTORIES)
 
 
+def default_name():
+    """$TINYLLM_RUNTIME, else the C runtime where its prebuilt module was built, else NumPy."""
+    name = os.environ.get("TINYLLM_RUNTIME")
+    if name:
+        return name
+    if "_default" not in _live:
+        _live["_default"] = "c" if importlib.util.find_spec("tinyllm._sgemm") is not None else "numpy"
+    return _live["_default"]
+
+
 def get(name=None):
-    """The runtime called `name` (default: $TINYLLM_RUNTIME, else numpy), made once and kept."""
+    """The runtime called `name` (default: default_name()), made once and kept."""
     if name is None:
-        name = os.environ.get("TINYLLM_RUNTIME") or "numpy"
+        name = default_name()
     if not isinstance(name, str):
         name = getattr(name, "name", str(name))
     name = ALIASES.get(name.split(":")[0], name.split(":")[0])

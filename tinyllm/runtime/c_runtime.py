@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from ..env import debug_level
 from ..rewrite.fusion import fuse, run_kernel
 from . import compiler
 from .numpy_runtime import NumpyRuntime
@@ -81,6 +82,9 @@ class CRuntime(NumpyRuntime):
                 todo[name] = key
         if todo:
             sources = {name: render(name, key[0], key[1], key[2]) for name, key in todo.items()}
+            if debug_level() >= 2:
+                for source in sources.values():
+                    print(source)
             for name, fn in compiler.load(sources).items():
                 self.kernels[todo[name]] = fn
         return {n: self.kernels[self._key(n)] for n in nodes}

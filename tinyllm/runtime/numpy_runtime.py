@@ -1,6 +1,10 @@
 """The reference runtime: every primitive runs as its own NumPy forward from tinyllm/ops, one kernel per node.
 Movement ops are NumPy views, so transposes, slices and broadcasts move no data."""
+import time
+
 import numpy as np
+
+from ..env import debug_level
 
 from ..graph import OPS
 from .base import Buffer, Runtime
@@ -16,6 +20,15 @@ class NumpyRuntime(Runtime):
 
     def to_numpy(self, buffer):
         return buffer.data
+
+    def _timed(self, node, ins):
+        """run(), printing the kernel, its shape and its time (TINYLLM_DEBUG=1)."""
+        start = time.perf_counter()
+        out = self.run(node, ins)
+        what = f"FUSED[{len(node.arg.code)} ops{', ' + node.arg.reduce[0] if node.arg.reduce else ''}]" \
+            if node.op == "FUSED" else node.op
+        print(f"[tinyllm {self.name}] {what:<24} {str(node.shape):<20} {(time.perf_counter() - start) * 1e6:8.1f} µs")
+        return out
 
     def run(self, node, ins):
         """One kernel: the op's NumPy forward."""
@@ -38,8 +51,9 @@ class NumpyRuntime(Runtime):
             else:  # CONST: one element seen through zero strides
                 vals[n] = np.broadcast_to(np.array(n.arg, dtype=n.dtype.np), n.shape)
         input_storage = {id(owner(vals[n])) for n in schedule.inputs if n.op != "CONST"}
+        run = self._timed if debug_level() else self.run
         for node, dead in zip(schedule.kernels, schedule.frees):
-            vals[node] = track(self.run(node, [vals[s] for s in node.src]))
+            vals[node] = track(run(node, [vals[s] for s in node.src]))
             for d in dead:
                 del vals[d]
         outs = []
