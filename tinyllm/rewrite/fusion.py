@@ -47,6 +47,13 @@ def _view(node):
     return node, strides, offset
 
 
+RECOMPUTE_MAX_OPS = 12  # an elementwise kernel this small is recomputed by each user rather than stored
+
+
+def _cheap(kernel):
+    return sum(1 for c in kernel.code if c[0] not in ("IN", "CONST")) <= RECOMPUTE_MAX_OPS
+
+
 class _Builder:
     """Collects one kernel's inputs and instructions, sharing equal ones."""
     def __init__(self):
@@ -109,10 +116,14 @@ def fuse(roots):
     def original(x):
         return Node(x.op, tuple(origin.get(s, s) for s in x.src), x.arg, x.shape, x.dtype)
 
-    def operand(b, src, shape):
+    def operand(b, src, shape, into_reduction=False):
         k = src.arg if src.op == "FUSED" else None
-        if k is not None and k.reduce is None and src.shape == shape and users.get(origin.get(src)) == 1:
-            return b.inline(k, src.src)  # its only user is this kernel: compute it here, never store it
+        if k is not None and k.reduce is None and src.shape == shape and (
+                users.get(origin.get(src)) == 1 or (_cheap(k) and not into_reduction)):
+            # compute it here: its only user is this kernel, or recomputing it costs less than a round trip
+            # through memory (once every user inlines it, it is never stored at all). Not into reductions: their
+            # loops stay scalar (C may not reorder a float sum), so recomputing there costs more than it saves.
+            return b.inline(k, src.src)
         return b.load(src)
 
     def elementwise(x):
@@ -126,7 +137,7 @@ def fuse(roots):
     def reduction(x):
         b = _Builder()
         src = x.src[0]
-        b.code.append(("COPY", None, (operand(b, src, src.shape),), src.dtype.name))
+        b.code.append(("COPY", None, (operand(b, src, src.shape, into_reduction=True),), src.dtype.name))
         out = b.node(src.shape, (x.op, x.arg), x.shape, x.dtype)
         origin[out] = original(x)
         return out

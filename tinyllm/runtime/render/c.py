@@ -1,13 +1,19 @@
 """Renders a fusion Kernel (tinyllm/rewrite/fusion.py) as a C function `void NAME(char **bufs)`, where bufs[0]
 is the output and bufs[1 + i] the i-th input, each row-major. Shapes and strides are compile-time constants, so
 the compiler sees plain nested loops it can vectorise; OpenMP splits the outermost loop across threads."""
+import hashlib
 import math
+import os
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char"}
 PARALLEL_MIN = 1 << 15  # below this many iterations a kernel runs on one thread: waking threads costs more
 
 UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
          "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})"}
+FAST_F32 = {"EXP": "tl_expf({0})", "TANH": "tl_tanhf({0})"}  # vectorisable versions in c_math.h
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c_math.h")
+with open(HEADER, "rb") as _f:  # in every source, so the kernel cache (keyed by source) sees header edits
+    HEADER_TAG = hashlib.sha256(_f.read()).hexdigest()[:16]
 BINARY = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})",
           # NaN in either operand wins, as NumPy's maximum
           "MAX": "(({0} != {0} || {0} > {1}) ? {0} : {1})"}
@@ -27,6 +33,8 @@ def literal(value, dtype):
 
 def expression(op, arg, operands, dtype, in_dtypes):
     t, f = CTYPE[dtype], "f" if dtype == "float32" else ""
+    if op in FAST_F32 and dtype == "float32":
+        return FAST_F32[op].format(*operands)
     if op in UNARY:
         return UNARY[op].format(*operands, t=t, f=f)
     if op in BINARY:
@@ -38,6 +46,10 @@ def expression(op, arg, operands, dtype, in_dtypes):
     if op == "COPY":
         return operands[0]
     raise NotImplementedError(f"C renderer: no rendering for op {op}")
+
+
+def acc_type(ctype):
+    return "int64_t" if ctype == "unsigned char" else ctype
 
 
 def merge_dims(shape, stride_sets, reduced):
@@ -87,20 +99,29 @@ def render(name, kernel, out_dtype, src_dtypes):
         body.append(f"const {CTYPE[dtype]} v{n} = {expr};")
         names.append(f"v{n}")
     value, ot = names[-1], CTYPE[out_dtype]
-    lines = ["#include <math.h>", "#include <stdint.h>", f"void {name}(char **bufs) {{",
+    lines = ["#include <math.h>", "#include <stdint.h>", f'#include "{HEADER}" /* {HEADER_TAG} */', f"void {name}(char **bufs) {{",
              f"  {ot} *restrict out = ({ot} *)bufs[0];"]
     lines += [f"  const {CTYPE[d]} *restrict s{i} = (const {CTYPE[d]} *)bufs[{i + 1}];" for i, d in enumerate(src_dtypes)]
-    init = "0" if red_op == "SUM" else "-INFINITY" if ot in ("float", "double") else "INT64_MIN"
+    init = {"float": "-INFINITY", "double": "-INFINITY", "int64_t": "INT64_MIN"}.get(ot, "0") if red_op == "REDUCE_MAX" \
+        else "0"
     keep_max = "if ({v} != {v} || {v} > {a}) {a} = {v};"  # NaN wins, as NumPy's max
     if red_op is None:
         loops, inner, parallel = dims, [*body, f"out[{offset(0)}] = ({ot}){value};"], True
     elif row:
+        # One accumulator per output, reduced axes inside. `omp simd reduction` lets the compiler keep one
+        # partial result per vector lane (plain C may not reorder float adds, which keeps the loop scalar).
         n_kept = sum(1 for d in dims if not d[2])
-        at = "double" if ot == "float" and red_op == "SUM" else ot  # float sums accumulate in double
-        update = f"acc += {value};" if red_op == "SUM" else keep_max.format(v=value, a="acc")
         red_loops = [f"for (long {iv[k]} = 0; {iv[k]} < {dims[k][0]}; {iv[k]}++) {{" for k in range(n_kept, len(dims))]
-        inner = [f"{at} acc = {init};", *red_loops, *["  " + b for b in body], "  " + update,
-                 *["}"] * len(red_loops), f"out[{offset(0)}] = ({ot})acc;"]
+        if red_op == "SUM":
+            start, update, end = [f"{acc_type(ot)} acc = 0;"], f"acc += {value};", "acc"
+            red_loops[-1:] = ["#pragma omp simd reduction(+:acc)", red_loops[-1]]
+        else:  # NaN wins, as NumPy's max: a lane max would drop it, so it is tracked on its own
+            start = [f"{ot} acc = {init};", "int nan = 0;"]
+            update = f"acc = {value} > acc ? {value} : acc; nan |= {value} != {value};"
+            end = "(nan ? NAN : acc)" if ot in ("float", "double") else "acc"
+            red_loops[-1:] = ["#pragma omp simd reduction(max:acc) reduction(|:nan)", red_loops[-1]]
+        inner = [*start, *red_loops, *["  " + b for b in body], "  " + update, *["}"] * (len(red_loops) - 1),
+                 f"out[{offset(0)}] = ({ot}){end};"]
         loops, parallel = dims[:n_kept], True
     else:
         n_out = math.prod(s for i, s in enumerate(kernel.shape) if i not in reduced)
@@ -108,9 +129,15 @@ def render(name, kernel, out_dtype, src_dtypes):
         target = f"out[{offset(0)}]"
         update = f"{target} += {value};" if red_op == "SUM" else keep_max.format(v=value, a=target)
         loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
-    if parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1:
-        lines.append("  #pragma omp parallel for schedule(static)")
+    threads = parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1
     for k, d in enumerate(loops):
+        # the innermost loop of an elementwise kernel is independent per element: say so, so it vectorises
+        # even through the inlined math of c_math.h
+        simd = red_op is None and k == len(loops) - 1
+        pragma = ("parallel for simd schedule(static)" if simd else "parallel for schedule(static)") \
+            if threads and k == 0 else "simd" if simd else None
+        if pragma:
+            lines.append("  " * (k + 1) + f"#pragma omp {pragma}")
         lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
