@@ -250,7 +250,8 @@ class Tensor:
                 # a Python scalar never widens a tensor's dtype, as in torch
                 order = [dt.bool_, dt.int64, dt.float32, dt.float64]
                 dtype = self.dtype if order.index(self.dtype) >= order.index(kind) else kind
-            return Tensor._from_node(const(x, (), dtype), self.device)
+            # a scalar meeting a tensor of its dtype is a constant of the tensor's shape straight away
+            return Tensor._from_node(const(x, self.shape if dtype is self.dtype else (), dtype), self.device)
         return Tensor(x, device=self.device)
 
     def _unary(self, op, arg=None):
@@ -262,6 +263,8 @@ class Tensor:
     def _broadcast(self, *others, name):
         """Promote to one dtype and broadcast to one shape, through CAST and EXPAND only."""
         ts = [self] + [self._as(o) for o in others]
+        if all(t.shape == self.shape and t.dtype is self.dtype for t in ts):
+            return ts  # the common case: nothing to promote or broadcast
         dtype = ts[0].dtype
         for t in ts[1:]:
             dtype = dt.result_type(dtype, t.dtype)
