@@ -50,3 +50,10 @@ def get(name=None):
     if name not in _live:
         _live[name] = _FACTORIES[name]()
     return _live[name]
+
+
+def empty_cache():
+    """Give the runtimes' pooled free buffers back to the system (torch.cuda.empty_cache)."""
+    for runtime in _live.values():
+        if hasattr(runtime, "empty_cache"):
+            runtime.empty_cache()

@@ -5,6 +5,7 @@ forward, and everything falls back to NumPy, with a warning, where no compiler o
 import hashlib
 import math
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from ..env import debug_level
 from ..rewrite.fusion import fuse, run_kernel
 from . import compiler
+from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
 from .render.c import render
 
@@ -54,6 +56,7 @@ class CRuntime(NumpyRuntime):
     def __init__(self):
         self.ffi, self.sgemm = _load_sgemm()
         self.kernels = {}  # (Kernel, dtypes) -> compiled function
+        self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.compiles = compiler.available()
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
         if self.sgemm is not None:
@@ -66,6 +69,20 @@ class CRuntime(NumpyRuntime):
             schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"])
         self._fns = schedule.prepared[self.name]
         return super().execute(schedule, feeds)
+
+    def empty(self, shape, dtype):
+        free = self.pool.get((shape, dtype))
+        return track(free.pop()) if free else np.empty(shape, dtype)
+
+    def release(self, value):
+        # Only an array nothing else refers to (no view of it, no output, no feed) may be handed out again:
+        # the two references counted are this argument and getrefcount's own.
+        if value.base is None and value.flags.writeable and sys.getrefcount(value) == 2:
+            untrack(value)
+            self.pool.setdefault((value.shape, value.dtype), []).append(value)
+
+    def empty_cache(self):
+        self.pool.clear()
 
     def _key(self, node):
         return node.arg, node.dtype.name, tuple(s.dtype.name for s in node.src)
@@ -101,7 +118,7 @@ class CRuntime(NumpyRuntime):
         ins = [np.ascontiguousarray(x) for x in ins]
         if fn is None:
             return run_kernel(node.arg, *ins, out_dtype=node.dtype.np)
-        out = np.empty(node.shape, node.dtype.np)
+        out = self.empty(node.shape, node.dtype.np)
         if out.size and math.prod(node.arg.shape):
             bufs = compiler.ffi.new("char *[]", [compiler.ffi.cast("char *", _address(a)) for a in (out, *ins)])
             fn(bufs)
@@ -111,7 +128,7 @@ class CRuntime(NumpyRuntime):
 
     def _matmul(self, a, b):
         batch, (M, K), N = a.shape[:-2], a.shape[-2:], b.shape[-1]
-        out = np.empty(batch + (M, N), np.float32)
+        out = self.empty(batch + (M, N), np.dtype(np.float32))
         if not out.size:
             return out
         if K == 0:

@@ -6,7 +6,7 @@ import weakref
 _lock = threading.Lock()
 _current = 0
 _peak = 0
-_tracked = set()
+_tracked = {}  # id of an owning array -> the finalizer that uncounts it when freed
 
 
 def owner(array):
@@ -25,17 +25,26 @@ def track(array, nbytes=None):
         if key in _tracked:
             return array
         size = owner_.nbytes if nbytes is None else nbytes
-        _tracked.add(key)
         _current += size
         _peak = max(_peak, _current)
-    weakref.finalize(owner_, _release, key, size)
+        _tracked[key] = weakref.finalize(owner_, _release, key, size)
     return array
+
+
+def untrack(array):
+    """Stop counting `array` (it goes to a runtime's pool of free buffers, as torch's caching allocator keeps
+    freed blocks reserved but not allocated)."""
+    with _lock:
+        fin = _tracked.get(id(array))
+    info = fin.detach() if fin is not None else None  # (array, _release, (key, size), {}) if still live
+    if info is not None:
+        _release(*info[2])
 
 
 def _release(key, size):
     global _current
     with _lock:
-        _tracked.discard(key)
+        _tracked.pop(key, None)
         _current -= size
 
 

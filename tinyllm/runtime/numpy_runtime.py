@@ -21,6 +21,9 @@ class NumpyRuntime(Runtime):
     def to_numpy(self, buffer):
         return buffer.data
 
+    def release(self, value):
+        """`value` is no longer needed by the schedule (a runtime with a buffer pool may keep it)."""
+
     def _timed(self, node, ins):
         """run(), printing the kernel, its shape and its time (TINYLLM_DEBUG=1)."""
         start = time.perf_counter()
@@ -55,7 +58,7 @@ class NumpyRuntime(Runtime):
         for node, dead in zip(schedule.kernels, schedule.frees):
             vals[node] = track(run(node, [vals[s] for s in node.src]))
             for d in dead:
-                del vals[d]
+                self.release(vals.pop(d))
         outs = []
         for n, fresh in zip(schedule.outputs, schedule.fresh):
             v = np.asarray(vals[n], dtype=n.dtype.np)
