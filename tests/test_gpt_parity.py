@@ -14,6 +14,8 @@ import torch
 import tinyllm as tl
 from tinyllm.models.gpt import GPT, GPTConfig
 
+pytestmark = pytest.mark.usefixtures("each_runtime")  # the parity holds on every runtime (tests/conftest.py)
+
 import torch_nanogpt as ref
 
 LOGITS_RTOL = 1e-5  # float32 forward through 2 blocks: both sides round the same ops, differences are ~1e-7

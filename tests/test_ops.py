@@ -18,7 +18,8 @@ from hypothesis import assume, given, strategies as st
 
 import tinyllm as tl
 from helpers import SEEDS, broadcastable, helper_test_op as _helper, shapes
-from helpers import reference_runtime  # noqa: F401  (autouse: this module runs on the NumPy reference runtime)
+
+pytestmark = pytest.mark.usefixtures("each_runtime")  # every op, on every runtime (tests/conftest.py)
 
 TOL = {
     np.float32: {"forward": (1e-5, 1e-6), "grad": (1e-4, 1e-5)},
