@@ -48,6 +48,7 @@ def _view(node):
 
 
 RECOMPUTE_MAX_OPS = 12  # an elementwise kernel this small is recomputed by each user rather than stored
+MAX_KERNEL_OPS = 96  # a longer chain is cut into kernels of about this size: fusing stays linear in its length
 
 
 def _cheap(kernel):
@@ -118,7 +119,7 @@ def fuse(roots):
 
     def operand(b, src, shape, into_reduction=False):
         k = src.arg if src.op == "FUSED" else None
-        if k is not None and k.reduce is None and src.shape == shape and (
+        if k is not None and k.reduce is None and src.shape == shape and len(k.code) <= MAX_KERNEL_OPS and (
                 users.get(origin.get(src)) == 1 or (_cheap(k) and not into_reduction)):
             # compute it here: its only user is this kernel, or recomputing it costs less than a round trip
             # through memory (once every user inlines it, it is never stored at all). Not into reductions: their
