@@ -6,12 +6,13 @@ from .graph import Node, substitute, toposort
 from .rewrite.engine import graph_rewrite, trace
 from .rewrite.simplify import simplify
 from .rewrite.cse import cse
+from .rewrite.pads import pads
 from .runtime import get as get_runtime
 from .schedule import Schedule
 from .views import VIEW_OPS
 
 # The passes every realize runs, in order. Later passes (fusion, FlashAttention, checkpointing) join this list.
-PASSES = [("simplify", simplify), ("cse", cse)]
+PASSES = [("simplify", simplify), ("pads", pads), ("cse", cse)]
 MAX_PLANS = 256
 CACHE_PLANS = True  # tests of the passes turn this off to see them run on every realize
 _plans = {}  # (runtime, structure) -> Schedule over SLOT inputs

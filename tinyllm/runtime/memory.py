@@ -3,7 +3,7 @@ owning allocation (views cost nothing) and released when Python frees it, so the
 import threading
 import weakref
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a finalizer may run (and uncount) while this thread holds it
 _current = 0
 _peak = 0
 _tracked = {}  # id of an owning array -> the finalizer that uncounts it when freed

@@ -1,0 +1,53 @@
+"""Gradients of slices become concatenations. The backward of `q, k, v = x.split(n)` pads each slice's gradient
+back into zeros of x's shape and adds the three: three buffers of x's size, two adds. Pads of neighbouring
+slices that are added together are one pad of their concatenation, and a pad that fills its whole shape is
+just its input, so the three become one CAT. Exact but for the sign of zero: -0.0 + 0.0 (the pad) is +0.0,
+while the concatenation keeps -0.0."""
+from ..graph import build
+from .engine import Pat, PatternMatcher
+
+
+def _joined(pa, pb):
+    """The placement of pa's input followed by pb's along the one axis where they differ, or None."""
+    (shape, wa), (_, wb) = pa.arg, pb.arg
+    if pa.shape != pb.shape:
+        return None
+    differ = [d for d, (a, b) in enumerate(zip(wa, wb)) if a != b]
+    if len(differ) != 1:
+        return None
+    d = differ[0]
+    full = all(w == (0, n, 1) for i, (w, n) in enumerate(zip(wa, shape)) if i != d)
+    (a0, a1, sa), (b0, b1, sb) = wa[d], wb[d]
+    if not full or sa != 1 or sb != 1 or a1 != b0:
+        return None
+    return d, wa[:d] + ((a0, b1, 1),) + wa[d + 1:]
+
+
+def pads_to_cat(a, b):
+    for first, second in ((a, b), (b, a)):
+        joined = _joined(first, second)
+        if joined is not None:
+            d, where = joined
+            cat = build("CAT", first.src[0], second.src[0], arg=d)
+            return build("PAD", cat, arg=(first.arg[0], where))
+    return None
+
+
+def full_pad(x, p):
+    """A pad that fills its whole shape adds nothing."""
+    return x if all(w == (0, n, 1) for w, n in zip(p.arg[1], p.shape)) else None
+
+
+def flatten_cat(c):
+    """CAT(CAT(a, b), c) along one axis is CAT(a, b, c): one copy instead of two."""
+    srcs = []
+    for s in c.src:
+        srcs.extend(s.src if s.op == "CAT" and s.arg == c.arg and s.buffer is None else (s,))
+    return build("CAT", *srcs, arg=c.arg) if len(srcs) != len(c.src) else None
+
+
+pads = PatternMatcher([
+    (Pat("ADD", src=(Pat("PAD", name="a"), Pat("PAD", name="b"))), pads_to_cat),
+    (Pat("PAD", src=(Pat(name="x"),), name="p"), full_pad),
+    (Pat("CAT", name="c"), flatten_cat),
+])
