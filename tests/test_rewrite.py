@@ -590,3 +590,35 @@ def test_save_graph_leaves_no_partial_file_when_dot_fails(tmp_path, monkeypatch)
     with pytest.raises(Exception):
         save_graph(str(tmp_path / "g.dot"), tl.randn(2).exp())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "g.dot"]
+
+
+# ---- pads: gradients of slices --------------------------------------------------------------------------
+
+@SETTINGS
+@given(st.integers(1, 4), st.lists(st.integers(1, 5), min_size=2, max_size=4), st.integers(0, 2 ** 32 - 1))
+def test_split_gradient_becomes_one_cat(rows, sizes, seed):
+    """x.split(...) used piecewise: the backward's pads and adds become one CAT, with torch's gradient."""
+    rng = np.random.default_rng(seed)
+    x_np = rng.standard_normal((rows, sum(sizes))).astype(np.float32)
+    ws = [rng.standard_normal((rows, s)).astype(np.float32) for s in sizes]
+    x = tl.tensor(x_np, requires_grad=True)
+    with with_passes(["simplify", "pads", "cse"]), tracing() as fired:
+        loss = sum((p * tl.tensor(w)).tanh().sum() for p, w in zip(x.split(sizes, dim=1), ws))
+        loss.backward()
+    xt = torch.tensor(x_np, requires_grad=True)
+    sum((p * torch.tensor(w)).tanh().sum() for p, w in zip(xt.split(sizes, dim=1), ws)).backward()
+    close(x.grad.numpy(), xt.grad.numpy(), "grad through split")
+    assert "pads_to_cat" in fired_rules(fired, "pads") and "full_pad" in fired_rules(fired, "pads")
+
+
+def test_adjacent_pads_added_are_one_cat():
+    a, b, c = leaf(2, 3, seed=1), leaf(2, 1, seed=2), leaf(2, 4, seed=3)
+    place = lambda start, stop: ((0, 2, 1), (start, stop, 1))  # noqa: E731
+    pads = [build("PAD", a, arg=((2, 8), place(0, 3))), build("PAD", b, arg=((2, 8), place(3, 4))),
+            build("PAD", c, arg=((2, 8), place(4, 8)))]
+    total = build("ADD", build("ADD", pads[2], pads[0]), pads[1])  # any order of the adds
+    (out,) = graph_rewrite([total], R.PASSES[[n for n, _ in R.PASSES].index("pads")][1], "pads")
+    assert out.op == "CAT" and out.src == (a, b, c)
+    np.testing.assert_array_equal(evaluate(out), evaluate(total))
+    gap = build("ADD", pads[0], build("PAD", c, arg=((2, 8), place(4, 8))))  # columns 3:4 stay zero: no CAT
+    assert graph_rewrite([gap], R.PASSES[[n for n, _ in R.PASSES].index("pads")][1], "pads")[0].op != "CAT"

@@ -33,6 +33,12 @@ def pads_to_cat(a, b):
     return None
 
 
+def regroup(y, a, b):
+    """(y + pad a) + pad b, with a and b neighbours: (y + pad of both). Adds of disjoint pads commute exactly."""
+    joined = pads_to_cat(a, b)
+    return build("ADD", y, joined) if joined is not None else None
+
+
 def full_pad(x, p):
     """A pad that fills its whole shape adds nothing."""
     return x if all(w == (0, n, 1) for w, n in zip(p.arg[1], p.shape)) else None
@@ -48,6 +54,8 @@ def flatten_cat(c):
 
 pads = PatternMatcher([
     (Pat("ADD", src=(Pat("PAD", name="a"), Pat("PAD", name="b"))), pads_to_cat),
+    (Pat("ADD", src=(Pat("ADD", src=(Pat(name="y"), Pat("PAD", name="a")), commutative=True), Pat("PAD", name="b")),
+         commutative=True), regroup),
     (Pat("PAD", src=(Pat(name="x"),), name="p"), full_pad),
     (Pat("CAT", name="c"), flatten_cat),
 ])
