@@ -24,18 +24,23 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except BUILD_ERRORS as e:
-            self._skip(e)
+            for ext in list(self.extensions):
+                self._skip(ext, e)
 
-    def build_extension(self, ext):
-        try:
-            super().build_extension(ext)
-        except BUILD_ERRORS as e:
-            self._skip(e, ext.name)
+    def build_extensions(self):
+        self.check_extensions_list(self.extensions)
+        for ext in list(self.extensions):
+            try:
+                self.build_extension(ext)
+            except BUILD_ERRORS as e:
+                self._skip(ext, e)
 
-    @staticmethod
-    def _skip(error, name="the C extension"):
-        print(f"WARNING: tinyllm: could not build {name} ({error}); installing without it. Install a C compiler "
-              "(e.g. apt-get install gcc) and reinstall to get the C runtime's fast matmul.", file=sys.stderr)
+    def _skip(self, ext, error):
+        self.extensions.remove(ext)  # nothing to copy or install for it
+        if ext in (self.distribution.ext_modules or []):
+            self.distribution.ext_modules.remove(ext)
+        print(f"WARNING: tinyllm: could not build {ext.name} ({error}); installing without it. Install a C "
+              "compiler (e.g. apt-get install gcc) and reinstall for the C runtime's fast matmul.", file=sys.stderr)
 
 
 with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
@@ -49,6 +54,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tinyllm", "tinyllm.*"]),
+    package_data={"tinyllm.runtime.render": ["c_math.h"]},  # included by the C kernels generated at run time
     install_requires=[
         "numpy",
         "cffi",  # the C runtime compiles and loads its kernels with cffi

@@ -81,7 +81,8 @@ def realize(*tensors):
             del _plans[next(iter(_plans))]  # the oldest plan goes first
     buffers = runtime.execute(schedule, feeds)
     for t, buf in zip(todo, buffers):
-        t.node.buffer = buf
+        if leaves:  # a graph of constants alone belongs to no device: its node must not keep one device's buffer
+            t.node.buffer = buf
         if not t.requires_grad:
             t.node = Node("LOAD", (), buf, buf.shape, buf.dtype)
     if debug:

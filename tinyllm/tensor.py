@@ -79,9 +79,11 @@ class Tensor:
 
     @node.setter
     def node(self, node):
-        self._node = node
         if self.requires_grad and self.is_leaf:
+            if _grad_leaves.get(self._node) is self:
+                del _grad_leaves[self._node]  # the old node (and the buffer it holds) must not outlive its use
             _grad_leaves[node] = self
+        self._node = node
 
     def requires_grad_(self, requires_grad=True):
         if not self.is_leaf:

@@ -1,0 +1,312 @@
+"""GPT training tokens/s: tinyllm on each of its runtimes beside torch eager, same model, weights, data and threads.
+
+    python bench/train_gpt.py                          # configs S and M, 1 and 2 threads, runtimes numpy and c
+    python bench/train_gpt.py --quick                  # smoke run: S only, few steps
+    python bench/train_gpt.py --configs M --threads 2 --runtimes c --skip numpy:M
+
+One training step, the same for every framework: forward (loss) + backward + AdamW step + zero_grad, then
+loss.item() (which tinyllm has already realized during backward, so it costs nothing extra there). Models:
+tinyllm.models.gpt.GPT and the torch GPT of tests/torch_nanogpt.py (explicit masked-softmax attention, tanh GELU),
+both holding the same initial weights (tinyllm's GPT-2 init, loaded into torch), trained on the same sequence of
+batches (random tokens, targets a fixed bigram map so the loss falls) with AdamW grouped as nanoGPT (weight decay 0.1
+on 2-D weights, none on biases and LayerNorm gains), lr 1e-3, betas (0.9, 0.95), eps 1e-8.
+
+Each (config, thread count) runs in its own subprocess, with OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS
+and TINYLLM_THREADS set before anything is imported (and torch.set_num_threads), threads pinned with
+OMP_PROC_BIND=true unless already set, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed (as bench/matmul.py). With
+binding on, an OpenMP runtime pins the process's main thread to one core; each framework gets back its own main-thread
+affinity before its steps and the others start from all cores, so one framework's pin does not squeeze another's
+worker threads (without this, tinyllm-numpy at 2 threads ran OpenBLAS's threads on one core behind torch's pin). Unless
+--warm-cache is given, the subprocess gets an empty TINYLLM_CACHE_DIR, so tinyllm's first step includes compiling
+the C runtime's kernels; that first step is timed and reported on its own, then a few warm-up steps run, then the
+frameworks are interleaved, in a rotating order, over several rounds of a few steps each, sleeping between frameworks
+so the previous one's idle threads stop spinning. tokens/s of a round = steps x batch x block / its wall time; the
+table shows the median over rounds and the min-max spread.
+
+Correctness gate: every framework sees the same batches in the same order, so the loss of the last step must agree
+with torch's to --loss-rtol (relative); a runtime that does not is marked FAIL, so a broken runtime cannot post a
+fast number unnoticed.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = {  # name: (model config, batch size)
+    "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
+    "M": (dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65), 8),
+}
+# per config: warm-up steps after the first, interleaved rounds, measured steps per framework per round
+SCHEDULE = {"S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=1, rounds=3, steps=3)}
+QUICK = dict(warmup=1, rounds=2, steps=2)
+SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
+LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
+
+
+def worker(config, threads, runtimes, warmup, rounds, steps, seed):
+    import numpy as np
+    import torch
+    torch.set_num_threads(threads)
+    import tinyllm as tl
+    from tinyllm.models.gpt import GPT, GPTConfig
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import torch_nanogpt as ref
+
+    load_start = os.getloadavg()[0]
+    cfg, batch = CONFIGS[config]
+    T, V = cfg["block_size"], cfg["vocab_size"]
+    tokens = batch * T
+    n_steps = 1 + warmup + rounds * steps
+    rng = np.random.default_rng(seed)
+    data = []
+    for _ in range(n_steps):
+        x = rng.integers(0, V, (batch, T))
+        data.append((x, (7 * x + 3) % V))
+
+    tl.manual_seed(seed)
+    state = {k: np.array(v.numpy(), copy=True) for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
+
+    def tinyllm_step(rt):
+        model = GPT(GPTConfig(**cfg)).to(device=rt)
+        model.load_state_dict(state)
+        assert {p.device for p in model.parameters()} == {tl.runtime.get(rt).name}, "model not on runtime " + rt
+        opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS)
+
+        def step(x, y):
+            _, loss = model(tl.tensor(x, device=rt), tl.tensor(y, device=rt))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.item()
+        return step
+
+    def torch_step():
+        model = ref.GPT(ref.GPTConfig(**cfg))
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        model.train()
+        opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS, eps=1e-8)
+
+        def step(x, y):
+            _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.item()
+        return step
+
+    fns = {"torch": torch_step()}
+    for rt in runtimes:
+        fns[rt] = tinyllm_step(rt)
+    names = list(fns)
+    res = {n: {"first_s": None, "losses": [], "round_tok_s": [], "error": None} for n in names}
+
+    # OMP_PROC_BIND=true makes each OpenMP runtime in this process (torch's bundled libgomp, the system libgomp of
+    # tinyllm's C kernels) pin the main thread to the first core at its first parallel region. Left as is, that
+    # pin would follow the main thread into the next framework: OpenBLAS's and tinyllm's own worker threads would
+    # then share one core with it. So each framework gets back the main-thread affinity it had after its own steps,
+    # and the others start from the full set.
+    full_mask = os.sched_getaffinity(0)
+    masks = {n: full_mask for n in names}
+
+    def run(name, i):
+        os.sched_setaffinity(0, masks[name])
+        t = time.perf_counter()
+        try:
+            loss = fns[name](*data[i])
+        finally:
+            elapsed = time.perf_counter() - t
+            masks[name] = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, full_mask)
+        res[name]["losses"].append(loss)
+        return elapsed
+
+    def guarded(name, fn):
+        if res[name]["error"] is not None:
+            return
+        try:
+            fn()
+        except Exception as e:  # a runtime that fails is reported, the others still run
+            import traceback
+            res[name]["error"] = f"{type(e).__name__}: {e}"[:500]
+            print(traceback.format_exc(), file=sys.stderr)
+
+    i = 0
+    for name in names:  # the first step: tinyllm builds its plans and compiles its kernels here
+        time.sleep(SETTLE_S)
+        guarded(name, lambda: res[name].__setitem__("first_s", run(name, i)))
+    i += 1
+    for _ in range(warmup):
+        for name in names:
+            time.sleep(SETTLE_S)
+            guarded(name, lambda: run(name, i))
+        i += 1
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        for name in order:
+            time.sleep(SETTLE_S)
+
+            def measured():
+                total = sum(run(name, i + s) for s in range(steps))
+                res[name]["round_tok_s"].append(steps * tokens / total)
+            guarded(name, measured)
+        i += steps
+
+    try:
+        from threadpoolctl import threadpool_info
+        blas = [f"{b['internal_api']} {b['version']} {b.get('architecture', '?')}, {b['num_threads']} threads"
+                for b in threadpool_info() if b["user_api"] == "blas"]
+    except ImportError:
+        blas = ["threadpoolctl not installed"]
+    c = tl.runtime._live.get("c")
+    info = {"torch": f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+            "blas": blas, "load_start": load_start, "load_end": os.getloadavg()[0],
+            "tinyllm_c_threads": c.sgemm.tl_get_num_threads() if c is not None and c.sgemm is not None else None,
+            "tokens_per_step": tokens, "steps_total": n_steps,
+            "main_thread_cpus": {n: sorted(m) for n, m in masks.items()}}
+    print(json.dumps({"info": info, "results": res}))
+
+
+def run_worker(config, threads, runtimes, sched, args, cache_dir):
+    env = dict(os.environ)
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(var, None)
+    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), TINYLLM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    env.setdefault("OMP_PROC_BIND", "true")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    if cache_dir:
+        env["TINYLLM_CACHE_DIR"] = cache_dir
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--configs", config, "--threads", str(threads),
+           "--runtimes", *runtimes, "--seed", str(args.seed),
+           "--warmup", str(sched["warmup"]), "--rounds", str(sched["rounds"]), "--steps", str(sched["steps"])]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"worker for config {config}, {threads} threads failed (exit {proc.returncode})")
+    if proc.stderr.strip():
+        sys.stderr.write(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1]), env["OMP_PROC_BIND"]
+
+
+def kfmt(v):
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", nargs="+", default=["S", "M"], choices=sorted(CONFIGS))
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--runtimes", nargs="+", default=["numpy", "c"], help="tinyllm runtimes to time (e.g. numpy c wgsl)")
+    p.add_argument("--skip", nargs="*", default=[], metavar="RUNTIME:CONFIG",
+                   help="leave a runtime out of one config, e.g. numpy:M")
+    p.add_argument("--warmup", type=int, help="warm-up steps after the first (default per config)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default per config)")
+    p.add_argument("--steps", type=int, help="measured steps per framework per round (default per config)")
+    p.add_argument("--quick", action="store_true", help="smoke run: config S only, few steps")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="use the usual kernel cache (first step then loads kernels instead of compiling them)")
+    p.add_argument("--loss-rtol", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="also write the raw results here")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args.configs[0], args.threads[0], args.runtimes, args.warmup, args.rounds, args.steps, args.seed)
+        return
+    if args.quick:
+        args.configs = ["S"]
+
+    print(f"GPT training step (forward + backward + AdamW step + zero_grad), tokens/s; vocab 65, lr {LR}, "
+          f"wd {WEIGHT_DECAY}; torch = tests/torch_nanogpt.py (explicit attention), eager")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start (above ~0 means other processes "
+          "compete for the cores; compare ratios within a row, not absolute figures across runs)")
+    rows, raw = [], []
+    for config in args.configs:
+        sched = dict(QUICK if args.quick else SCHEDULE[config])
+        for k in ("warmup", "rounds", "steps"):
+            if getattr(args, k) is not None:
+                sched[k] = getattr(args, k)
+        runtimes = [rt for rt in args.runtimes if f"{rt}:{config}" not in args.skip]
+        cfg, batch = CONFIGS[config]
+        for threads in args.threads:
+            cache = None if args.warm_cache else tempfile.mkdtemp(prefix="tinyllm-bench-cache-")
+            try:
+                res, bind = run_worker(config, threads, runtimes, sched, args, cache)
+            finally:
+                if cache:
+                    shutil.rmtree(cache, ignore_errors=True)
+            raw.append({"config": config, "threads": threads, "schedule": sched, **res})
+            info = res["info"]
+            print(f"\n{config} {cfg} batch {batch}, {threads} thread{'s' if threads > 1 else ''} "
+                  f"(OMP_PROC_BIND={bind}); {info['torch']}; numpy BLAS: {'; '.join(info['blas'])}; "
+                  f"tinyllm C sgemm threads {info['tinyllm_c_threads']}; kernel cache "
+                  f"{'warm (usual dir)' if args.warm_cache else 'cold (empty dir)'}")
+            print(f"  1 first + {sched['warmup']} warm-up steps, then {sched['rounds']} rounds x {sched['steps']} "
+                  f"steps per framework; load average {info['load_start']:.1f} at start, {info['load_end']:.1f} at end; "
+                  f"main thread's CPUs per framework {info['main_thread_cpus']}")
+            head = f"  {'framework':<15} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
+                   f"{'final loss':>11} {'rel vs torch':>12}"
+            print(head)
+            print("  " + "-" * (len(head) - 2))
+            tloss = res["results"]["torch"]["losses"][-1] if res["results"]["torch"]["losses"] else None
+            row = {"config": config, "threads": threads, "load": (info["load_start"], info["load_end"])}
+            for name, r in res["results"].items():
+                label = "torch eager" if name == "torch" else f"tinyllm-{name}"
+                if r["error"]:
+                    print(f"  {label:<15} ERROR: {r['error']}")
+                    row[name] = None
+                    continue
+                med = statistics.median(r["round_tok_s"])
+                loss = r["losses"][-1]
+                rel = abs(loss - tloss) / abs(tloss) if tloss else float("nan")
+                ok = name == "torch" or (rel <= args.loss_rtol and loss == loss)
+                print(f"  {label:<15} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} {max(r['round_tok_s']):>8,.0f} "
+                      f"{r['first_s']:>12.2f} {loss:>11.5f} "
+                      f"{'' if name == 'torch' else f'{rel:.1e}' + ('' if ok else ' FAIL'):>12}")
+                row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
+                             "first": r["first_s"], "ok": ok}
+            first_loss = {n: r["losses"][0] for n, r in res["results"].items() if r["losses"]}
+            print(f"  loss at step 1 (same weights, same batch): "
+                  + ", ".join(f"{n} {v:.6f}" for n, v in first_loss.items()))
+            rows.append(row)
+
+    # the summary: medians and ratios, one line per (config, threads)
+    rts = args.runtimes
+    print("\nSummary: median tokens/s over rounds (min–max); first step s: torch / tinyllm runtimes in that order; "
+          "FAIL = final loss off torch's by more than {:g} relative".format(args.loss_rtol))
+    cols = ["config", "threads", "torch"] + [f"tinyllm-{rt}" for rt in rts] + [f"{rt}/torch" for rt in rts]
+    if "c" in rts and "numpy" in rts:
+        cols.append("c/numpy")
+    cols += ["first step s", "load avg"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "|".join("---" for _ in cols) + "|")
+    for row in rows:
+        def cell(name):
+            r = row.get(name)
+            if r is None:
+                return "error" if name in row else "skipped"
+            return f"{r['med']:,.0f} ({r['lo']:,.0f}–{r['hi']:,.0f})" + ("" if r["ok"] else " FAIL")
+
+        def ratio(a, b):
+            ra, rb = row.get(a), row.get(b)
+            return "—" if not ra or not rb else f"{ra['med'] / rb['med']:.2f}"
+        cells = [row["config"], str(row["threads"]), cell("torch")] + [cell(rt) for rt in rts] + \
+                [ratio(rt, "torch") for rt in rts]
+        if "c" in rts and "numpy" in rts:
+            cells.append(ratio("c", "numpy"))
+        cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))
+        cells.append(f"{row['load'][0]:.1f}–{row['load'][1]:.1f}")
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(raw, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
