@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from common import worker_env  # bench/common.py: bench/ is the script directory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
 SETTLE_S = 0.15   # > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
@@ -107,13 +109,7 @@ def worker(threads, sizes, rounds, samples, trans_n):
 
 
 def run_threads(threads, args):
-    env = dict(os.environ)
-    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        env.pop(var, None)
-    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), TINYLLM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    env.setdefault("OMP_PROC_BIND", "true")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = worker_env(threads)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
            "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout

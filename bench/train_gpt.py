@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+from common import worker_env  # bench/common.py: bench/ is the script directory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {  # name: (model config, batch size)
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
@@ -173,13 +175,7 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed):
 
 
 def run_worker(config, threads, runtimes, sched, args, cache_dir):
-    env = dict(os.environ)
-    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        env.pop(var, None)
-    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), TINYLLM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    env.setdefault("OMP_PROC_BIND", "true")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = worker_env(threads)
     if cache_dir:
         env["TINYLLM_CACHE_DIR"] = cache_dir
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--configs", config, "--threads", str(threads),

@@ -1,0 +1,18 @@
+"""What every bench shares: the environment of a worker subprocess that runs at a fixed thread count."""
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_env(threads):
+    """Every library's thread count set before anything is imported, threads pinned (OMP_PROC_BIND) unless the
+    caller chose otherwise, and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed so numpy runs the OpenBLAS kernel it
+    would pick for this CPU by itself."""
+    env = dict(os.environ)
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(var, None)
+    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), TINYLLM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    env.setdefault("OMP_PROC_BIND", "true")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
