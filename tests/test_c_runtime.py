@@ -333,8 +333,6 @@ def test_without_a_compiler_warns_once_and_computes_through_numpy(no_compiler):
                                    atol=1e-6, err_msg=k)
 
 
-@pytest.mark.xfail(strict=True, reason="without a compiler FUSED kernels run through run_kernel, whose final "
-                   "np.ascontiguousarray turns a 0-d result into shape (1,): a scalar loss comes back 1-d")
 def test_without_a_compiler_results_keep_their_shapes(no_compiler):
     want = {k: list(np.shape(v)) for k, v in _no_cc_expected().items()}
     assert no_compiler["shapes"] == want

@@ -175,7 +175,7 @@ def run_kernel(kernel, *bases, out_dtype):
     if kernel.reduce is not None:
         op, axes = kernel.reduce
         out = np.sum(out, axis=axes, keepdims=True) if op == "SUM" else np.max(out, axis=axes, keepdims=True)
-    return np.ascontiguousarray(out, dtype=out_dtype)
+    return np.array(out, dtype=out_dtype, order="C")  # a copy that keeps a 0-d shape (ascontiguousarray would not)
 
 
 @register
