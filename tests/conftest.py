@@ -41,3 +41,17 @@ def runtimes_really_built():
             "tinyllm._sgemm was not built: `pip install -e .` needs a C compiler (apt-get install gcc)"
         assert compiler.compiler() is not None, "no C compiler for generated kernels (apt-get install gcc)"
     yield
+
+
+@pytest.fixture
+def c_schedules(monkeypatch):
+    """Every Schedule the C runtime executes in the test, in order."""
+    from tinyllm.runtime.c_runtime import CRuntime
+    seen = []
+    original = CRuntime.execute
+
+    def spy(self, schedule, feeds=()):
+        seen.append(schedule)
+        return original(self, schedule, feeds)
+    monkeypatch.setattr(CRuntime, "execute", spy)
+    return seen

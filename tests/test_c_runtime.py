@@ -42,16 +42,6 @@ def run_child(code, env=None, timeout=120, args=()):
                           text=True, timeout=timeout, cwd=ROOT)
 
 
-@pytest.fixture
-def c_schedules(monkeypatch):
-    seen = []
-    original = CRuntime.execute
-
-    def spy(self, schedule, feeds=()):
-        seen.append(schedule)
-        return original(self, schedule, feeds)
-    monkeypatch.setattr(CRuntime, "execute", spy)
-    return seen
 
 
 # ---- MATMUL ------------------------------------------------------------------------------------------------

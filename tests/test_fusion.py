@@ -387,9 +387,6 @@ def test_run_kernel_keeps_a_0d_shape():
     assert out.shape == () and out.numpy().shape == () and out.numpy() == 56.0
 
 
-@pytest.mark.xfail(strict=True, reason="a reduction of a constant that simplify does not fold (any amax; a sum "
-                   "whose result is inexact, like 3 x 0.1) fuses into a FUSED node with no sources; Schedule takes a "
-                   "node without sources for an input, and the runtime reads its Kernel as a constant: ValueError")
 @pytest.mark.parametrize("case", ["amax_c", "amax_c_plus", "sum_c", "amax_interpreter"])
 def test_reduction_of_a_constant(case):
     if case == "amax_c":
@@ -403,10 +400,6 @@ def test_reduction_of_a_constant(case):
         assert get_runtime("numpy").execute(Schedule([root]))[0].numpy().reshape(()) == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="a cheap elementwise value is recomputed in each kernel that reads it, and "
-                   "gcc contracts a*b+c into FMAs differently in different kernels (-ffp-contract=fast is the GNU C "
-                   "default): amax's backward recomputes x + tanh(x), finds no element equal to the stored max, "
-                   "and divides by a hit count of 0. Passes with -ffp-contract=off")
 def test_amax_gradient_of_a_recomputed_value():
     bad = []
     for seed in range(30):
@@ -429,17 +422,6 @@ def test_reductions_of_constants_that_simplify_folds_work():
 
 # ---- fusion happens: kernel counts of the plans the C runtime runs -------------------------------------
 
-@pytest.fixture
-def c_schedules(monkeypatch):
-    """Every Schedule the C runtime executes in the test, in order."""
-    seen = []
-    original = CRuntime.execute
-
-    def spy(self, schedule, feeds=()):
-        seen.append(schedule)
-        return original(self, schedule, feeds)
-    monkeypatch.setattr(CRuntime, "execute", spy)
-    return seen
 
 
 def ops_of(schedule):

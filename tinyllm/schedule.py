@@ -4,7 +4,7 @@ from .graph import toposort
 
 
 def _is_input(node):
-    return node.buffer is not None or not node.src
+    return node.buffer is not None or node.op in ("LOAD", "CONST", "SLOT")  # a FUSED node may have no sources
 
 
 class Schedule:

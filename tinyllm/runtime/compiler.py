@@ -13,7 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import cffi
 
 ffi = cffi.FFI()  # makes the char*[] argument arrays; each library gets its own FFI for its declarations
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-std=gnu11", "-w"]
+# -ffp-contract=off: a value recomputed in two kernels must round the same in both (amax's backward compares
+# them), so no kernel may fuse a multiply-add the other does not
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", "-std=gnu11",
+         "-w"]
 _lock = threading.Lock()
 _libs = []  # loaded libraries stay alive for the life of the process
 _warned = [False]
@@ -67,7 +70,7 @@ def load(sources):
     jobs = []
     for chunk in (c for c in chunks if c):
         text = "\n".join(sources[n] for n in chunk)
-        digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+        digest = hashlib.sha256((" ".join(FLAGS) + "\n" + text).encode()).hexdigest()[:24]  # flags change the code
         jobs.append((chunk, text, os.path.join(cache_dir(), f"k_{digest}.so")))
     missing = [(text, path) for _, text, path in jobs if not os.path.exists(path)]
     if missing:
