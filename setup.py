@@ -1,4 +1,4 @@
-"""pip install -e .            the library; also compiles the C runtime's sgemm (tinyllm._sgemm, through cffi)
+"""pip install -e .            the library; also compiles the C runtime's sgemm (tinyllm._kernels, through cffi)
                              where a C compiler works, and installs without it where none does
 pip install -e '.[test]'     + what the tests use and compare against (torch CPU, pinned)
 pip install -e '.[examples]' + what examples/gpt.py needs for checkpoints
@@ -60,7 +60,7 @@ setup(
         "cffi",  # the C runtime compiles and loads its kernels with cffi
     ],
     setup_requires=["cffi"],  # pip installs it into the build environment, for cffi_modules
-    cffi_modules=["runtime_c/build_sgemm.py:ffibuilder"],
+    cffi_modules=["runtime_c/build.py:ffibuilder"],
     cmdclass={"build_ext": OptionalBuildExt},
     extras_require={
         # torch is the reference the tests compare against. Pinned: an unpinned `pip install torch` pulls a

@@ -1,4 +1,4 @@
-"""sgemm GFLOP/s: tinyllm's C kernel (tinyllm._sgemm) against numpy (OpenBLAS) and torch, side by side.
+"""sgemm GFLOP/s: tinyllm's C kernel (tinyllm._kernels) against numpy (OpenBLAS) and torch, side by side.
 
     python bench/matmul.py                      # n = 64 ... 2048, 1 and 2 threads
     python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
@@ -32,13 +32,13 @@ ROUND_S = 0.1     # time per library per round
 
 def load_sgemm():
     try:
-        from tinyllm import _sgemm
+        from tinyllm import _kernels
     except ImportError:
         sys.path.insert(0, os.path.join(ROOT, "runtime_c"))
-        from build_sgemm import build_in_place
+        from build import build_in_place
         build_in_place()
-        from tinyllm import _sgemm
-    return _sgemm
+        from tinyllm import _kernels
+    return _kernels
 
 
 def worker(threads, sizes, rounds, samples, trans_n):

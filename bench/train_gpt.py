@@ -168,7 +168,7 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed):
     c = tl.runtime._live.get("c")
     info = {"torch": f"torch {torch.__version__}, {torch.get_num_threads()} threads",
             "blas": blas, "load_start": load_start, "load_end": os.getloadavg()[0],
-            "tinyllm_c_threads": c.sgemm.tl_get_num_threads() if c is not None and c.sgemm is not None else None,
+            "tinyllm_c_threads": c.lib.tl_get_num_threads() if c is not None and c.lib is not None else None,
             "tokens_per_step": tokens, "steps_total": n_steps,
             "main_thread_cpus": {n: sorted(m) for n, m in masks.items()}}
     print(json.dumps({"info": info, "results": res}))

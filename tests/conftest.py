@@ -37,8 +37,8 @@ def runtimes_really_built():
     if os.environ.get("CI"):
         import importlib.util
         from tinyllm.runtime import compiler
-        assert importlib.util.find_spec("tinyllm._sgemm") is not None, \
-            "tinyllm._sgemm was not built: `pip install -e .` needs a C compiler (apt-get install gcc)"
+        assert importlib.util.find_spec("tinyllm._kernels") is not None, \
+            "tinyllm._kernels was not built: `pip install -e .` needs a C compiler (apt-get install gcc)"
         assert compiler.compiler() is not None, "no C compiler for generated kernels (apt-get install gcc)"
     yield
 

@@ -57,12 +57,14 @@ def sgemm_spy(monkeypatch):
         layouts.append((x.shape, x.strides, out))
         return out
 
-    def matmul(self, a, b):
-        products.append((a.shape, b.shape))
-        return original_matmul(self, a, b)
+    def matmul(self, node, ins):
+        out = original_matmul(self, node, ins)
+        if out is not None:  # the sgemm ran
+            products.append((ins[0].shape, ins[1].shape))
+        return out
     monkeypatch.setattr(c_runtime, "_matrix_layout", layout)
-    monkeypatch.setattr(CRuntime, "_matmul", matmul)
-    assert get_runtime("c").sgemm is not None, "the prebuilt sgemm (tinyllm._sgemm) is missing"
+    monkeypatch.setitem(CRuntime.handlers, "MATMUL", matmul)
+    assert get_runtime("c").lib is not None, "the prebuilt C kernels (tinyllm._kernels) is missing"
     return layouts, products
 
 
@@ -150,6 +152,59 @@ def test_matmul_with_empty_and_zero_inner_dims():
     np.testing.assert_array_equal((a @ b).numpy(), np.zeros((3, 4), np.float32))
     e = tl.tensor(np.zeros((0, 5), np.float32), device="c") @ tl.tensor(rand(5, 2), device="c")
     assert e.numpy().shape == (0, 2)
+
+
+# ---- GATHER / SCATTER_ADD (runtime_c/embedding.c) ----------------------------------------------------------
+# The op suite (tests/test_ops.py, each_runtime) holds their values and gradients against torch on every axis;
+# these check that the C kernels are what ran, and what only they can get wrong.
+
+@pytest.fixture
+def embedding_spy(monkeypatch):
+    """The ops that ran through the C embedding kernels, in order."""
+    ran = []
+    for op in ("GATHER", "SCATTER_ADD"):
+        def spy(self, node, ins, original=CRuntime.handlers[op]):
+            out = original(self, node, ins)
+            if out is not None:
+                ran.append(node.op)
+            return out
+        monkeypatch.setitem(CRuntime.handlers, op, spy)
+    return ran
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_embedding_kernels_run_and_match_numpy_exactly(embedding_spy, axis):
+    """Gather copies, and scatter-add sums repeated rows in index order as np.add.at does, so both are exact;
+    sizes large enough that the kernels split the work over threads."""
+    shape = [6, 40, 300]
+    x_np = rand(*shape, seed=axis)
+    idx_np = np.random.default_rng(axis).integers(-shape[axis], shape[axis], (9, 7))
+    x = tl.tensor(x_np, device="c", requires_grad=True)
+    index = [slice(None)] * axis + [tl.tensor(idx_np, device="c")]
+    y = x[tuple(index)]
+    dy_np = rand(*y.shape, seed=10 + axis)
+    (y * tl.tensor(dy_np, device="c")).sum().backward()
+    np.testing.assert_array_equal(y.numpy(), np.take(x_np, idx_np, axis=axis))
+    expected = np.zeros_like(x_np)
+    np.add.at(np.moveaxis(expected, axis, 0), idx_np, np.moveaxis(dy_np, list(range(axis, axis + 2)), [0, 1]))
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    assert sorted(set(embedding_spy)) == ["GATHER", "SCATTER_ADD"]
+
+
+def test_embedding_index_out_of_range_names_the_op_on_c():
+    table = tl.tensor(rand(5, 3), device="c")
+    with pytest.raises(IndexError, match=r"GATHER: index 5 is out of range for axis 0 of size 5"):
+        table[tl.tensor(np.array([0, 5, 1]), device="c")].numpy()
+    with pytest.raises(IndexError, match=r"GATHER: index -6 is out of range"):
+        table[tl.tensor(np.array([-6]), device="c")].numpy()
+
+
+def test_float64_embedding_falls_back_to_numpy(embedding_spy):
+    x_np = rand(5, 3, dtype=np.float64)
+    idx = np.array([4, 0, 4])
+    got = tl.tensor(x_np, device="c")[tl.tensor(idx, device="c")].numpy()
+    assert got.dtype == np.float64 and embedding_spy == []
+    np.testing.assert_array_equal(got, x_np[idx])
 
 
 # ---- the plan cache -------------------------------------------------------------------------------------
@@ -395,7 +450,7 @@ outs = {
 ffi = cffi.FFI()
 ffi.cdef("int omp_get_max_threads(void);")
 omp = ffi.dlopen("libgomp.so.1").omp_get_max_threads()
-np.savez(sys.argv[1], omp=omp, sgemm=get("c").sgemm.tl_get_num_threads(), **outs)
+np.savez(sys.argv[1], omp=omp, sgemm=get("c").lib.tl_get_num_threads(), **outs)
 """
 
 

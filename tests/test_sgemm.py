@@ -1,12 +1,13 @@
-"""tinyllm._sgemm (runtime_c/sgemm.c) against numpy float64 matmul.
+"""tinyllm._kernels (runtime_c/sgemm.c) against numpy float64 matmul.
 
-The extension is built in place (python runtime_c/build_sgemm.py) when it is missing or older than its
+The extension is built in place (python runtime_c/build.py) when it is missing or older than its
 sources; the tests skip only when it is missing and no C compiler exists to build it.
 
 Every product runs on both code paths (AVX2+FMA where the CPU has it, and the portable C one) and on
 1 and 2 threads. The tolerance is the classic bound for a K-term dot product in float32,
 |C - C_ref| <= K * eps * (|op(A)| |op(B)|), plus one rounding for the beta * C term.
 """
+import glob
 import importlib.machinery
 import os
 import shutil
@@ -18,15 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(ROOT, "runtime_c", "build_sgemm.py")
-SOURCES = [os.path.join(ROOT, "runtime_c", f) for f in ("sgemm.c", "sgemm.h", "common.h", "build_sgemm.py")]
+BUILD = os.path.join(ROOT, "runtime_c", "build.py")
+SOURCES = glob.glob(os.path.join(ROOT, "runtime_c", "*.[ch]")) + [BUILD]
 EPS = np.finfo(np.float32).eps
 
 
 def _built_extension():
-    """The file `import tinyllm._sgemm` would load (the first suffix in Python's order), or None."""
+    """The file `import tinyllm._kernels` would load (the first suffix in Python's order), or None."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(ROOT, "tinyllm", "_sgemm" + suffix)
+        path = os.path.join(ROOT, "tinyllm", "_kernels" + suffix)
         if os.path.exists(path):
             return path
     return None
@@ -38,12 +39,12 @@ def _load_extension():
         compiler = os.environ.get("CC", "cc")
         if shutil.which(compiler) is None and shutil.which("gcc") is None:
             if built is None:
-                pytest.skip(f"no C compiler ({compiler!r} or 'gcc') on PATH to build tinyllm._sgemm from runtime_c/",
+                pytest.skip(f"no C compiler ({compiler!r} or 'gcc') on PATH to build tinyllm._kernels from runtime_c/",
                             allow_module_level=True)
         else:
             subprocess.run([sys.executable, BUILD], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    from tinyllm import _sgemm
-    return _sgemm
+    from tinyllm import _kernels
+    return _kernels
 
 
 sgemm = _load_extension()
@@ -206,7 +207,7 @@ def test_threads_setting():
 
 def _in_subprocess(env, code):
     env = {**os.environ, **env, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", "from tinyllm._sgemm import lib; " + code],
+    out = subprocess.run([sys.executable, "-c", "from tinyllm._kernels import lib; " + code],
                          env=env, check=True, capture_output=True, text=True, cwd=ROOT)
     return out.stdout.strip()
 

@@ -5,7 +5,7 @@ from .. import dtype as dt
 from .base import Op, register
 
 
-def _check_index(idx, n, op, axis, shape):
+def check_index(idx, n, op, axis, shape):
     if idx.size and (idx.min() < -n or idx.max() >= n):
         bad = idx.max() if idx.max() >= n else idx.min()
         raise IndexError(f"{op}: index {bad} is out of range for axis {axis} of size {n} (input shape {shape}, "
@@ -24,7 +24,7 @@ class GATHER(Op):
             raise ValueError(f"axis {arg} out of range for shape {x.shape}")
         return x.shape[:arg] + idx.shape + x.shape[arg + 1:], x.dtype
     def forward(x, idx, arg):
-        _check_index(idx, x.shape[arg], "GATHER", arg, x.shape)
+        check_index(idx, x.shape[arg], "GATHER", arg, x.shape)
         return np.take(x, idx, axis=arg)
     def backward(dy, y):
         from ..graph import build
@@ -45,7 +45,7 @@ class SCATTER_ADD(Op):
         return x.shape[:axis] + (n,) + x.shape[axis + len(idx.shape):], x.dtype
     def forward(x, idx, arg):
         axis, n = arg
-        _check_index(idx, n, "SCATTER_ADD", axis, x.shape)
+        check_index(idx, n, "SCATTER_ADD", axis, x.shape)
         shape = x.shape[:axis] + (n,) + x.shape[axis + idx.ndim:]
         out = np.zeros(shape, dtype=x.dtype)
         rows = np.moveaxis(x, list(range(axis, axis + idx.ndim)), list(range(idx.ndim)))

@@ -33,7 +33,7 @@ def default_name():
     if name:
         return name
     if "_default" not in _live:
-        _live["_default"] = "c" if importlib.util.find_spec("tinyllm._sgemm") is not None else "numpy"
+        _live["_default"] = "c" if importlib.util.find_spec("tinyllm._kernels") is not None else "numpy"
     return _live["_default"]
 
 

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from ..env import debug_level
+from ..ops.index import check_index
 from ..rewrite.fusion import fuse, run_kernel
 from . import compiler
 from .memory import track, untrack
@@ -18,13 +19,13 @@ from .numpy_runtime import NumpyRuntime
 from .render.c import render
 
 
-def _load_sgemm():
+def _load_prebuilt():
     try:
-        from .. import _sgemm
-        return _sgemm.ffi, _sgemm.lib
+        from .. import _kernels
+        return _kernels.ffi, _kernels.lib
     except ImportError:
-        warnings.warn("tinyllm: the prebuilt C module tinyllm._sgemm is missing (reinstall with `pip install -e .`, "
-                      "which needs a C compiler): matmuls run on NumPy", RuntimeWarning, stacklevel=4)
+        warnings.warn("tinyllm: the prebuilt C module tinyllm._kernels is missing (reinstall with `pip install -e .`, "
+                      "which needs a C compiler): matmuls and embeddings run on NumPy", RuntimeWarning, stacklevel=4)
         return None, None
 
 
@@ -52,15 +53,18 @@ def _matrix_layout(x):
 class CRuntime(NumpyRuntime):
     name = "c"
     passes = (("fusion", fuse),)
+    # op -> fn(runtime, node, inputs) running its C kernel; it returns None where the kernel does not apply
+    # (float64, or no prebuilt module), and the op's NumPy forward runs instead
+    handlers = {}
 
     def __init__(self):
-        self.ffi, self.sgemm = _load_sgemm()
+        self.ffi, self.lib = _load_prebuilt()
         self.kernels = {}  # (Kernel, dtypes) -> compiled function
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.compiles = compiler.available()
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
-        if self.sgemm is not None:
-            self.sgemm.tl_set_num_threads(threads)
+        if self.lib is not None:
+            self.lib.tl_set_num_threads(threads)
         if threads > 0:
             _set_omp_threads(threads)
 
@@ -107,11 +111,9 @@ class CRuntime(NumpyRuntime):
         return {n: self.kernels[self._key(n)] for n in nodes}
 
     def run(self, node, ins):
-        if node.op == "FUSED":
-            return self._fused(node, ins)
-        if node.op == "MATMUL" and self.sgemm is not None and ins[0].dtype == np.float32:
-            return self._matmul(*ins)
-        return super().run(node, ins)
+        handler = self.handlers.get(node.op)
+        out = handler(self, node, ins) if handler is not None else None
+        return out if out is not None else super().run(node, ins)
 
     def _fused(self, node, ins):
         fn = self._fns.get(node)
@@ -126,7 +128,10 @@ class CRuntime(NumpyRuntime):
             out[...] = 0 if node.arg.reduce[0] == "SUM" else -np.inf
         return out
 
-    def _matmul(self, a, b):
+    def _matmul(self, node, ins):
+        a, b = ins
+        if a.dtype != np.float32 or self.lib is None:
+            return None
         batch, (M, K), N = a.shape[:-2], a.shape[-2:], b.shape[-1]
         out = self.empty(batch + (M, N), np.dtype(np.float32))
         if not out.size:
@@ -142,11 +147,40 @@ class CRuntime(NumpyRuntime):
             b = np.ascontiguousarray(b)
             lb = _matrix_layout(b)
         cast = self.ffi.cast
-        self.sgemm.tl_sgemm_batched(math.prod(batch), la[0], lb[0], M, N, K,
+        self.lib.tl_sgemm_batched(math.prod(batch), la[0], lb[0], M, N, K,
                                     cast("float *", _address(a)), la[1], la[2],
                                     cast("float *", _address(b)), lb[1], lb[2],
                                     0.0, cast("float *", _address(out)), N, M * N)
         return out
+
+    def _gather(self, node, ins):
+        x, idx = ins
+        axis = node.arg
+        return self._embedding("embedding_forward", node, x, idx, axis, x.shape[axis], x.shape[axis + 1:])
+
+    def _scatter_add(self, node, ins):
+        dy, idx = ins
+        axis, n = node.arg
+        return self._embedding("embedding_backward", node, dy, idx, axis, n, dy.shape[axis + idx.ndim:])
+
+    def _embedding(self, kernel, node, x, idx, axis, n, inner_shape):
+        """GATHER or SCATTER_ADD of float32 `x` along `axis`, through runtime_c/embedding.c: the table side has
+        n rows on that axis, the axes before it are the kernel's `outer`, those after its rows `inner`."""
+        if x.dtype != np.float32 or self.lib is None:
+            return None
+        x, idx = np.ascontiguousarray(x), np.ascontiguousarray(idx)
+        out = self.empty(node.shape, x.dtype)
+        cast = self.ffi.cast
+        bad = getattr(self.lib, kernel)(cast("float *", _address(out)), cast("float *", _address(x)),
+                                        cast("int64_t *", _address(idx)), math.prod(x.shape[:axis]), n, idx.size,
+                                        math.prod(inner_shape))
+        if bad >= 0:
+            check_index(idx, n, node.op, axis, x.shape)  # raises, naming the index and the shapes
+        return out
+
+
+CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,
+                         SCATTER_ADD=CRuntime._scatter_add)
 
 
 def _set_omp_threads(n):
