@@ -117,7 +117,7 @@ class CRuntime(NumpyRuntime):
 
     def _fused(self, node, ins):
         fn = self._fns.get(node)
-        ins = [np.ascontiguousarray(x) for x in ins]
+        ins = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in ins]  # keeps 0-d inputs 0-d
         if fn is None:
             return run_kernel(node.arg, *ins, out_dtype=node.dtype.np)
         out = self.empty(node.shape, node.dtype.np)

@@ -1,0 +1,30 @@
+"""Layout: the pass that lets a matmul write its result in the layout its user reads.
+
+(A B)ᵀ = Bᵀ Aᵀ, and the matmul kernels read transposed operands in place, so a transposed product costs nothing
+when it is computed as the product of the transposes. The weight gradient of `x @ W.T` is such a product (dW =
+(xᵀ dY)ᵀ); stored untransposed, the optimizer's kernels then read it row by row instead of copying it first."""
+from ..graph import build, toposort
+from .engine import Pat, PatternMatcher, graph_rewrite
+
+
+def _swaps_last_two(perm):
+    n = len(perm)
+    return n >= 2 and tuple(perm) == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
+def layout(roots):
+    users = {}
+    for n in toposort(roots, stop=lambda n: n.buffer is not None):
+        for s in set(n.src):
+            users[s] = users.get(s, 0) + 1
+
+    def transposed_product(t, mm):
+        if users.get(mm, 0) != 1:  # another user needs the product as it is: computing both costs a matmul
+            return None
+        a, b = mm.src
+        swap = tuple(t.arg)
+        return build("MATMUL", build("PERMUTE", b, arg=swap), build("PERMUTE", a, arg=swap))
+
+    pm = PatternMatcher([(Pat("PERMUTE", src=(Pat("MATMUL", name="mm"),), arg=_swaps_last_two, name="t"),
+                          transposed_product, "transposed_product")])
+    return graph_rewrite(roots, pm, "layout")
