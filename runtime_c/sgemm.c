@@ -476,9 +476,29 @@ void tl_sgemm(int transA, int transB, int M, int N, int K, const float *A, long 
     gemm(&g, useful_threads(M, N, K, g_threads));
 }
 
+// Matrix b of a two-axis batch (b = b0 * batch1 + b1), on nt threads.
+static void gemm_one(int batch1, long b, int transA, int transB, int M, int N, int K,
+                     const float *A, long lda, long strideA0, long strideA1,
+                     const float *B, long ldb, long strideB0, long strideB1,
+                     float beta, float *C, long ldc, long strideC0, long strideC1, int nt) {
+    long b0 = b / batch1, b1 = b % batch1;
+    gemm_args g = {transA, transB, M, N, K, A + b0 * strideA0 + b1 * strideA1, lda,
+                   B + b0 * strideB0 + b1 * strideB1, ldb, beta, C + b0 * strideC0 + b1 * strideC1, ldc};
+    gemm(&g, nt);
+}
+
 void tl_sgemm_batched(int batch, int transA, int transB, int M, int N, int K, const float *A, long lda,
                       long strideA, const float *B, long ldb, long strideB, float beta, float *C, long ldc,
                       long strideC) {
+    tl_sgemm_batched2(1, batch, transA, transB, M, N, K, A, lda, 0, strideA, B, ldb, 0, strideB, beta, C, ldc, 0,
+                      strideC);
+}
+
+void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                       const float *A, long lda, long strideA0, long strideA1,
+                       const float *B, long ldb, long strideB0, long strideB1,
+                       float beta, float *C, long ldc, long strideC0, long strideC1) {
+    long batch = (long)batch0 * batch1;
     if (batch <= 0) return;
     int nt = g_threads;
     int per_matrix = useful_threads(M, N, K, nt);
@@ -487,16 +507,11 @@ void tl_sgemm_batched(int batch, int transA, int transB, int M, int N, int K, co
     // on their own and the batch does not divide evenly among the threads.
     if (nt > 1 && batch > 1 && (per_matrix < nt || batch % nt == 0)) {
 #pragma omp parallel for num_threads((int)tl_min(nt, batch)) schedule(static)
-        for (int b = 0; b < batch; b++) {
-            gemm_args g = {transA, transB, M, N, K, A + b * strideA, lda, B + b * strideB, ldb,
-                           beta, C + b * strideC, ldc};
-            gemm(&g, 1);
-        }
+        for (long b = 0; b < batch; b++) gemm_one(batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
+                                                  B, ldb, strideB0, strideB1, beta, C, ldc, strideC0, strideC1, 1);
         return;
     }
-    for (int b = 0; b < batch; b++) {
-        gemm_args g = {transA, transB, M, N, K, A + b * strideA, lda, B + b * strideB, ldb,
-                       beta, C + b * strideC, ldc};
-        gemm(&g, per_matrix);
-    }
+    for (long b = 0; b < batch; b++) gemm_one(batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
+                                              B, ldb, strideB0, strideB1, beta, C, ldc, strideC0, strideC1,
+                                              per_matrix);
 }

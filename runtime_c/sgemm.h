@@ -33,6 +33,13 @@ void tl_sgemm_batched(int batch, int transA, int transB, int M, int N, int K,
                       const float *B, long ldb, long strideB,
                       float beta, float *C, long ldc, long strideC);
 
+// Two batch axes: matrix (b0, b1) starts at A + b0*strideA0 + b1*strideA1 (and so on for B and C), for
+// operands whose batch axes are not one evenly strided run (k of multi-head attention seen as [B, H, D, T]).
+void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                       const float *A, long lda, long strideA0, long strideA1,
+                       const float *B, long ldb, long strideB0, long strideB1,
+                       float beta, float *C, long ldc, long strideC0, long strideC1);
+
 // Threads used by later calls; n <= 0 restores the default (TINYLLM_THREADS
 // from the environment, else every core this process may run on).
 void tl_set_num_threads(int n);

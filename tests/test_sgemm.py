@@ -198,6 +198,33 @@ def test_sgemm_batched_policies(config, batch, m, n, k, ta, tb):
     run_batched(np.random.default_rng(batch * m), batch, ta, tb, m, n, k, 1.0, gap=5)
 
 
+@shared_config
+@given(b0=st.integers(1, 3), b1=st.integers(1, 4), m=dims, n=dims, k=dims, ta=st.booleans(), tb=st.booleans(),
+       broadcast=st.sampled_from(["", "a0", "b1"]), seed=st.integers(0, 2**32 - 1))
+def test_sgemm_batched2_random(config, b0, b1, m, n, k, ta, tb, broadcast, seed):
+    """Two batch axes with strides of their own: operands stored [b1, b0, ...] and read as [b0, b1, ...] (the
+    layout of attention's per-head views), or broadcast along one axis (stride 0)."""
+    m, n, k = min(m, 60), min(n, 60), min(k, 60)
+    rng = np.random.default_rng(seed)
+    a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
+    a_store = rng.standard_normal((b1, b0) + a_shape).astype(np.float32)
+    b_store = rng.standard_normal((b1, b0) + b_shape).astype(np.float32)
+    a_view, b_view = a_store.transpose(1, 0, 2, 3), b_store.transpose(1, 0, 2, 3)
+    sa0, sa1 = a_store.strides[1] // 4, a_store.strides[0] // 4
+    sb0, sb1 = b_store.strides[1] // 4, b_store.strides[0] // 4
+    if broadcast == "a0":
+        a_view, sa0 = np.broadcast_to(a_view[:1], a_view.shape), 0
+    if broadcast == "b1":
+        b_view, sb1 = np.broadcast_to(b_view[:, :1], b_view.shape), 0
+    c = np.full((b0, b1, m, n), np.nan, np.float32)
+    lib.tl_sgemm_batched2(b0, b1, int(ta), int(tb), m, n, k, ptr(a_store), a_shape[1], sa0, sa1,
+                          ptr(b_store), b_shape[1], sb0, sb1, 0.0, ptr(c), n, b1 * m * n, m * n)
+    for i in range(b0):
+        for j in range(b1):
+            ref, tol = reference(int(ta), int(tb), a_view[i, j], b_view[i, j], 0.0, c[i, j])
+            assert_close(c[i, j], ref, tol)
+
+
 def test_threads_setting():
     lib.tl_set_num_threads(3)
     assert lib.tl_get_num_threads() == 3

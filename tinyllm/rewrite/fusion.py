@@ -5,6 +5,7 @@ inputs. Views between fused ops (permute, expand, slice, viewable reshape) fold 
 offset, so they cost no copy and no kernel. A value with more than one consumer is computed once and stored.
 The same Kernel is rendered to C (runtime/render/c.py) and WGSL, and `run_kernel` is its NumPy meaning.
 """
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -25,14 +26,19 @@ FOLDABLE_VIEWS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH"}
 Kernel = namedtuple("Kernel", "shape reduce ins code")
 
 
-def _view(node):
-    """(base, strides, offset) that read `node` from a row-major `base`, or None if a reshape would copy."""
+def _view_chain(node):
+    """(base, views): the node under a chain of foldable views, and the views from the base outwards."""
     chain = []
     while node.op in FOLDABLE_VIEWS:
         chain.append(node)
         node = node.src[0]
-    strides, offset = contiguous_strides(node.shape), 0
-    for v in reversed(chain):
+    return node, chain[::-1]
+
+
+def _through(views, strides, offset):
+    """(strides, offset) that read, over the last view's shape, what (strides, offset) read over the first
+    view's input shape; None if a reshape would copy."""
+    for v in views:
         if v.op == "PERMUTE":
             strides = tuple(strides[i] for i in v.arg)
         elif v.op == "EXPAND":
@@ -44,7 +50,14 @@ def _view(node):
             strides = view_strides(v.src[0].shape, strides, v.shape)
             if strides is None:
                 return None
-    return node, strides, offset
+    return strides, offset
+
+
+def _view(node):
+    """(base, strides, offset) that read `node` from a row-major `base`, or None if a reshape would copy."""
+    base, views = _view_chain(node)
+    folded = _through(views, contiguous_strides(base.shape), 0)
+    return None if folded is None else (base, *folded)
 
 
 RECOMPUTE_MAX_OPS = 12  # an elementwise kernel this small is recomputed by each user rather than stored
@@ -80,16 +93,19 @@ class _Builder:
             self.ins.append(entry)
         return self.emit("IN", self.ins.index(entry), (), node.dtype.name)
 
-    def inline(self, kernel, srcs):
-        """Copy the code of a fused elementwise kernel (reading `srcs`) into this one; returns its result."""
+    def inline(self, kernel, srcs, views=()):
+        """Copy the code of a fused elementwise kernel (reading `srcs`) into this one, its result seen through
+        `views`; returns the result, or None when a view cannot fold into the kernel's loads."""
+        ins = [_through(views, strides, offset) for _, strides, offset in kernel.ins]
+        if None in ins:
+            return None
         at = []
         for op, arg, operands, dtype in kernel.code:
             if op == "IN":
-                i, strides, offset = kernel.ins[arg]
-                base = srcs[i]
+                base = srcs[kernel.ins[arg][0]]
                 if base not in self.srcs:
                     self.srcs.append(base)
-                entry = (self.srcs.index(base), strides, offset)
+                entry = (self.srcs.index(base), *ins[arg])
                 if entry not in self.ins:
                     self.ins.append(entry)
                 at.append(self.emit("IN", self.ins.index(entry), (), dtype))
@@ -118,13 +134,20 @@ def fuse(roots):
         return Node(x.op, tuple(origin.get(s, s) for s in x.src), x.arg, x.shape, x.dtype)
 
     def operand(b, src, shape, into_reduction=False):
-        k = src.arg if src.op == "FUSED" else None
-        if k is not None and k.reduce is None and src.shape == shape and len(k.code) <= MAX_KERNEL_OPS and (
-                users.get(origin.get(src)) == 1 or (_cheap(k) and not into_reduction)):
+        base, views = _view_chain(src)
+        k = base.arg if base.op == "FUSED" else None
+        if k is not None and k.reduce is None and len(k.code) <= MAX_KERNEL_OPS:
+            cheap = _cheap(k) and not into_reduction
             # compute it here: its only user is this kernel, or recomputing it costs less than a round trip
             # through memory (once every user inlines it, it is never stored at all). Not into reductions: their
             # loops stay scalar (C may not reorder a float sum), so recomputing there costs more than it saves.
-            return b.inline(k, src.src)
+            # Through a view that repeats elements (a broadcast), only a cheap producer: each repeat recomputes it.
+            single = users.get(origin.get(base)) == 1 and all(users.get(origin.get(v)) == 1 for v in views)
+            repeats = math.prod(shape) > math.prod(base.shape)
+            if cheap or (single and not repeats):
+                value = b.inline(k, base.src, views)
+                if value is not None:
+                    return value
         return b.load(src)
 
     def elementwise(x):

@@ -13,7 +13,7 @@ import numpy as np
 from ..env import debug_level
 from ..ops.index import check_index
 from ..rewrite.fusion import fuse, run_kernel
-from . import compiler
+from . import c_attention, compiler
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
 from .render.c import render
@@ -34,7 +34,7 @@ def _address(array):
 
 
 def _matrix_layout(x):
-    """(trans, ld, batch stride) that let sgemm read the last two axes of float32 `x` in place, or None."""
+    """(trans, ld) that let sgemm read the last two axes of float32 `x` in place, or None."""
     rows, cols = x.shape[-2:]
     st = [s // 4 for s in x.strides]
     if cols == 1 or st[-1] == 1:
@@ -43,11 +43,22 @@ def _matrix_layout(x):
         trans, ld = 1, st[-1] if cols > 1 else rows
     else:
         return None
-    batch = [(n, s) for n, s in zip(x.shape[:-2], st[:-2]) if n > 1]
-    for (n0, s0), (n1, s1) in zip(batch, batch[1:]):
-        if s0 != s1 * n1:
-            return None
-    return trans, max(ld, 1), batch[-1][1] if batch else 0
+    return trans, max(ld, 1)
+
+
+def _batch_runs(shape, *arrays):
+    """The batch axes as runs of axes that every array walks with one stride: [(size, [stride per array])],
+    outermost first; None when there are more than the two the sgemm takes."""
+    runs = []
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        strides = [x.strides[i] // 4 for x in arrays]
+        if runs and all(outer == inner * n for outer, inner in zip(runs[-1][1], strides)):
+            runs[-1] = (runs[-1][0] * n, strides)
+        else:
+            runs.append((n, strides))
+    return runs if len(runs) <= 2 else None
 
 
 class CRuntime(NumpyRuntime):
@@ -140,17 +151,21 @@ class CRuntime(NumpyRuntime):
             out[...] = 0
             return out
         la, lb = _matrix_layout(a), _matrix_layout(b)
-        if la is None:
+        if la is None or _batch_runs(batch, a) is None:  # a view sgemm cannot read in place: copy it
             a = np.ascontiguousarray(a)
             la = _matrix_layout(a)
-        if lb is None:
+        if lb is None or _batch_runs(batch, b) is None:
             b = np.ascontiguousarray(b)
             lb = _matrix_layout(b)
+        runs = _batch_runs(batch, a, b, out)
+        if runs is None:  # each is readable alone, but their batch axes do not run alike
+            a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+            la, lb, runs = _matrix_layout(a), _matrix_layout(b), _batch_runs(batch, a, b, out)
+        (n0, (a0, b0, c0)), (n1, (a1, b1, c1)) = ([(1, (0, 0, 0))] * 2 + runs)[-2:]
         cast = self.ffi.cast
-        self.lib.tl_sgemm_batched(math.prod(batch), la[0], lb[0], M, N, K,
-                                    cast("float *", _address(a)), la[1], la[2],
-                                    cast("float *", _address(b)), lb[1], lb[2],
-                                    0.0, cast("float *", _address(out)), N, M * N)
+        self.lib.tl_sgemm_batched2(n0, n1, la[0], lb[0], M, N, K, cast("float *", _address(a)), la[1], a0, a1,
+                                   cast("float *", _address(b)), lb[1], b0, b1,
+                                   0.0, cast("float *", _address(out)), N, c0, c1)
         return out
 
     def _gather(self, node, ins):
@@ -181,6 +196,7 @@ class CRuntime(NumpyRuntime):
 
 CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,
                          SCATTER_ADD=CRuntime._scatter_add)
+CRuntime.handlers.update(c_attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
 
 
 def _set_omp_threads(n):
