@@ -17,6 +17,8 @@ def _commit(targets, values):
 
 
 class Optimizer:
+    CHUNKS = 8
+
     def __init__(self, params, defaults):
         name = type(self).__name__
         if isinstance(params, Tensor):  # iterating it would hand over its rows, which are not the parameter
@@ -56,16 +58,24 @@ class Optimizer:
         return self._scalars[key]
 
     def step(self):
+        """Update the parameters in about CHUNKS realizes: a chunk's old values (parameters, moments) are freed
+        as soon as its new ones exist, so the step's peak memory holds one chunk of new values beside the
+        state, not a second copy of all of it (torch updates in place)."""
         self._scalars = {}
-        targets, values = [], []
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    state = self.state.setdefault(p, {})
-                    for t, v in self._update(p.detach(), p.grad, state, group):
-                        targets.append(state[t] if isinstance(t, str) else p)
-                        values.append(v)
-        _commit(targets, values)
+        params = [(p, group) for group in self.param_groups for p in group["params"] if p.grad is not None]
+        budget = sum(p.numel() for p, _ in params) / self.CHUNKS
+        targets, values, size = [], [], 0
+        for p, group in params:
+            state = self.state.setdefault(p, {})
+            for t, v in self._update(p.detach(), p.grad, state, group):
+                targets.append(state[t] if isinstance(t, str) else p)
+                values.append(v)
+            size += p.numel()
+            if size >= budget:
+                _commit(targets, values)
+                targets, values, size = [], [], 0
+        if targets:
+            _commit(targets, values)
 
 
 class SGD(Optimizer):
