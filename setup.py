@@ -53,11 +53,15 @@ setup(
     long_description=long_description,
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["tinyllm", "tinyllm.*"]),
-    package_data={"tinyllm.runtime.render": ["c_math.h"]},  # included by the C kernels generated at run time
+    # the WGSL templates live in wgsl/ at the top of the repository and install as tinyllm/wgsl/
+    packages=find_packages(include=["tinyllm", "tinyllm.*"]) + ["tinyllm.wgsl"],
+    package_dir={"tinyllm.wgsl": "wgsl"},
+    package_data={"tinyllm.runtime.render": ["c_math.h"],  # included by the C kernels generated at run time
+                  "tinyllm.wgsl": ["*.wgsl"]},
     install_requires=[
         "numpy",
         "cffi",  # the C runtime compiles and loads its kernels with cffi
+        "wgpu",  # the WGSL runtime (wgpu-py); it needs a WebGPU adapter only when used
     ],
     setup_requires=["cffi"],  # pip installs it into the build environment, for cffi_modules
     cffi_modules=["runtime_c/build.py:ffibuilder"],

@@ -2,6 +2,8 @@
 
     python bench/matmul.py                      # n = 64 ... 2048, 1 and 2 threads
     python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
+    python bench/matmul.py --wgsl-sizes 64 128 256        # + the WGSL runtime (lavapipe: small sizes only)
+    python bench/matmul.py --threads 1 --wgsl-sizes 1024 2048 4096   # on a GPU
 
 Each thread count runs in its own subprocess, with OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and
 TINYLLM_THREADS set before anything is imported (and torch.set_num_threads), threads pinned with
@@ -12,6 +14,10 @@ rotating order, for several rounds of many short timings; the table shows the be
 each, which on a machine shared with other processes is the one that ran undisturbed. Between
 libraries the bench sleeps long enough for the previous library's idle threads to stop spinning,
 so they do not steal a core from the next one. Builds the extension in place if it is missing.
+
+With --wgsl-sizes, the 1-thread worker also times tinyllm's WGSL runtime (a @ b realized on the GPU, many
+products submitted back to back and one read-back as the fence, so the time is the GPU's) beside torch on the
+CPU at the same sizes, in a table of its own that names the adapter.
 """
 import argparse
 import json
@@ -41,7 +47,40 @@ def load_sgemm():
     return _kernels
 
 
-def worker(threads, sizes, rounds, samples, trans_n):
+def wgsl_rows(sizes, rounds, torch):
+    """GFLOP/s of tinyllm's WGSL matmul (square, float32) and torch's on the CPU, best of `rounds` timings."""
+    import numpy as np
+    import tinyllm as tl
+    rt = tl.runtime.get("wgsl")
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+        ga, gb = tl.tensor(a, device="wgsl"), tl.tensor(b, device="wgsl")
+        (ga @ gb).numpy()  # compiles the pipeline
+        t = time.perf_counter()
+        (ga @ gb).numpy()
+        reps = max(1, min(50, int(0.5 / (time.perf_counter() - t))))
+        best = float("inf")
+        for _ in range(rounds):
+            t = time.perf_counter()
+            outs = [(ga @ gb).realize() for _ in range(reps)]
+            outs[-1][:1, :1].numpy()  # the read-back waits for every product submitted before it
+            best = min(best, (time.perf_counter() - t) / reps)
+        row = {"label": str(n), "wgsl": 2.0 * n ** 3 / best / 1e9}
+        if torch is not None:
+            xa, xb = torch.from_numpy(a), torch.from_numpy(b)
+            t_best = float("inf")
+            for _ in range(rounds):
+                t = time.perf_counter()
+                torch.matmul(xa, xb)
+                t_best = min(t_best, time.perf_counter() - t)
+            row["torch"] = 2.0 * n ** 3 / t_best / 1e9
+        rows.append(row)
+    return {"adapter": f"{rt.info['device']} via {rt.info['backend']}", "rows": rows}
+
+
+def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=()):
     import numpy as np
     sgemm = load_sgemm()
     ffi, lib = sgemm.ffi, sgemm.lib
@@ -105,13 +144,16 @@ def worker(threads, sizes, rounds, samples, trans_n):
     info = {"blas": blas, "tinyllm_path": "AVX2+FMA" if lib.tl_sgemm_uses_avx2() else "portable C",
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
-    print(json.dumps({"info": info, "rows": rows}))
+    wgsl = wgsl_rows(wgsl_sizes, rounds, torch) if wgsl_sizes else None
+    print(json.dumps({"info": info, "rows": rows, "wgsl": wgsl}))
 
 
 def run_threads(threads, args):
     env = worker_env(threads)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
            "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
+    if threads == min(args.threads) and args.wgsl_sizes:  # the GPU does not care about CPU threads: once
+        cmd += ["--wgsl-sizes", *map(str, args.wgsl_sizes)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1]), env["OMP_PROC_BIND"]
 
@@ -123,10 +165,12 @@ def main():
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the libraries")
     p.add_argument("--samples", type=int, default=10, help="timings per library per round")
     p.add_argument("--trans-n", type=int, default=512, help="size of the A^T B and A B^T rows (0: none)")
+    p.add_argument("--wgsl-sizes", type=int, nargs="*", default=[],
+                   help="also time the WGSL runtime at these sizes (lavapipe: <= 256; a GPU: 1024 2048 4096)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n)
+        worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n, args.wgsl_sizes)
         return
 
     print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
@@ -153,6 +197,14 @@ def main():
             if has_torch:
                 line += f" {r['tinyllm'] / r['torch']:>8.2f}"
             print(line)
+        if res.get("wgsl"):
+            print(f"\nWGSL runtime on {res['wgsl']['adapter']} (torch: CPU, {threads} thread{'s' if threads > 1 else ''})")
+            head = f"{'n':>11} {'wgsl':>10} {'torch':>8} {'wgsl/torch':>11}"
+            print(head)
+            print("-" * len(head))
+            for r in res["wgsl"]["rows"]:
+                t = r.get("torch", float("nan"))
+                print(f"{r['label']:>11} {r['wgsl']:>10.2f} {t:>8.1f} {r['wgsl'] / t:>11.3f}")
 
 
 if __name__ == "__main__":

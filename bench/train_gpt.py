@@ -3,6 +3,7 @@
     python bench/train_gpt.py                          # configs S and M, 1 and 2 threads, runtimes numpy and c
     python bench/train_gpt.py --quick                  # smoke run: S only, few steps
     python bench/train_gpt.py --configs M --threads 2 --runtimes c --skip numpy:M
+    python bench/train_gpt.py --configs XS S --threads 1 --runtimes c wgsl --skip wgsl:S   # WGSL on lavapipe
 
 One training step, the same for every framework: forward (loss) + backward + AdamW step + zero_grad, then
 loss.item() (which tinyllm has already realized during backward, so it costs nothing extra there). Models:
@@ -41,11 +42,12 @@ from common import worker_env  # bench/common.py: bench/ is the script directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {  # name: (model config, batch size)
+    "XS": (dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65), 4),  # the WGSL runtime on lavapipe
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
     "M": (dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65), 8),
 }
 # per config: warm-up steps after the first, interleaved rounds, measured steps per framework per round
-SCHEDULE = {"S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=1, rounds=3, steps=3)}
+SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=1, rounds=3, steps=3)}
 QUICK = dict(warmup=1, rounds=2, steps=2)
 SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)

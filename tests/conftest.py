@@ -19,13 +19,39 @@ settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-RUNTIMES = ["numpy", "c"]
+RUNTIMES = ["numpy", "c", "wgsl"]
+
+
+def wgsl_skip_reason():
+    """Why the WGSL runtime cannot run here (None when it can). In CI it must run: see runtimes_really_built."""
+    try:
+        import tinyllm.runtime
+        tinyllm.runtime.get("wgsl")
+    except Exception as e:  # no wgpu, no adapter: the message says what to install
+        return f"WGSL runtime unavailable: {e}"
+    return None
+
+
+def pytest_collection_modifyitems(items):
+    """On the WGSL runtime float64 cases are skipped: WebGPU has no portable f64, and the runtime refuses it with
+    an error (tests/test_wgsl_runtime.py checks that error)."""
+    import numpy as np
+    f64 = pytest.mark.skip(reason="WGSL runtime: no float64 in WebGPU (the runtime refuses it clearly)")
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("each_runtime") == "wgsl" and params.get("dtype") is np.float64:
+            item.add_marker(f64)
 
 
 @pytest.fixture(scope="module", params=RUNTIMES)
 def each_runtime(request):
     """Runs a whole test module once per runtime: `pytestmark = pytest.mark.usefixtures("each_runtime")`.
-    Module scope keeps it compatible with hypothesis, and lets each runtime reuse its compiled kernels."""
+    Module scope keeps it compatible with hypothesis, and lets each runtime reuse its compiled kernels.
+    Without a WebGPU adapter the wgsl runs are skipped, except in CI, where that is a failure."""
+    if request.param == "wgsl" and not os.environ.get("CI"):
+        reason = wgsl_skip_reason()
+        if reason:
+            pytest.skip(reason)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TINYLLM_RUNTIME", request.param)
         yield request.param
@@ -40,6 +66,8 @@ def runtimes_really_built():
         assert importlib.util.find_spec("tinyllm._kernels") is not None, \
             "tinyllm._kernels was not built: `pip install -e .` needs a C compiler (apt-get install gcc)"
         assert compiler.compiler() is not None, "no C compiler for generated kernels (apt-get install gcc)"
+        reason = wgsl_skip_reason()
+        assert reason is None, f"{reason} (CI installs mesa-vulkan-drivers libvulkan1 for a software adapter)"
     yield
 
 

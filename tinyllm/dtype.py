@@ -16,13 +16,14 @@ class DType:
         return (from_name, (self.name,))
 
 
+float16 = DType("float16", np.float16)  # storage for mixed precision (the WGSL runtime, where shader-f16 exists)
 float32 = DType("float32", np.float32)
 float64 = DType("float64", np.float64)
 int64 = DType("int64", np.int64)
 bool_ = DType("bool", np.bool_)
-ALL = (float32, float64, int64, bool_)
+ALL = (float16, float32, float64, int64, bool_)
 _BY_NP = {d.np: d for d in ALL}
-_ALIASES = {"float": float32, "double": float64, "long": int64}
+_ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64}
 
 
 def from_name(name):
@@ -58,5 +59,5 @@ def result_type(a, b):
     """Type promotion for two tensors, as torch does it for the dtypes we have."""
     if a is b:
         return a
-    order = [bool_, int64, float32, float64]
+    order = [bool_, int64, float16, float32, float64]
     return max(a, b, key=order.index)

@@ -18,8 +18,14 @@ def _c():
     return CRuntime()
 
 
+def _wgsl():
+    from .wgsl_runtime import WGSLRuntime
+    return WGSLRuntime()
+
+
 _FACTORIES["numpy"] = _numpy
 _FACTORIES["c"] = _c
+_FACTORIES["wgsl"] = _wgsl
 ALIASES = {"cpu": "numpy"}
 
 

@@ -5,6 +5,8 @@ import hashlib
 import math
 import os
 
+from .cstyle import CStyleLanguage, merge_dims, output_strides
+
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char"}
 PARALLEL_MIN = 1 << 15  # below this many iterations a kernel runs on one thread: waking threads costs more
 
@@ -19,62 +21,48 @@ BINARY = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "C
           "MAX": "(({0} != {0} || {0} > {1}) ? {0} : {1})"}
 
 
-def literal(value, dtype):
-    if dtype == "bool":
-        return "1" if value else "0"
-    if dtype == "int64":
-        return f"INT64_C({int(value)})"
-    if math.isnan(value):
-        return "NAN"
-    if math.isinf(value):
-        return "INFINITY" if value > 0 else "(-INFINITY)"
-    return f"(({CTYPE[dtype]}){float(value).hex()})"  # hex literals are exact
+class CLanguage(CStyleLanguage):
+    types = CTYPE
+    unary = UNARY
+    binary = BINARY
+
+    def literal(self, value, dtype):
+        if dtype == "bool":
+            return "1" if value else "0"
+        if dtype == "int64":
+            return f"INT64_C({int(value)})"
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        return f"(({CTYPE[dtype]}){float(value).hex()})"  # hex literals are exact
+
+    def let(self, name, dtype, expr):
+        return f"const {CTYPE[dtype]} {name} = {expr};"
+
+    def cast(self, x, dtype, src_dtype):
+        return f"({x} != 0)" if dtype == "bool" else f"(({CTYPE[dtype]}){x})"
+
+    def expression(self, op, arg, operands, dtype, in_dtypes):
+        if op in FAST_F32 and dtype == "float32":
+            return FAST_F32[op].format(*operands)
+        if op in UNARY:
+            return UNARY[op].format(*operands, t=CTYPE[dtype], f="f" if dtype == "float32" else "")
+        return super().expression(op, arg, operands, dtype, in_dtypes)
 
 
-def expression(op, arg, operands, dtype, in_dtypes):
-    t, f = CTYPE[dtype], "f" if dtype == "float32" else ""
-    if op in FAST_F32 and dtype == "float32":
-        return FAST_F32[op].format(*operands)
-    if op in UNARY:
-        return UNARY[op].format(*operands, t=t, f=f)
-    if op in BINARY:
-        return BINARY[op].format(*operands)
-    if op == "WHERE":
-        return f"({operands[0]} ? {operands[1]} : {operands[2]})"
-    if op == "CAST":
-        return f"({operands[0]} != 0)" if dtype == "bool" else f"(({t}){operands[0]})"
-    if op == "COPY":
-        return operands[0]
-    raise NotImplementedError(f"C renderer: no rendering for op {op}")
+C = CLanguage()
 
 
 def acc_type(ctype):
     return "int64_t" if ctype == "unsigned char" else ctype
 
 
-def merge_dims(shape, stride_sets, reduced):
-    """Merge neighbouring axes that every operand walks contiguously (and that are both reduced or both kept):
-    a (16, 64, 128) elementwise kernel on row-major buffers becomes one loop of 131072."""
-    dims = [[s, [st[i] for st in stride_sets], i in reduced] for i, s in enumerate(shape) if s != 1]
-    merged = []
-    for d in dims:
-        if merged and merged[-1][2] == d[2] and all(a == b * d[0] for a, b in zip(merged[-1][1], d[1])):
-            merged[-1][0] *= d[0]
-            merged[-1][1] = d[1]
-        else:
-            merged.append(d)
-    return merged or [[1, [0] * len(stride_sets), False]]
-
-
 def render(name, kernel, out_dtype, src_dtypes):
     """C source of one kernel."""
     reduced = set(kernel.reduce[1]) if kernel.reduce else set()
     red_op = kernel.reduce[0] if kernel.reduce else None
-    out_strides, acc = [], 1
-    for i in reversed(range(len(kernel.shape))):
-        out_strides.append(0 if i in reduced else acc)
-        acc *= 1 if i in reduced else kernel.shape[i]
-    dims = merge_dims(kernel.shape, [out_strides[::-1]] + [ins[1] for ins in kernel.ins], reduced)
+    dims = merge_dims(kernel.shape, [output_strides(kernel)] + [ins[1] for ins in kernel.ins], reduced)
     # Row reduction (innermost axis reduced): outputs outside, one accumulator each, reduced axes inside.
     # Otherwise the axes keep their memory order, and reductions accumulate straight into the output.
     row = red_op is not None and dims[-1][2]
@@ -86,19 +74,8 @@ def render(name, kernel, out_dtype, src_dtypes):
         terms = [f"{v}*{d[1][k]}" for v, d in zip(iv, dims) if d[1][k]]
         return " + ".join([str(base)] * bool(base) + terms) or "0"
 
-    body, names = [], []
-    for n, (op, arg, operands, dtype) in enumerate(kernel.code):
-        if op == "CONST":
-            names.append(literal(arg, dtype))
-            continue
-        if op == "IN":
-            src, _, off = kernel.ins[arg]
-            expr = f"s{src}[{offset(arg + 1, off)}]"
-        else:
-            expr = expression(op, arg, [names[o] for o in operands], dtype, [kernel.code[o][3] for o in operands])
-        body.append(f"const {CTYPE[dtype]} v{n} = {expr};")
-        names.append(f"v{n}")
-    value, ot = names[-1], CTYPE[out_dtype]
+    body, value = C.body(kernel, lambda i: f"s{kernel.ins[i][0]}[{offset(i + 1, kernel.ins[i][2])}]")
+    ot = CTYPE[out_dtype]
     lines = ["#include <math.h>", "#include <stdint.h>", f'#include "{HEADER}" /* {HEADER_TAG} */', f"void {name}(char **bufs) {{",
              f"  {ot} *restrict out = ({ot} *)bufs[0];"]
     lines += [f"  const {CTYPE[d]} *restrict s{i} = (const {CTYPE[d]} *)bufs[{i + 1}];" for i, d in enumerate(src_dtypes)]

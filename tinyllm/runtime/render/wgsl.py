@@ -1,0 +1,255 @@
+"""Renders a fusion Kernel (tinyllm/rewrite/fusion.py) as a WGSL compute shader, on the C-style base shared with
+the C renderer. Binding 0 is the output, binding 1 + i the i-th input, each row-major, read-only where read.
+
+Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 (WGSL has no 64-bit integer:
+the runtime checks that values fit), bool -> u32 (0 or 1; WGSL has no bool storage). Shapes and strides are
+constants, so every index computation folds.
+
+Elementwise kernels run one invocation per output. A reduction over few elements runs one invocation per output
+with a serial loop; over many, one workgroup per output: each invocation accumulates a strided share, then the
+workgroup combines the shares in a tree (wgsl/reduce.wgsl)."""
+import math
+import os
+
+import numpy as np
+
+from .cstyle import CStyleLanguage, merge_dims, output_strides
+
+STORAGE = {"float32": "f32", "float16": "f16", "int64": "i32", "bool": "u32"}
+TYPES = {"float32": "f32", "float16": "f16", "int64": "i32", "bool": "bool"}
+ACC = {"float32": "f32", "float16": "f32", "int64": "i32", "bool": "i32"}  # f16 sums accumulate in f32
+MAX_GROUPS = 65535  # workgroups per dispatch dimension (WebGPU's default limit)
+SERIAL_REDUCE_MAX = 32  # up to this many reduced elements, one invocation does a whole output
+INT32_RANGE = (-2**31, 2**31 - 1)
+
+
+def template_dir():
+    """wgsl/ beside the package in a checkout (and an editable install), tinyllm/wgsl/ in a wheel."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tinyllm/
+    for path in (os.path.join(here, "wgsl"), os.path.join(os.path.dirname(here), "wgsl")):
+        if os.path.isdir(path):
+            return path
+    raise FileNotFoundError("the WGSL templates (wgsl/*.wgsl) are missing: reinstall tinyllm")
+
+
+_templates = {}
+
+
+def template(name, **values):
+    """wgsl/NAME.wgsl with each {{KEY}} replaced by values[KEY]."""
+    if name not in _templates:
+        with open(os.path.join(template_dir(), name + ".wgsl"), encoding="utf-8") as f:
+            _templates[name] = f.read()
+    text = _templates[name]
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", str(value))
+    if "{{" in text:
+        raise KeyError(f"template {name}.wgsl: unfilled placeholder at ...{text[text.index('{{'):][:40]}")
+    return text
+
+
+def f32_bits(value):
+    return int(np.array(value, np.float32).view(np.uint32))
+
+
+class WGSLLanguage(CStyleLanguage):
+    types = TYPES
+    unary = {"NEG": "(-{0})", "RECIP": "({t}(1) / {0})", "EXP": "exp({0})", "LOG": "log({0})", "SQRT": "sqrt({0})"}
+    helpers = {"TANH": "tl_tanh", "ERF": "tl_erf", "MAX": "tl_max"}  # math.wgsl; f16 versions end in _h
+    binary = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})"}
+
+    def literal(self, value, dtype):
+        if dtype == "bool":
+            return "true" if value else "false"
+        if dtype == "int64":
+            value = int(value)
+            if not INT32_RANGE[0] <= value <= INT32_RANGE[1]:
+                raise OverflowError(f"WGSL runtime: the int64 constant {value} does not fit in 32 bits (WGSL has no "
+                                    "64-bit integers; int64 tensors are stored as i32)")
+            return f"bitcast<i32>({value & 0xFFFFFFFF}u)" if value < 0 else f"{value}i"
+        # every f32 by its bits: exact, and inf, nan and -0.0 cannot be folded away as constant overflow
+        bits = f"bitcast<f32>({f32_bits(value)}u)"
+        return bits if dtype == "float32" else f"f16({bits})"
+
+    def let(self, name, dtype, expr):
+        return f"let {name}: {TYPES[dtype]} = {expr};"
+
+    def where(self, cond, a, b):
+        return f"select({b}, {a}, {cond})"
+
+    def cast(self, x, dtype, src_dtype):
+        if dtype == "bool":
+            return f"({x} != {TYPES[src_dtype]}(0))" if src_dtype != "bool" else x
+        if src_dtype == "bool":
+            return f"select({TYPES[dtype]}(0), {TYPES[dtype]}(1), {x})"
+        return f"{TYPES[dtype]}({x})"
+
+    def expression(self, op, arg, operands, dtype, in_dtypes):
+        a = operands
+        if in_dtypes and in_dtypes[0] == "bool" and op in ("ADD", "MUL", "MAX", "CMPLT"):
+            return {"ADD": "({0} || {1})", "MUL": "({0} && {1})", "MAX": "({0} || {1})",
+                    "CMPLT": "(!{0} && {1})"}[op].format(*a)
+        if op == "MAX" and dtype == "int64":
+            return f"max({a[0]}, {a[1]})"
+        if op in self.helpers:
+            return f"{self.helpers[op]}{'_h' if dtype == 'float16' else ''}({', '.join(a)})"
+        return super().expression(op, arg, operands, dtype, in_dtypes)
+
+
+WGSL = WGSLLanguage()
+
+
+def load(binding, index, dtype):
+    """A value of `dtype` read from storage."""
+    return f"(s{binding}[{index}] != 0u)" if dtype == "bool" else f"s{binding}[{index}]"
+
+
+def store(value, value_type, out_dtype):
+    """`value` (a WGSL value of `value_type`) converted to the output's storage type."""
+    if out_dtype == "bool":
+        return f"select(0u, 1u, {value})" if value_type == "bool" else f"select(0u, 1u, {value} != {value_type}(0))"
+    return value if value_type == STORAGE[out_dtype] else f"{STORAGE[out_dtype]}({value})"
+
+
+def header(out_dtype, src_dtypes, value_dtypes):
+    """`enable f16;` where needed, the math helpers, and the bindings."""
+    f16 = "float16" in (out_dtype, *src_dtypes, *value_dtypes)
+    lines = ["enable f16;"] if f16 else []
+    lines.append(template("math", F16_HELPERS=template("math_f16") if f16 else ""))
+    lines.append(f"@group(0) @binding(0) var<storage, read_write> out: array<{STORAGE[out_dtype]}>;")
+    lines += [f"@group(0) @binding({i + 1}) var<storage, read> s{i}: array<{STORAGE[d]}>;"
+              for i, d in enumerate(src_dtypes)]
+    return "\n".join(lines)
+
+
+def index_terms(dims, var, operand):
+    """The offset of `operand` at the position whose index over `dims` is `var` (unravelled row-major)."""
+    terms, inner = [], 1
+    for size, strides, _ in reversed(dims):
+        stride = strides[operand]
+        if stride and size > 1:
+            digit = var if inner == 1 else f"({var} / {inner}u)"
+            digit = digit if inner * size == math.prod(d[0] for d in dims) else f"({digit} % {size}u)"
+            terms.append(f"i32({digit}) * {stride}" if stride != 1 else f"i32({digit})")
+        inner *= size
+    return terms
+
+
+def groups_for(n):
+    """(x, y, 1) workgroups covering n, split over two dimensions when n is past the per-dimension limit."""
+    return (min(n, MAX_GROUPS), -(-n // MAX_GROUPS), 1) if n else (0, 1, 1)
+
+
+def render(kernel, out_dtype, src_dtypes, workgroup=64):
+    """(WGSL source, workgroups to dispatch) of one kernel."""
+    reduced = set(kernel.reduce[1]) if kernel.reduce else set()
+    red_op = kernel.reduce[0] if kernel.reduce else None
+    n_ops = len(kernel.ins) + 1
+    dims = merge_dims(kernel.shape, [output_strides(kernel)] + [ins[1] for ins in kernel.ins], reduced)
+    kept, red = [d for d in dims if not d[2]], [d for d in dims if d[2]]
+    n_out, n_red = math.prod(d[0] for d in kept), math.prod(d[0] for d in red)
+
+    def offset(operand, base=0):
+        terms = index_terms(kept, "o", operand) + index_terms(red, "r", operand)
+        return " + ".join([str(base)] * bool(base) + terms) or "0"
+
+    def input_at(i):
+        src, _, base = kernel.ins[i]
+        return load(src, f"{offset(i + 1, base)}", src_dtypes[src])
+
+    body, value = WGSL.body(kernel, input_at)
+    value_dtype = kernel.code[-1][3]
+    out_at = f"out[{offset(0)}]"
+    head = header(out_dtype, src_dtypes, [c[3] for c in kernel.code])
+    if red_op is None:
+        groups = groups_for(-(-n_out // workgroup))
+        main = "\n".join([
+            f"@compute @workgroup_size({workgroup})",
+            "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {",
+            f"  let o = gid.x + gid.y * {groups[0] * workgroup}u;",
+            f"  if (o >= {n_out}u) {{ return; }}",
+            *["  " + line for line in body],
+            f"  {out_at} = {store(value, TYPES[value_dtype], out_dtype)};",
+            "}"])
+        return head + "\n" + main, groups
+    acc_t = ACC[value_dtype]
+    value = f"select(0, 1, {value})" if value_dtype == "bool" else \
+        value if TYPES[value_dtype] == acc_t else f"{acc_t}({value})"
+    if red_op == "SUM":
+        init, combine = f"{acc_t}(0)", "a + b"
+    else:
+        init = {"f32": WGSL.literal(-math.inf, "float32"), "i32": "bitcast<i32>(2147483648u)"}[acc_t]
+        combine = "max(a, b)" if acc_t == "i32" else "tl_max(a, b)"
+    fill = dict(ACC_T=acc_t, INIT=init, COMBINE=combine, N_OUT=n_out, N_RED=n_red, BODY="\n".join(
+        "    " + line for line in body), VALUE=value, OUT_AT=out_at,
+        STORE=store("acc", acc_t, out_dtype))
+    if n_red <= SERIAL_REDUCE_MAX:
+        groups = groups_for(-(-n_out // workgroup))
+        return head + "\n" + template("reduce_serial", WORKGROUP=workgroup, ROW=groups[0] * workgroup, **fill), groups
+    width = min(256, 1 << max(5, (n_red - 1).bit_length() - 2))  # about 4 elements per invocation at least
+    return head + "\n" + template("reduce", WORKGROUP=width, LOG2=width.bit_length() - 1, **fill), \
+        groups_for(n_out)
+
+
+def copy_kernel(shape, strides, offset, dtype):
+    """A Kernel that copies a strided view of a row-major buffer into a fresh row-major one."""
+    from ...rewrite.fusion import Kernel
+    return Kernel(tuple(shape), None, ((0, tuple(strides), offset),), (("IN", 0, (), dtype),))
+
+
+def render_copy(shape, dst, src, dtype, workgroup=64):
+    """(source, workgroups) of a copy between strided views: dst and src are (strides, offset) in elements."""
+    dims = merge_dims(shape, [dst[0], src[0]], set())
+    n = math.prod(d[0] for d in dims)
+
+    def at(operand, base):
+        return " + ".join([f"{base}"] * bool(base) + index_terms(dims, "i", operand)) or "0"
+
+    groups = groups_for(-(-n // workgroup))
+    enable = "enable f16;\n" if dtype == "float16" else ""
+    return enable + template("copy", T=STORAGE[dtype], N=n, WORKGROUP=workgroup, ROW=groups[0] * workgroup,
+                             AT_OUT=f"u32({at(0, dst[1])})", AT_SRC=f"u32({at(1, src[1])})"), groups
+
+
+def render_index(name, outer, n_idx, inner, n, dtype, slot, workgroup=64):
+    """(source, workgroups) of GATHER (name "gather") or SCATTER_ADD ("scatter_add") over contiguous operands."""
+    threads = outer * inner * (n_idx if name == "gather" else 1)
+    groups = groups_for(-(-threads // workgroup))
+    enable = "enable f16;\n" if dtype == "float16" else ""
+    return enable + template(name, T=STORAGE[dtype], OUTER=outer, N_IDX=n_idx, INNER=inner, N=n, SLOT=slot,
+                             WORKGROUP=workgroup, ROW=groups[0] * workgroup), groups
+
+
+def operand_load(x, layout, rows, rows_total, k_total, bk, threads, dtype):
+    """load_a / load_b of matmul.wgsl for one operand. layout: (fast axis "k" or "r", stride of the other axis,
+    batch stride, offset) in elements; r is the operand's row of C (m for A, n for B)."""
+    fast, ld, batch_stride, offset = layout
+    storage = STORAGE[dtype]
+    fast_total = k_total if fast == "k" else rows_total
+    vec = 4 if ld % 4 == 0 and batch_stride % 4 == 0 and offset % 4 == 0 and fast_total % 4 == 0 else 1
+    shared = "as_" if x == "a" else "bs"
+    if vec == 4:
+        lines = [f"let v = select(vec4<f32>(0.0), vec4<f32>({x}[at / 4u]), inside);"]
+        lines += [f"{shared}[(k{' + ' + str(j) if fast == 'k' and j else ''}) * {rows}u + r"
+                  f"{' + ' + str(j) if fast == 'r' and j else ''}] = v[{j}];" for j in range(4)]
+    else:
+        lines = [f"{shared}[k * {rows}u + r] = select(0.0, f32({x}[at]), inside);"]
+    elem = f"vec4<{storage}>" if vec == 4 else storage
+    source = template("matmul_load", X=x, ROWS=rows, BK=bk, VEC=vec, THREADS=threads, SH=shared,
+                      FAST_TILE=bk if fast == "k" else rows, R_EXPR="slow" if fast == "k" else "fast",
+                      K_EXPR="fast" if fast == "k" else "slow", ROWS_TOTAL=rows_total, K=k_total, OFFSET=offset,
+                      BATCH_STRIDE=batch_stride, R_STRIDE=ld if fast == "k" else 1,
+                      K_STRIDE=1 if fast == "k" else ld, LOAD="\n    ".join(lines))
+    return source, elem
+
+
+def render_matmul(batch, m, n, k, a_layout, b_layout, dtype, tiles):
+    """(source, workgroups) of C = A·B (wgsl/matmul.wgsl); tiles = (BM, BN, BK, TM, TN)."""
+    bm, bn, bk, tm, tn = tiles
+    threads = (bm // tm) * (bn // tn)
+    load_a, a_elem = operand_load("a", a_layout, bm, m, k, bk, threads, dtype)
+    load_b, b_elem = operand_load("b", b_layout, bn, n, k, bk, threads, dtype)
+    source = template("matmul", ENABLE="enable f16;" if dtype == "float16" else "", T=STORAGE[dtype],
+                      A_ELEM=a_elem, B_ELEM=b_elem, LOAD_A=load_a, LOAD_B=load_b, BATCH=batch, M=m, N=n, K=k,
+                      BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=threads)
+    return source, (-(-n // bn), -(-m // bm), batch)

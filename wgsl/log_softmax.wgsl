@@ -1,0 +1,22 @@
+// ROW_LOG_SOFTMAX: out[r] = [(x + (-max)) + (-log Σe) | max | Σe] with e = exp(x + (-max)): the max pass, the
+// sum pass, then the write, as the primitives it replaces compute it. A row of -inf gives NaN (as torch).
+@compute @workgroup_size({{WORKGROUP}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+  let row = wid.x + wid.y * 65535u;
+  let r = min(row, ROWS - 1u);  // a spare workgroup of a 2-D dispatch recomputes the last row and stores nothing
+  let at = r * N;
+  var m: f32 = bitcast<f32>(4286578688u);  // -inf
+  for (var i = t; i < N; i += W) { m = tl_max(m, x[at + i]); }
+  m = row_max(t, m);
+  var s: f32 = 0.0;
+  for (var i = t; i < N; i += W) { s += exp(x[at + i] + (-m)); }
+  s = row_sum(t, s);
+  if (row < ROWS) {
+    let shift = -log(s);
+    for (var i = t; i < N; i += W) { out[r * OUT_N + i] = (x[at + i] + (-m)) + shift; }
+    if (t == 0u) {
+      out[r * OUT_N + N] = m;
+      out[r * OUT_N + N + 1u] = s;
+    }
+  }
+}

@@ -1,0 +1,36 @@
+// Math helpers for generated kernels. WGSL's builtins have no erf, and implementations may compute tanh as
+// sinh/cosh (inf/inf = NaN for large inputs) and may fold `x != x` to false, so NaN is tested on the bits.
+fn tl_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+
+// NaN in either operand wins, as NumPy's maximum
+fn tl_max(a: f32, b: f32) -> f32 { return select(b, a, tl_isnan(a) || a > b); }
+
+// small |x|: x + x·z·P(z) with z = x² (no cancellation, tanh(-0) = -0); else 1 - 2 / (e^{2|x|} + 1) with x's sign
+fn tl_tanh(x: f32) -> f32 {
+  let a = abs(x);
+  let z = x * x;
+  var p = -5.70498872745e-3;
+  p = p * z + 2.06390887954e-2;
+  p = p * z - 5.37397155531e-2;
+  p = p * z + 1.33314422036e-1;
+  p = p * z - 3.33332819422e-1;
+  let small = x * (1.0 + z * p);
+  var big = select(1.0 - 2.0 / (exp(a + a) + 1.0), 1.0, a > 9.0);
+  big = select(big, -big, x < 0.0);
+  return select(big, small, a < 0.625);
+}
+
+// |x| < 0.5: the Taylor series of (2/√π)·Σ (-1)ⁿ x^(2n+1) / (n!(2n+1)); else 1 - erfc(|x|) with erfc from
+// Numerical Recipes' Chebyshev fit (relative error < 1.2e-7), with x's sign
+fn tl_erf(x: f32) -> f32 {
+  let z = x * x;
+  let series = x * (1.1283791671 + z * (-0.37612638903 + z * (0.11283791671 + z * (-0.02686617064
+               + z * (0.00522397762 - z * 0.00085483270)))));
+  let a = abs(x);
+  let t = 1.0 / (1.0 + 0.5 * a);
+  let erfc = t * exp(-a * a - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+             + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))));
+  let big = select(1.0 - erfc, erfc - 1.0, x < 0.0);
+  return select(select(big, x, tl_isnan(x)), series, a < 0.5);
+}
+{{F16_HELPERS}}
