@@ -1,0 +1,365 @@
+/*
+FlashAttention-2 (Dao, 2023) on the CPU: attention whose memory is linear in the sequence length.
+
+Forward, one task per (batch x head, tile of BR queries), tasks spread over the OpenMP threads:
+
+    m = -inf, l = 0, O = 0                                   (per query row of the tile)
+    for each tile of BC keys the rows may see (causal: up to the tile's last row):
+        S = Q K^T                                            BR x BC, the only score tile held
+        m' = max(m, rowmax(S * scale));  P = exp(S * scale - m');  a = exp(m - m')
+        l = l * a + rowsum(P);  O = O * a + P V;  m = m'
+    O = O / l;  L = m + log l                                (L is all the backward needs)
+
+Backward, one task per (batch x head), so dQ, dK and dV of a head have a single writer (no atomics):
+
+    Delta = rowsum(dO o O) - dL
+    for each tile of BC keys:  K^T and V^T packed once
+        for each tile of BR queries that sees it:
+            P = exp(Q K^T * scale - L);  dV += P^T dO;  dP = dO V^T
+            dS = P o (dP - Delta) * scale;  dQ += dS K;  dK += dS^T Q
+
+All the products are small GEMMs C (+)= A B with A read through strides (plain or transposed) and B row-major:
+the AVX2+FMA path does them 6 rows x 16 columns at a time in registers (masked loads at a ragged right edge),
+and computes exp with a vectorised polynomial; the portable path is plain C. The AVX2 path follows the sgemm's
+dispatch (tl_sgemm_uses_avx2: TINYLLM_NO_AVX2=1 or tl_force_portable(1) turn it off).
+*/
+#include <math.h>
+
+#include "attention.h"
+#include "common.h"
+#include "sgemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define BR 64  // queries per tile
+#define BC 64  // keys per tile
+#define PARALLEL_MIN (1L << 20)  // below this many multiply-adds a call runs on one thread: waking a team costs more
+
+// Threads for a call of `work` multiply-adds split into `tasks` independent pieces.
+static int threads_for(long work, long tasks) {
+    return work < PARALLEL_MIN ? 1 : (int)tl_max(1, tl_min(tl_get_num_threads(), tasks));
+}
+
+// ----------------------------------------------------------------------------
+// Portable path.
+
+// C[M x N] (+)= A B, A(m, k) = A[m*ars + k*acs], B(k, n) = B[k*ldb + n].
+static void mm_portable(long M, long N, long K, const float *A, long ars, long acs,
+                        const float *B, long ldb, float *C, long ldc, int accumulate) {
+    for (long m = 0; m < M; m++) {
+        float *c = C + m * ldc;
+        if (!accumulate)
+            for (long n = 0; n < N; n++) c[n] = 0.0f;
+        for (long k = 0; k < K; k++) {
+            const float a = A[m * ars + k * acs], *b = B + k * ldb;
+            for (long n = 0; n < N; n++) c[n] += a * b[n];
+        }
+    }
+}
+
+// p[j] *= scale for j < n, and the largest result (-inf when n == 0).
+static float scale_max_portable(float *p, long n, float scale) {
+    float mx = -INFINITY;
+    for (long j = 0; j < n; j++) {
+        p[j] *= scale;
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    return mx;
+}
+
+// p[j] = exp(p[j] - shift) for j < n, and the sum of the results.
+static float exp_sum_portable(float *p, long n, float shift) {
+    float sum = 0.0f;
+    for (long j = 0; j < n; j++) {
+        p[j] = expf(p[j] - shift);
+        sum += p[j];
+    }
+    return sum;
+}
+
+// ----------------------------------------------------------------------------
+// AVX2 + FMA path, compiled for that ISA function by function.
+
+#if defined(__x86_64__)
+#define AVX2 __attribute__((target("avx2,fma")))
+
+// Lanes below w are on.
+AVX2 static inline __m256i lanes(long w) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 0 ? 0 : w > 8 ? 8 : w)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Rows [m, m+R) x columns [n, n+16) of C (+)= A B, R in 1..6: 2R accumulators, the B row and one broadcast A
+// element fill 15 of the 16 ymm registers, enough independent FMAs to cover their latency.
+// `full` (a constant at each call) picks plain loads; otherwise the masks cut the columns at the edge.
+AVX2 static inline __attribute__((always_inline)) void
+mm_block(int R, int full, long K, const float *A, long ars, long acs, const float *B, long ldb,
+         float *C, long ldc, int accumulate, __m256i m0, __m256i m1) {
+    __m256 c0[6], c1[6];
+    for (int r = 0; r < R; r++) {
+        if (accumulate) {
+            c0[r] = full ? _mm256_loadu_ps(C + r * ldc) : _mm256_maskload_ps(C + r * ldc, m0);
+            c1[r] = full ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_maskload_ps(C + r * ldc + 8, m1);
+        } else {
+            c0[r] = c1[r] = _mm256_setzero_ps();
+        }
+    }
+    for (long k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
+        __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
+        for (int r = 0; r < R; r++) {
+            __m256 a = _mm256_broadcast_ss(A + r * ars + k * acs);
+            c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        if (full) {
+            _mm256_storeu_ps(C + r * ldc, c0[r]);
+            _mm256_storeu_ps(C + r * ldc + 8, c1[r]);
+        } else {
+            _mm256_maskstore_ps(C + r * ldc, m0, c0[r]);
+            _mm256_maskstore_ps(C + r * ldc + 8, m1, c1[r]);
+        }
+    }
+}
+
+AVX2 static void mm_avx2(long M, long N, long K, const float *A, long ars, long acs,
+                         const float *B, long ldb, float *C, long ldc, int accumulate) {
+    for (long n = 0; n < N; n += 16) {
+        const int full = N - n >= 16;
+        const __m256i m0 = lanes(N - n), m1 = lanes(N - n - 8);
+        const float *b = B + n;
+        long m = 0;
+        if (full) {
+            for (; m + 6 <= M; m += 6)
+                mm_block(6, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1);
+            switch (M - m) {  // the last rows, in one block
+            case 5: mm_block(5, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 4: mm_block(4, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 3: mm_block(3, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 2: mm_block(2, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 1: mm_block(1, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            }
+        } else {
+            for (; m + 6 <= M; m += 6)
+                mm_block(6, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1);
+            switch (M - m) {  // the last rows, in one block
+            case 5: mm_block(5, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 4: mm_block(4, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 3: mm_block(3, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 2: mm_block(2, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            case 1: mm_block(1, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
+            }
+        }
+    }
+}
+
+// e^x for x <= ~0 (softmax arguments): Cephes' polynomial on x - n ln 2, times 2^n; 0 below -87 (and for -inf).
+AVX2 static inline __m256 exp_avx2(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 xc = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
+}
+
+AVX2 static float hmax(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+AVX2 static float scale_max_avx2(float *p, long n, float scale) {
+    const __m256 s = _mm256_set1_ps(scale);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    long j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 y = _mm256_mul_ps(_mm256_loadu_ps(p + j), s);
+        _mm256_storeu_ps(p + j, y);
+        mx = _mm256_max_ps(mx, y);
+    }
+    float m = hmax(mx);
+    for (; j < n; j++) {
+        p[j] *= scale;
+        m = p[j] > m ? p[j] : m;
+    }
+    return m;
+}
+
+AVX2 static float exp_sum_avx2(float *p, long n, float shift) {
+    const __m256 s = _mm256_set1_ps(shift);
+    __m256 acc = _mm256_setzero_ps();
+    long j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 y = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), s));
+        _mm256_storeu_ps(p + j, y);
+        acc = _mm256_add_ps(acc, y);
+    }
+    if (j < n) {
+        __m256i m = lanes(n - j);
+        __m256 y = exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(p + j, m), s));
+        y = _mm256_and_ps(y, _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(p + j, m, y);
+        acc = _mm256_add_ps(acc, y);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// Dispatch.
+
+static void mm(int avx2, long M, long N, long K, const float *A, long ars, long acs,
+               const float *B, long ldb, float *C, long ldc, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+#if defined(__x86_64__)
+    if (avx2) {
+        mm_avx2(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+        return;
+    }
+#endif
+    mm_portable(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+}
+
+static float scale_max(int avx2, float *p, long n, float scale) {
+#if defined(__x86_64__)
+    if (avx2) return scale_max_avx2(p, n, scale);
+#endif
+    return scale_max_portable(p, n, scale);
+}
+
+static float exp_sum(int avx2, float *p, long n, float shift) {
+#if defined(__x86_64__)
+    if (avx2) return exp_sum_avx2(p, n, shift);
+#endif
+    return exp_sum_portable(p, n, shift);
+}
+
+// Keys of the tile starting at k0 (bc of them) that query `row` may see.
+static long visible(long row, long k0, long bc, int causal) {
+    if (!causal) return bc;
+    return tl_max(0, tl_min(bc, row - k0 + 1));
+}
+
+// dst[j*ld + i] = src[i*lds + j]: rows [0, n) x columns [0, d) of src, transposed.
+static void transpose(float *dst, long ld, const float *src, long lds, long n, long d) {
+    for (long i = 0; i < n; i++)
+        for (long j = 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
+}
+
+// ----------------------------------------------------------------------------
+// Forward.
+
+void attention_forward(float *out, const float *q, const float *k, const float *v,
+                       long BH, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+    const int avx2 = tl_sgemm_uses_avx2();
+    const long tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
+    const int nt = threads_for(BH * Tq * Tk * (D + Dv), BH * tiles);
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (long task = 0; task < BH * tiles; task++) {
+        const long bh = task / tiles, i0 = task % tiles * BR, br = tl_min(BR, Tq - i0);
+        const float *qt = q + (bh * Tq + i0) * D, *kb = k + bh * Tk * D, *vb = v + bh * Tk * Dv;
+        float *o = out + (bh * Tq + i0) * ldo;
+        float *s = tl_scratch(0, BR * BC), *kt = tl_scratch(1, D * BC), *ml = tl_scratch(2, 2 * BR);
+        float *mrow = ml, *lrow = ml + BR;
+        for (long r = 0; r < br; r++) {
+            mrow[r] = -INFINITY;
+            lrow[r] = 0.0f;
+            for (long c = 0; c < Dv; c++) o[r * ldo + c] = 0.0f;
+        }
+        const long kend = causal ? tl_min(Tk, i0 + br) : Tk;
+        for (long k0 = 0; k0 < kend; k0 += BC) {
+            const long bc = tl_min(BC, Tk - k0);
+            transpose(kt, BC, kb + k0 * D, D, bc, D);
+            mm(avx2, br, bc, D, qt, D, 1, kt, BC, s, BC, 0);
+            for (long r = 0; r < br; r++) {
+                float *row = s + r * BC;
+                const long n = visible(i0 + r, k0, bc, causal);
+                const float mx = scale_max(avx2, row, n, scale);
+                for (long j = n; j < bc; j++) row[j] = 0.0f;  // this row sees none of these keys
+                if (n == 0) continue;
+                const float m_new = mrow[r] > mx ? mrow[r] : mx;
+                const float sum = exp_sum(avx2, row, n, m_new);
+                const float alpha = expf(mrow[r] - m_new);  // 0 on the first visible tile (m = -inf)
+                float *orow = o + r * ldo;
+                for (long c = 0; c < Dv; c++) orow[c] *= alpha;
+                lrow[r] = lrow[r] * alpha + sum;
+                mrow[r] = m_new;
+            }
+            mm(avx2, br, Dv, bc, s, BC, 1, vb + k0 * Dv, Dv, o, ldo, 1);
+        }
+        for (long r = 0; r < br; r++) {
+            const float inv = 1.0f / lrow[r];
+            for (long c = 0; c < Dv; c++) o[r * ldo + c] *= inv;
+            o[r * ldo + Dv] = mrow[r] + logf(lrow[r]);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Backward.
+
+void attention_backward(float *dqkv, const float *q, const float *k, const float *v,
+                        const float *out, const float *dout,
+                        long BH, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+    const int avx2 = tl_sgemm_uses_avx2();
+    const long ldo = Dv + 1, per_head = Tq * D + Tk * D + Tk * Dv;
+    const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (long bh = 0; bh < BH; bh++) {
+        const float *qb = q + bh * Tq * D, *kb = k + bh * Tk * D, *vb = v + bh * Tk * Dv;
+        const float *ob = out + bh * Tq * ldo, *dob = dout + bh * Tq * ldo;
+        float *dq = dqkv + bh * per_head, *dk = dq + Tq * D, *dv = dk + Tk * D;
+        float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
+        float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
+        float *delta = tl_scratch(2, Tq);
+        for (long i = 0; i < Tq; i++) {
+            float acc = 0.0f;
+            for (long c = 0; c < Dv; c++) acc += dob[i * ldo + c] * ob[i * ldo + c];
+            delta[i] = acc - dob[i * ldo + Dv];
+        }
+        memset(dq, 0, (size_t)per_head * sizeof(float));
+        for (long k0 = 0; k0 < Tk; k0 += BC) {
+            const long bc = tl_min(BC, Tk - k0);
+            transpose(kt, BC, kb + k0 * D, D, bc, D);
+            transpose(vt, BC, vb + k0 * Dv, Dv, bc, Dv);
+            for (long i0 = causal ? k0 / BR * BR : 0; i0 < Tq; i0 += BR) {
+                const long br = tl_min(BR, Tq - i0);
+                const float *qt = qb + i0 * D, *dot = dob + i0 * ldo;
+                mm(avx2, br, bc, D, qt, D, 1, kt, BC, p, BC, 0);     // S
+                mm(avx2, br, bc, Dv, dot, ldo, 1, vt, BC, ds, BC, 0);  // dP
+                for (long r = 0; r < br; r++) {
+                    float *prow = p + r * BC, *dsrow = ds + r * BC;
+                    const long n = visible(i0 + r, k0, bc, causal);
+                    const float lse = ob[(i0 + r) * ldo + Dv], dl = delta[i0 + r];
+                    scale_max(avx2, prow, n, scale);
+                    exp_sum(avx2, prow, n, lse);
+                    for (long j = n; j < bc; j++) prow[j] = 0.0f;
+                    for (long j = 0; j < bc; j++) dsrow[j] = prow[j] * (dsrow[j] - dl) * scale;
+                }
+                mm(avx2, bc, Dv, br, p, 1, BC, dot, ldo, dv + k0 * Dv, Dv, 1);  // dV += P^T dO
+                mm(avx2, br, D, bc, ds, BC, 1, kb + k0 * D, D, dq + i0 * D, D, 1);  // dQ += dS K
+                mm(avx2, bc, D, br, ds, 1, BC, qt, D, dk + k0 * D, D, 1);  // dK += dS^T Q
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+"""FLASH_ATTN and FLASH_ATTN_BWD on the WGSL runtime: wgsl/flash_attention_forward.wgsl and _backward.wgsl,
+registered through the runtime's kernel hook. Operands are made contiguous first (a strided copy on the GPU)."""
+import math
+
+from .. import dtype as dt
+from .render import wgsl as render
+from .wgsl_runtime import register_kernel
+
+
+def _source(name, rt, threads, q, k, v, arg, **extra):
+    groups = render.groups_for(-(-threads // rt.workgroup))
+    enable = "enable f16;\n" if q.dtype is dt.float16 else ""
+    source = enable + render.template(
+        name, T=render.STORAGE[q.dtype.name], BH=math.prod(q.shape[:-2]), TQ=q.shape[-2], TK=k.shape[-2],
+        D=q.shape[-1], DV=v.shape[-1], SCALE_BITS=render.f32_bits(arg[0]), CAUSAL=str(arg[1]).lower(),
+        WORKGROUP=rt.workgroup, ROW=groups[0] * rt.workgroup, **extra)
+    return source, groups
+
+
+@register_kernel("FLASH_ATTN")
+def _flash_forward(rt, node, ins):
+    q, k, v = (rt.contiguous(x) for x in ins)
+    out = rt.empty(node.shape, node.dtype)
+    rows = math.prod(q.shape[:-1])
+    if rows:
+        source, groups = _source("flash_attention_forward", rt, rows, q, k, v, node.arg)
+        rt.dispatch(source, [out, q, k, v], groups)
+    return out
+
+
+@register_kernel("FLASH_ATTN_BWD")
+def _flash_backward(rt, node, ins):
+    q, k, v, out, dout = (rt.contiguous(x) for x in ins)
+    grads = rt.empty(node.shape, node.dtype)
+    if not math.prod(node.shape):
+        return grads
+    delta = rt.empty(q.shape[:-1], dt.float32)
+    bindings = [grads, q, k, v, out, dout, delta]
+    read_only = [False, True, True, True, True, True, False]
+    for part, rows in ((0, math.prod(q.shape[:-1])), (1, math.prod(k.shape[:-1]))):
+        source, groups = _source("flash_attention_backward", rt, rows, q, k, v, node.arg, PART=part)
+        rt.dispatch(source, bindings, groups, read_only)
+    return grads
