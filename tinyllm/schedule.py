@@ -1,10 +1,92 @@
 """Turns the graph behind some output nodes into a linear list of kernels, with the point after which each
-value is no longer needed, so a runtime can free buffers as soon as it can."""
+value is no longer needed, so a runtime can free buffers as soon as it can.
+
+The order decides how much memory is held at once. Two rules, both deterministic and linear in the graph:
+  * Deepest source first. The kernels are a depth-first walk from the outputs that visits a node's sources in
+    order of decreasing height (longest path from an input). In a backward pass, a node that reads the upstream
+    gradient and a forward value (say, a recomputed one) then runs the long gradient chain first and computes
+    the short forward value just before its use, instead of holding it while the rest of the backward pass runs.
+  * Outputs as soon as possible. Work that only an output needs (a weight gradient dW = Xᵀ·dY and the views it
+    reads) runs as soon as its inputs exist, so X and dY die early rather than wait for the output's turn in the
+    walk. The output is held to the end anyway. A recomputed value (a CHECKPOINT "recompute" marker) is never
+    pulled early: moving it forward would undo the checkpointing.
+"""
 from .graph import toposort
 
 
 def _is_input(node):
     return node.buffer is not None or node.op in ("LOAD", "CONST", "SLOT")  # a FUSED node may have no sources
+
+
+def _heights(nodes):
+    height = {}
+    for n in nodes:  # sources first
+        height[n] = 1 + max((height[s] for s in n.src), default=0) if not _is_input(n) else 0
+    return height
+
+
+def _deepest_first(outputs, height):
+    """Depth-first postorder from the outputs; a node's sources are visited deepest first (ties: in order)."""
+    order, done = [], set()
+    for root in outputs:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in done:
+                continue
+            if expanded or _is_input(node):
+                done.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            srcs = sorted(node.src, key=lambda s: -height[s])  # stable: equal heights keep their order
+            stack.extend((s, False) for s in reversed(srcs) if s not in done)
+    return order
+
+
+def _output_work(kernels, outputs, users):
+    """Kernels whose every consumer is (work for) the same one output: they can run as soon as their inputs do."""
+    owner, outs = {}, set(outputs)
+    for n in reversed(kernels):  # consumers first
+        if n in outs:
+            owner[n] = n
+        elif users[n] and not (n.op == "CHECKPOINT" and n.arg[0] == "recompute"):
+            first = owner.get(users[n][0])
+            if first is not None and all(owner.get(u) is first for u in users[n]):
+                owner[n] = first
+    return set(owner)
+
+
+def order(outputs):
+    """(inputs, kernels) of the graph behind `outputs`, kernels in the memory-minded order above."""
+    nodes = toposort(outputs, stop=_is_input)
+    inputs = [n for n in nodes if _is_input(n)]
+    walk = [n for n in _deepest_first(outputs, _heights(nodes)) if not _is_input(n)]
+    users = {n: [] for n in walk}
+    pending = {}
+    for n in walk:
+        srcs = {s for s in n.src if not _is_input(s)}
+        pending[n] = len(srcs)
+        for s in srcs:
+            users[s].append(n)
+    early = _output_work(walk, outputs, users)
+    kernels, placed = [], set()
+
+    def place(n):
+        stack = [n]
+        while stack:
+            n = stack.pop()
+            placed.add(n)
+            kernels.append(n)
+            for u in reversed(users[n]):
+                pending[u] -= 1
+                if not pending[u] and u in early and u not in placed:
+                    stack.append(u)
+
+    for n in walk:
+        if n not in placed and (n not in early or not pending[n]):
+            place(n)
+    return inputs, kernels
 
 
 class Schedule:
@@ -17,9 +99,7 @@ class Schedule:
         self.outputs = list(outputs)
         self.fresh = list(fresh) if fresh is not None else [False] * len(self.outputs)
         self.prepared = {}  # runtime name -> what that runtime made ready for this schedule (compiled kernels)
-        order = toposort(self.outputs, stop=_is_input)
-        self.inputs = [n for n in order if _is_input(n)]
-        self.kernels = [n for n in order if not _is_input(n)]
+        self.inputs, self.kernels = order(self.outputs)
         last = {}
         for i, n in enumerate(self.kernels):
             for s in n.src:
