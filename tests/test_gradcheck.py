@@ -78,12 +78,20 @@ def cases():
         "SHRINK": [(lambda x: P("SHRINK", x, arg=sl((1, 5, 2), (0, 2, 1))), [leaf(5, 3)])],
         "PAD": [(lambda x: P("PAD", x, arg=((5, 3), sl((1, 5, 2), (0, 2, 1)))), [leaf(2, 2)])],
         "CAT": [(lambda a, b, c: P("CAT", a, b, c, arg=1), [leaf(2, 1), leaf(2, 3), leaf(2, 2)])],
+        "CHECKPOINT": [(lambda x: P("CHECKPOINT", x, arg=("enter", "nothing_saveable")), [leaf(2, 3)])],
         "MATMUL": [(lambda a, b: P("MATMUL", a, b), [leaf(2, 3), leaf(3, 4)]),
                    (lambda a, b: P("MATMUL", a, b), [leaf(2, 2, 3), leaf(2, 3, 1)])],
         "GATHER": [(lambda x, i: P("GATHER", x, i, arg=0), [leaf(4, 2), index(3, 0, 3, -1)]),
                    (lambda x, i: P("GATHER", x, i, arg=1), [leaf(2, 3), index([2, 2], [0, 1])])],
         "SCATTER_ADD": [(lambda x, i: P("SCATTER_ADD", x, i, arg=(0, 4)), [leaf(3, 2), index(1, 3, 1)]),
                         (lambda x, i: P("SCATTER_ADD", x, i, arg=(1, 3)), [leaf(2, 2, 2), index([0, 2], [2, 2])])],
+        # the packed output [O | L]: a random upstream gradient checks the log-sum-exp's gradient too
+        "FLASH_ATTN": [(lambda q, k, v: P("FLASH_ATTN", q, k, v, arg=(0.7, True)), [leaf(2, 4, 3), leaf(2, 4, 3),
+                                                                                    leaf(2, 4, 2)]),
+                       (lambda q, k, v: P("FLASH_ATTN", q, k, v, arg=(0.5, False)), [leaf(3, 2), leaf(5, 2),
+                                                                                     leaf(5, 3)]),
+                       (lambda q, k, v: P("FLASH_ATTN", q, k, v, arg=(1.0, True)), [leaf(1, 5, 2), leaf(1, 3, 2),
+                                                                                    leaf(1, 3, 2)])],
     }
 
 

@@ -7,15 +7,21 @@ from .rewrite.engine import graph_rewrite, trace
 from .rewrite.simplify import simplify
 from .rewrite.cse import cse
 from .rewrite.pads import pads
+from .rewrite.layout import layout
+from .rewrite.checkpoint import checkpoint
+from .rewrite.flash import attention_pass
 from .runtime import get as get_runtime
 from .schedule import Schedule
 from .views import VIEW_OPS
 
-# The passes every realize runs, in order. Later passes (fusion, FlashAttention, checkpointing) join this list.
-PASSES = [("simplify", simplify), ("pads", pads), ("cse", cse)]
+# The passes every realize runs, in order; a runtime adds its own after them (fusion on C and WGSL).
+PASSES = [("simplify", simplify), ("pads", pads), ("cse", cse), ("layout", layout), ("checkpoint", checkpoint)]
 MAX_PLANS = 256
 CACHE_PLANS = True  # tests of the passes turn this off to see them run on every realize
 _plans = {}  # (runtime, structure) -> Schedule over SLOT inputs
+# Passes that read input values (FlashAttention checks that a mask buffer is causal), so they run on the graph
+# itself before it is keyed: fn(roots, structure key) -> new roots, or `roots` itself when nothing changed.
+VALUE_PASSES = [attention_pass]
 
 
 def run_passes(roots, passes=None):
@@ -67,6 +73,11 @@ def realize(*tensors):
     start, mark = time.perf_counter(), len(trace)
     roots = [t.node for t in todo]
     key, leaves = structure(roots)
+    for value_pass in VALUE_PASSES:
+        new = value_pass(roots, key)
+        if new is not roots:
+            roots = new
+            key, leaves = structure(roots)
     feeds = [leaf.buffer if leaf.buffer is not None else leaf.arg for leaf in leaves]
     found = {b.runtime.name for b in feeds} - {runtime.name}
     if found:

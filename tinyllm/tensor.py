@@ -7,7 +7,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import dtype as dt
-from .autograd import gradients
+from .autograd import gradients, prepare
 from .graph import Node, build, const, toposort
 from .realize import realize
 from .runtime import get as get_runtime
@@ -211,6 +211,8 @@ class Tensor:
             if gradient.shape != self.shape:
                 raise RuntimeError(f"backward: gradient has shape {gradient.shape}, the tensor {self.shape}")
             seed = gradient.to(self.dtype)._node
+        if self._node.buffer is None:  # compute the value through the graph the gradients are built from
+            self._node = prepare(self._node)
         leaves = [t for n in toposort([self._node], stop=lambda n: n.op == "DETACH")
                   if (t := _grad_leaves.get(n)) is not None and t.requires_grad]
         grads = gradients(self._node, seed, [t._node for t in leaves])
@@ -250,8 +252,8 @@ class Tensor:
             if dtype is None:
                 kind = dt.bool_ if isinstance(x, (bool, np.bool_)) else dt.int64 if isinstance(x, (int, np.integer)) else dt.float32
                 # a Python scalar never widens a tensor's dtype, as in torch
-                order = [dt.bool_, dt.int64, dt.float32, dt.float64]
-                dtype = self.dtype if order.index(self.dtype) >= order.index(kind) else kind
+                order = [dt.bool_, dt.int64, dt.float16, dt.float32, dt.float64]
+                dtype = self.dtype if order.index(self.dtype) >= order.index(kind) or self.dtype.is_float else kind
             # a scalar meeting a tensor of its dtype is a constant of the tensor's shape straight away
             return Tensor._from_node(const(x, self.shape if dtype is self.dtype else (), dtype), self.device)
         return Tensor(x, device=self.device)

@@ -44,10 +44,10 @@ def _own_strides(node, src_strides):
         return tuple(st * step for st, (_, _, step) in zip(src_strides, node.arg))
     if node.op == "RESHAPE":
         return view_strides(node.src[0].shape, src_strides, node.shape) or contiguous_strides(node.shape)
-    return src_strides  # DETACH
+    return src_strides  # DETACH, CHECKPOINT
 
 
-VIEW_OPS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH"}
+VIEW_OPS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH", "CHECKPOINT"}
 
 
 def strides_of(node):

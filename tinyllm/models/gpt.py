@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import factory, nn
 from ..nn import functional as F
+from ..checkpoint import checkpoint
 from ..tensor import no_grad
 
 
@@ -18,6 +19,7 @@ class GPTConfig:
     n_embd: int = 384
     dropout: float = 0.0
     bias: bool = True
+    checkpoint: bool = False  # recompute each block's activations in the backward pass (less memory)
 
 
 class CausalSelfAttention(nn.Module):
@@ -97,7 +99,7 @@ class GPT(nn.Module):
         pos = factory.arange(T, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
-            x = block(x)
+            x = checkpoint(block, x) if self.config.checkpoint and self.training else block(x)
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x[:, -1:, :]), None  # inference: only the last position is needed

@@ -5,4 +5,4 @@ Composite ops (softmax, layer_norm, gelu, attention, ...) are built from these i
 runtime implements only what is listed here. `rule_of(op)` finds a rule; a missing one is a clear error.
 """
 from .base import Op, register, rule_of, PRIMITIVES  # noqa: F401
-from . import source, elementwise, reduce, movement, matmul, index  # noqa: F401  (each registers its ops)
+from . import source, elementwise, reduce, movement, matmul, index, attention, checkpoint  # noqa: F401  (each registers its ops)

@@ -13,7 +13,7 @@ from ..graph import Node, toposort
 
 COLORS = {"LOAD": "lightblue", "CONST": "lightgrey", "SUM": "khaki", "REDUCE_MAX": "khaki", "MATMUL": "salmon",
           "RESHAPE": "palegreen", "PERMUTE": "palegreen", "EXPAND": "palegreen", "SHRINK": "palegreen",
-          "PAD": "palegreen", "CAT": "palegreen"}
+          "PAD": "palegreen", "CAT": "palegreen", "CHECKPOINT": "orchid"}
 
 
 def _nodes(roots):
