@@ -512,6 +512,25 @@ def test_fused_elementwise_intermediates_take_no_memory(device):
     np.testing.assert_allclose(got, (np.tanh(np.exp(rand(512, 512).astype(np.float64))) * 3).sum(-1), rtol=1e-4)
 
 
+def test_buffer_pool_stays_bounded_over_training_steps():
+    """The pool takes back only the buffers it handed out: arrays an op's NumPy forward made (the padded gradient
+    of FLASH_ATTN's packed output, say) have shapes no kernel asks the pool for, and would pile up step by step."""
+    from tinyllm.models.gpt import GPT, GPTConfig
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=16)).to(device="c")
+    opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = tl.tensor(np.random.default_rng(0).integers(0, 11, (4, 16)), device="c")
+    pooled = []
+    for _ in range(5):
+        _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+        pooled.append(sum(a.nbytes for free in get_runtime("c").pool.values() for a in free))
+    assert pooled[1] == pooled[2] == pooled[3] == pooled[4], pooled
+
+
 # ---- devices share graph nodes ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("first,second", [("numpy", "c"), ("c", "numpy")])

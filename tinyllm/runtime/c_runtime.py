@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -72,6 +73,7 @@ class CRuntime(NumpyRuntime):
         self.ffi, self.lib = _load_prebuilt()
         self.kernels = {}  # (Kernel, dtypes) -> compiled function
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
+        self.made = weakref.WeakValueDictionary()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
         if self.lib is not None:
@@ -87,12 +89,17 @@ class CRuntime(NumpyRuntime):
 
     def empty(self, shape, dtype):
         free = self.pool.get((shape, dtype))
-        return track(free.pop()) if free else np.empty(shape, dtype)
+        if free:
+            return track(free.pop())
+        out = np.empty(shape, dtype)
+        self.made[id(out)] = out
+        return out
 
     def release(self, value):
-        # Only an array nothing else refers to (no view of it, no output, no feed) may be handed out again:
-        # the two references counted are this argument and getrefcount's own.
-        if value.base is None and value.flags.writeable and sys.getrefcount(value) == 2:
+        # Only an array this pool made (an op's NumPy forward makes arrays of shapes no kernel may ask for again:
+        # pooled, they would pile up) and that nothing else refers to (no view of it, no output, no feed) may be
+        # handed out again: the two references counted are this argument and getrefcount's own.
+        if self.made.get(id(value)) is value and value.flags.writeable and sys.getrefcount(value) == 2:
             untrack(value)
             self.pool.setdefault((value.shape, value.dtype), []).append(value)
 
