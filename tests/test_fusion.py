@@ -670,3 +670,23 @@ def test_c_float32_exp_and_tanh_within_two_ulp(op, c_schedules):
     assert err[worst] <= ULP_MAX, (f"{op}({x[~nan][worst]!r}) = {got[~nan][worst]!r}, float64 reference "
                                    f"{r[worst]!r}: {err[worst]:.2f} ulp")
     assert np.array_equal(np.signbit(got[~nan][r == 0]), np.signbit(r[r == 0]))  # tanh(-0) = -0
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 12), limit=st.integers(3, 6), seed=st.integers(0, 2**32 - 1))
+def test_max_inputs_bounds_every_kernel(n, limit, seed):
+    """fuse(max_inputs=k), as the WGSL runtime runs it with its device's storage-buffer limit: no kernel reads more
+    than k buffers, and the values are the unbounded pass's."""
+    rng = np.random.default_rng(seed)
+    xs = [tl.tensor(rng.standard_normal((3, 5)).astype(np.float32), device="numpy") for _ in range(n)]
+    y = xs[0].tanh()
+    for i, x in enumerate(xs[1:]):  # a chain where every step brings a new input
+        y = (y * x).exp() if i % 2 else y + x.tanh()
+    roots = run_passes([y.node], PASSES)
+    bounded, free = fuse(roots, max_inputs=limit), fuse(roots)
+    widest = max(len(k.src) for k in toposort(bounded) if k.op == "FUSED")
+    assert widest <= limit
+    run = lambda r: get_runtime("numpy").execute(Schedule(r))[0].numpy()  # noqa: E731
+    np.testing.assert_array_equal(run(bounded), run(free))
+    if n > limit:  # the bound did cut the chain
+        assert sum(k.op == "FUSED" for k in toposort(bounded)) > sum(k.op == "FUSED" for k in toposort(free))

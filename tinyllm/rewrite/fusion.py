@@ -118,8 +118,10 @@ class _Builder:
                     out_shape, dtype)
 
 
-def fuse(roots):
-    """The fusion pass: returns new roots whose graph holds FUSED nodes instead of elementwise ops."""
+def fuse(roots, max_inputs=None):
+    """The fusion pass: returns new roots whose graph holds FUSED nodes instead of elementwise ops. `max_inputs`
+    bounds the buffers one kernel reads (a WebGPU device binds only so many storage buffers per shader): a
+    producer whose inputs would not fit is stored and read instead of inlined."""
     users = {}
     for n in toposort(roots, stop=lambda n: n.buffer is not None):
         for s in set(n.src):
@@ -133,7 +135,11 @@ def fuse(roots):
     def original(x):
         return Node(x.op, tuple(origin.get(s, s) for s in x.src), x.arg, x.shape, x.dtype)
 
-    def operand(b, src, shape, into_reduction=False):
+    def fits(b, srcs, later):
+        """Whether the kernel can read `srcs` too, with `later` operands still to load."""
+        return max_inputs is None or len(b.srcs) + len(set(srcs) - set(b.srcs)) + later <= max_inputs
+
+    def operand(b, src, shape, into_reduction=False, later=0):
         base, views = _view_chain(src)
         k = base.arg if base.op == "FUSED" else None
         if k is not None and k.reduce is None and len(k.code) <= MAX_KERNEL_OPS:
@@ -144,7 +150,7 @@ def fuse(roots):
             # Through a view that repeats elements (a broadcast), only a cheap producer: each repeat recomputes it.
             single = users.get(origin.get(base)) == 1 and all(users.get(origin.get(v)) == 1 for v in views)
             repeats = math.prod(shape) > math.prod(base.shape)
-            if cheap or (single and not repeats):
+            if (cheap or (single and not repeats)) and fits(b, base.src, later):
                 value = b.inline(k, base.src, views)
                 if value is not None:
                     return value
@@ -152,7 +158,7 @@ def fuse(roots):
 
     def elementwise(x):
         b = _Builder()
-        args = tuple(operand(b, s, x.shape) for s in x.src)
+        args = tuple(operand(b, s, x.shape, later=len(x.src) - 1 - i) for i, s in enumerate(x.src))
         b.code.append((x.op, x.arg, args, x.dtype.name))
         out = b.node(x.shape, None, x.shape, x.dtype)
         origin[out] = original(x)

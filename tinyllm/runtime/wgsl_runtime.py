@@ -13,6 +13,7 @@ Hook for hand-written kernels of ops fusion leaves alone: `register_kernel(op)(f
 `fn(runtime, node, inputs) -> Value` records dispatches with `runtime.dispatch` on buffers from
 `runtime.empty(shape, dtype)` and `runtime.contiguous(value)`.
 """
+import functools
 import math
 import os
 import time
@@ -79,10 +80,12 @@ def _storage_name(dtype):
 
 class WGSLRuntime(Runtime):
     name = "wgsl"
-    passes = (("rowwise", rowwise), ("fusion", fuse))
 
     def __init__(self):
         self.gpu = Device()
+        # a kernel binds its output and each input as a storage buffer: fusion keeps within the device's limit
+        inputs = self.gpu.limits["max-storage-buffers-per-shader-stage"] - 1
+        self.passes = (("rowwise", rowwise), ("fusion", functools.partial(fuse, max_inputs=inputs)))
         self.info, self.features, self.has_f16 = self.gpu.info, self.gpu.features, self.gpu.has_f16
         self.workgroup = 64 if self.info["adapter_type"] == "CPU" else 256
         self.constants = {}  # (value, dtype) -> one-element Storage, never recycled
