@@ -113,3 +113,19 @@ def helper_test_op(shapes, torch_fn, tinyllm_fn=None, *, tol, seed=0, dtype=np.f
         got = np.zeros_like(arrays[i]) if l.grad is None else l.grad.numpy()
         compare(f"gradient of input {i}, {where}", got, want, *tol["grad"])
     return l_outs
+
+
+def tiny_gpt_steps(steps, device=None):
+    """Train a tiny GPT (AdamW) for `steps` steps on one fixed batch, yielding after each step."""
+    from tinyllm.models.gpt import GPT, GPTConfig
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=16)).to(device=device)
+    opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = tl.tensor(np.random.default_rng(0).integers(0, 11, (4, 16)), device=device)
+    for _ in range(steps):
+        _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+        yield

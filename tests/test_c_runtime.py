@@ -25,6 +25,8 @@ from tinyllm.runtime import c_runtime, compiler
 from tinyllm.runtime import get as get_runtime
 from tinyllm.runtime.c_runtime import CRuntime
 
+from helpers import tiny_gpt_steps
+
 R = importlib.import_module("tinyllm.realize")  # `tinyllm.realize` the attribute is the function
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMUL_TOL = dict(rtol=1e-5, atol=1e-5)  # float32 sgemm against a float64 product, K <= 40
@@ -515,19 +517,7 @@ def test_fused_elementwise_intermediates_take_no_memory(device):
 def test_buffer_pool_stays_bounded_over_training_steps():
     """The pool takes back only the buffers it handed out: arrays an op's NumPy forward made (the padded gradient
     of FLASH_ATTN's packed output, say) have shapes no kernel asks the pool for, and would pile up step by step."""
-    from tinyllm.models.gpt import GPT, GPTConfig
-    tl.manual_seed(0)
-    model = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=16)).to(device="c")
-    opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
-    idx = tl.tensor(np.random.default_rng(0).integers(0, 11, (4, 16)), device="c")
-    pooled = []
-    for _ in range(5):
-        _, loss = model(idx, idx)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        loss.item()
-        pooled.append(sum(a.nbytes for free in get_runtime("c").pool.values() for a in free))
+    pooled = [sum(a.nbytes for free in get_runtime("c").pool.values() for a in free) for _ in tiny_gpt_steps(5, "c")]
     assert pooled[1] == pooled[2] == pooled[3] == pooled[4], pooled
 
 

@@ -16,6 +16,8 @@ from tinyllm.ops import attention
 from tinyllm.rewrite import flash, tracing
 from tinyllm.autograd import gradients, prepare
 
+from helpers import tiny_gpt_steps
+
 pytestmark = pytest.mark.usefixtures("each_runtime")
 
 TOL = dict(rtol=2e-4, atol=2e-5)  # float32, against float64 references
@@ -299,19 +301,7 @@ def test_gpt_uses_flash_attention_in_every_layer():
 def test_training_steps_keep_no_old_graph_alive():
     """Rewriting before autograd caches the rewritten graph by its root; the cache must not keep the graph (and
     the old parameters it reads) alive once the step is over: memory after each step stays the same."""
-    from tinyllm.models.gpt import GPT, GPTConfig
-    tl.manual_seed(0)
-    model = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=8))
-    opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
-    idx = tl.tensor(np.random.default_rng(0).integers(0, 11, (2, 16)))
-    held = []
-    for _ in range(4):
-        _, loss = model(idx, idx)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        loss.item()
-        held.append(tl.memory_allocated())
+    held = [tl.memory_allocated() for _ in tiny_gpt_steps(4)]
     assert held[1] == held[2] == held[3], held
 
 

@@ -1,5 +1,5 @@
 """The row-kernel pass (tinyllm/rewrite/rowwise.py) and its WGSL kernels (runtime/wgsl_rowwise.py, wgsl/softmax.wgsl,
-log_softmax.wgsl, layer_norm.wgsl): softmax, log_softmax, cross_entropy and layer_norm over the last axis run as
+layer_norm.wgsl): softmax, log_softmax, cross_entropy and layer_norm over the last axis run as
 one ROW_* kernel on the WGSL runtime, with the same values and gradients as torch; near misses are left alone.
 
 Tolerances (float32, sums in another order than torch's): values and gradients at rtol 1e-4 and atol 1e-5 times

@@ -1,4 +1,4 @@
-// Shared by softmax.wgsl, log_softmax.wgsl and layer_norm.wgsl: workgroup r handles row r of ROWS rows of N
+// Shared by softmax.wgsl (softmax and log_softmax) and layer_norm.wgsl: workgroup r handles row r of ROWS rows of N
 // float32 values (x row-major); out holds rows of N + 2: the row's result, then two of its reductions.
 // Invocation t reads elements t, t + W, t + 2W, ... (neighbours read neighbours), and the workgroup combines
 // its W partial values in a tree of halvings: a fixed order, so results are deterministic.

@@ -1,5 +1,7 @@
-// ROW_SOFTMAX: out[r] = [e · (1/Σe) | max | Σe] with e = exp(x + (-max)), in three passes over the row (max,
-// sum, write), as the primitives it replaces compute it. -inf entries give 0; a row of -inf gives NaN (as torch).
+// ROW_SOFTMAX and ROW_LOG_SOFTMAX: out[r] = [y | max | Σe] with e = exp(x + (-max)), in three passes over the row
+// (max, sum, write), as the primitives they replace compute it; y is {{Y}}:
+//   softmax      e · (1/Σe)               -inf entries give 0, a row of -inf gives NaN (as torch)
+//   log_softmax  (x + (-max)) + (-log Σe)
 @compute @workgroup_size({{WORKGROUP}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
   let row = wid.x + wid.y * 65535u;
@@ -12,8 +14,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   for (var i = t; i < N; i += W) { s += exp(x[at + i] + (-m)); }
   s = row_sum(t, s);
   if (row < ROWS) {
-    let inv = 1.0 / s;
-    for (var i = t; i < N; i += W) { out[r * OUT_N + i] = exp(x[at + i] + (-m)) * inv; }
+    for (var i = t; i < N; i += W) { out[r * OUT_N + i] = {{Y}}; }
     if (t == 0u) {
       out[r * OUT_N + N] = m;
       out[r * OUT_N + N + 1u] = s;

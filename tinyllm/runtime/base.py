@@ -25,6 +25,24 @@ class Runtime:
     def to_numpy(self, buffer):
         raise NotImplementedError
 
+    def constant(self, value, shape, dtype):
+        """A CONST node's value: one element seen as `shape`."""
+        raise NotImplementedError
+
+    def input_values(self, schedule, feeds):
+        """{input node: value} for a schedule: a SLOT's feed, a realized node's or a LOAD's buffer, a CONST."""
+        vals = {}
+        for n in schedule.inputs:
+            if n.op == "SLOT":
+                vals[n] = feeds[n.arg].data
+            elif n.buffer is not None:
+                vals[n] = n.buffer.data
+            elif n.op == "LOAD":
+                vals[n] = n.arg.data
+            else:
+                vals[n] = self.constant(n.arg, n.shape, n.dtype)
+        return vals
+
     def execute(self, schedule, feeds=()):
         """Run `schedule` (see tinyllm/schedule.py) with feeds[i] the Buffer for its i-th SLOT input; return
         one Buffer per output node."""

@@ -21,6 +21,9 @@ class NumpyRuntime(Runtime):
     def to_numpy(self, buffer):
         return buffer.data
 
+    def constant(self, value, shape, dtype):
+        return np.broadcast_to(np.array(value, dtype=dtype.np), shape)  # one element seen through zero strides
+
     def release(self, value):
         """`value` is no longer needed by the schedule (a runtime with a buffer pool may keep it)."""
 
@@ -43,16 +46,7 @@ class NumpyRuntime(Runtime):
             return self._execute(schedule, feeds)
 
     def _execute(self, schedule, feeds):
-        vals = {}
-        for n in schedule.inputs:
-            if n.op == "SLOT":
-                vals[n] = feeds[n.arg].data
-            elif n.buffer is not None:
-                vals[n] = n.buffer.data
-            elif n.op == "LOAD":
-                vals[n] = n.arg.data
-            else:  # CONST: one element seen through zero strides
-                vals[n] = np.broadcast_to(np.array(n.arg, dtype=n.dtype.np), n.shape)
+        vals = self.input_values(schedule, feeds)
         input_storage = {id(owner(vals[n])) for n in schedule.inputs if n.op != "CONST"}
         run = self._timed if debug_level() else self.run
         for node, dead in zip(schedule.kernels, schedule.frees):

@@ -1,6 +1,6 @@
 """ROW_SOFTMAX, ROW_LOG_SOFTMAX and ROW_LAYER_NORM (made by rewrite/rowwise.py) on the WGSL runtime: one
-workgroup per row, wgsl/row_reduce.wgsl for the workgroup's tree reductions plus wgsl/softmax.wgsl,
-log_softmax.wgsl or layer_norm.wgsl, registered through the runtime's kernel hook."""
+workgroup per row, wgsl/row_reduce.wgsl for the workgroup's tree reductions plus wgsl/softmax.wgsl (both
+softmaxes) or layer_norm.wgsl, registered through the runtime's kernel hook."""
 import math
 
 import numpy as np
@@ -8,7 +8,9 @@ import numpy as np
 from .render import wgsl as render
 from .wgsl_runtime import register_kernel
 
-TEMPLATES = {"ROW_SOFTMAX": "softmax", "ROW_LOG_SOFTMAX": "log_softmax", "ROW_LAYER_NORM": "layer_norm"}
+TEMPLATES = {"ROW_SOFTMAX": "softmax", "ROW_LOG_SOFTMAX": "softmax", "ROW_LAYER_NORM": "layer_norm"}
+# what softmax.wgsl writes for element i, from the row's max m and Σe s, in the arithmetic of the primitives
+SOFTMAX_Y = {"ROW_SOFTMAX": "exp(x[at + i] + (-m)) * (1.0 / s)", "ROW_LOG_SOFTMAX": "(x[at + i] + (-m)) + (-log(s))"}
 
 
 def workgroup_width(rt, n):
@@ -28,7 +30,7 @@ def _row_kernel(rt, node, ins):
         return out
     width = workgroup_width(rt, n)
     names = []  # the vectors after x: layer_norm's weight and bias, where the node has them
-    extra = {}
+    extra = {"Y": SOFTMAX_Y[node.op]} if node.op in SOFTMAX_Y else {}
     if node.op == "ROW_LAYER_NORM":
         eps, has_w, has_b = node.arg
         names = ["w"] * has_w + ["b"] * has_b

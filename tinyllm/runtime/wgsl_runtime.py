@@ -181,17 +181,8 @@ class WGSLRuntime(Runtime):
 
     # ---- running a schedule ---------------------------------------------------------------------------------
     def execute(self, schedule, feeds=()):
-        vals, protected = {}, set()
-        for n in schedule.inputs:
-            if n.op == "SLOT":
-                vals[n] = feeds[n.arg].data
-            elif n.buffer is not None:
-                vals[n] = n.buffer.data
-            elif n.op == "LOAD":
-                vals[n] = n.arg.data
-            else:
-                vals[n] = self.constant(n.arg, n.shape, n.dtype)
-            protected.add(id(vals[n].storage))
+        vals = self.input_values(schedule, feeds)
+        protected = {id(v.storage) for v in vals.values()}
         users = {}  # storage id -> live values on it: a storage goes back to the pool when none is left
         for v in vals.values():
             users[id(v.storage)] = users.get(id(v.storage), 0) + 1
