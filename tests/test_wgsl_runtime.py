@@ -31,6 +31,14 @@ def on_gpu(*arrays):
     return [tl.tensor(a, device="wgsl") for a in arrays]
 
 
+def test_every_primitive_has_a_wgsl_kernel():
+    """No op falls back to running on the host (a read-back and an upload each time): each one the graph can hold
+    has a kernel, or is fused (elementwise ops and reductions), or is an input."""
+    from tinyllm.graph import OPS
+    from tinyllm.rewrite.fusion import ELEMENTWISE, REDUCE
+    assert set(OPS) - set(wgsl_runtime.KERNELS) - ELEMENTWISE - REDUCE == {"CONST", "LOAD", "SLOT"}
+
+
 def test_adapter_info_and_features():
     info = RT.info
     assert info["device"] and info["backend"] in ("Vulkan", "Metal", "D3D12", "OpenGL", "OpenGLES", "GL")
