@@ -1,0 +1,124 @@
+"""Where one GPT training step's time goes on a tinyllm runtime: kernels by op, the runtime's own Python, and the
+Python outside it (graph building, autograd, the rewrites before autograd, plan lookup).
+
+    python bench/profile_step.py --config S --threads 2
+    python bench/profile_step.py --config E --runtime numpy      # E: examples/gpt.py's default model and batch
+
+Every kernel's run() and every execute() is timed (perf_counter around each call), so the figures carry a few
+microseconds per kernel of timer overhead. Run in a subprocess with the thread counts set before import (as the
+other benches); nothing here compares against torch: bench/train_gpt.py does that.
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+from common import worker_env  # bench/common.py: bench/ is the script directory
+
+CONFIGS = {  # name: (model config, batch size)
+    "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
+    "M": (dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65), 8),
+    "E": (dict(n_layer=3, n_head=4, n_embd=128, block_size=64, vocab_size=84), 32),
+}
+
+
+def worker(config, runtime, steps, top):
+    import numpy as np
+    import tinyllm as tl
+    from tinyllm.models.gpt import GPT, GPTConfig
+    from tinyllm.runtime import get
+
+    cfg, batch = CONFIGS[config]
+    rt = get(runtime)
+    kernels = collections.defaultdict(lambda: [0, 0.0])  # what ran -> [calls, seconds]
+    spent = {"execute": 0.0}
+    run, execute = type(rt).run, type(rt).execute
+
+    def timed_run(self, node, ins):
+        start = time.perf_counter()
+        out = run(self, node, ins)
+        k = node.arg
+        what = (f"FUSED {'reduce' if k.reduce else 'elementwise'}" if node.op == "FUSED" else node.op,
+                f"{len(k.code)} ops {k.shape}" if node.op == "FUSED" else str(node.shape))
+        kernels[what][0] += 1
+        kernels[what][1] += time.perf_counter() - start
+        return out
+
+    def timed_execute(self, *args):
+        start = time.perf_counter()
+        out = execute(self, *args)
+        spent["execute"] += time.perf_counter() - start
+        return out
+    type(rt).run, type(rt).execute = timed_run, timed_execute
+
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(**cfg)).to(device=runtime)
+    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3, betas=(0.9, 0.95))
+    rng = np.random.default_rng(0)
+
+    def step():
+        x = rng.integers(0, cfg["vocab_size"], (batch, cfg["block_size"]))
+        _, loss = model(tl.tensor(x, device=runtime), tl.tensor((7 * x + 3) % cfg["vocab_size"], device=runtime))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    for _ in range(3):  # plans built, kernels compiled
+        step()
+    kernels.clear()
+    spent["execute"] = 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    total = (time.perf_counter() - start) / steps
+    in_kernels = sum(s for _, s in kernels.values()) / steps
+    by_op = collections.defaultdict(float)
+    for (op, _), (_, s) in kernels.items():
+        by_op[op] += s / steps
+    top_kernels = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    print(json.dumps({
+        "step_ms": total * 1e3, "tokens_per_s": batch * cfg["block_size"] / total,
+        "kernels_ms": in_kernels * 1e3, "runtime_python_ms": (spent["execute"] / steps - in_kernels) * 1e3,
+        "outside_ms": (total - spent["execute"] / steps) * 1e3,
+        "by_op_ms": {op: s * 1e3 for op, s in sorted(by_op.items(), key=lambda kv: -kv[1])},
+        "top": [[op, shape, calls // steps, s / steps * 1e3] for (op, shape), (calls, s) in top_kernels]}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="S", choices=sorted(CONFIGS))
+    p.add_argument("--runtime", default="c")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=5, help="measured steps, after 3 warm-up steps")
+    p.add_argument("--top", type=int, default=12, help="the slowest kernels to list")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args.config, args.runtime, args.steps, args.top)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--config", args.config, "--runtime", args.runtime,
+           "--steps", str(args.steps), "--top", str(args.top)]
+    proc = subprocess.run(cmd, env=worker_env(args.threads), capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"profile worker failed (exit {proc.returncode})")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    cfg, batch = CONFIGS[args.config]
+    print(f"config {args.config} {cfg} batch {batch}; runtime {args.runtime}, {args.threads} thread(s); "
+          f"mean of {args.steps} steps; load average {os.getloadavg()[0]:.1f}")
+    print(f"| step ms | tokens/s | kernels ms | runtime Python ms | outside the runtime ms |\n|---|---|---|---|---|\n"
+          f"| {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['kernels_ms']:.1f} | {r['runtime_python_ms']:.1f} | "
+          f"{r['outside_ms']:.1f} |\n")
+    print("| kernels of op | ms per step |\n|---|---|")
+    for op, ms in r["by_op_ms"].items():
+        print(f"| {op} | {ms:.2f} |")
+    print("\n| slowest kernels | shape | calls per step | ms per step |\n|---|---|---|---|")
+    for op, shape, calls, ms in r["top"]:
+        print(f"| {op} | {shape} | {calls} | {ms:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
