@@ -127,34 +127,31 @@ mm_block(int R, int full, long K, const float *A, long ars, long acs, const floa
     }
 }
 
+// One 16-column strip of C, in blocks of 6 rows and one block for the rest; `full` is a literal at each call, so
+// the inlined blocks are specialised for whole strips and for the masked last one.
+AVX2 static inline __attribute__((always_inline)) void
+mm_strip(int full, long M, long K, const float *A, long ars, long acs, const float *b, long ldb, float *C,
+         long ldc, int accumulate, __m256i m0, __m256i m1) {
+    long m = 0;
+    for (; m + 6 <= M; m += 6)
+        mm_block(6, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1);
+    switch (M - m) {  // the last rows, in one block
+    case 5: mm_block(5, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
+    case 4: mm_block(4, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
+    case 3: mm_block(3, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
+    case 2: mm_block(2, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
+    case 1: mm_block(1, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
+    }
+}
+
 AVX2 static void mm_avx2(long M, long N, long K, const float *A, long ars, long acs,
                          const float *B, long ldb, float *C, long ldc, int accumulate) {
     for (long n = 0; n < N; n += 16) {
-        const int full = N - n >= 16;
         const __m256i m0 = lanes(N - n), m1 = lanes(N - n - 8);
-        const float *b = B + n;
-        long m = 0;
-        if (full) {
-            for (; m + 6 <= M; m += 6)
-                mm_block(6, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1);
-            switch (M - m) {  // the last rows, in one block
-            case 5: mm_block(5, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 4: mm_block(4, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 3: mm_block(3, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 2: mm_block(2, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 1: mm_block(1, 1, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            }
-        } else {
-            for (; m + 6 <= M; m += 6)
-                mm_block(6, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1);
-            switch (M - m) {  // the last rows, in one block
-            case 5: mm_block(5, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 4: mm_block(4, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 3: mm_block(3, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 2: mm_block(2, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            case 1: mm_block(1, 0, K, A + m * ars, ars, acs, b, ldb, C + m * ldc + n, ldc, accumulate, m0, m1); break;
-            }
-        }
+        if (N - n >= 16)
+            mm_strip(1, M, K, A, ars, acs, B + n, ldb, C + n, ldc, accumulate, m0, m1);
+        else
+            mm_strip(0, M, K, A, ars, acs, B + n, ldb, C + n, ldc, accumulate, m0, m1);
     }
 }
 

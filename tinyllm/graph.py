@@ -96,9 +96,10 @@ def const(value, shape=(), dtype=dt.float32):
     return Node("CONST", (), value, tuple(shape), dtype)
 
 
-def toposort(roots, stop=lambda node: False):
+def toposort(roots, stop=lambda node: False, sources=lambda node: node.src):
     """Nodes reachable from `roots`, each after all of its sources. Iterative, so graphs of any depth work.
-    A node for which `stop(node)` is true is listed but not walked into."""
+    A node for which `stop(node)` is true is listed but not walked into; `sources(node)` gives the order in
+    which a node's sources are visited (and so listed)."""
     order, done = [], set()
     for root in roots:
         if root in done:
@@ -113,7 +114,7 @@ def toposort(roots, stop=lambda node: False):
                 order.append(node)
                 continue
             stack.append((node, True))
-            for s in reversed(node.src):
+            for s in reversed(sources(node)):
                 if s not in done:
                     stack.append((s, False))
     return order

@@ -25,25 +25,6 @@ def _heights(nodes):
     return height
 
 
-def _deepest_first(outputs, height):
-    """Depth-first postorder from the outputs; a node's sources are visited deepest first (ties: in order)."""
-    order, done = [], set()
-    for root in outputs:
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in done:
-                continue
-            if expanded or _is_input(node):
-                done.add(node)
-                order.append(node)
-                continue
-            stack.append((node, True))
-            srcs = sorted(node.src, key=lambda s: -height[s])  # stable: equal heights keep their order
-            stack.extend((s, False) for s in reversed(srcs) if s not in done)
-    return order
-
-
 def _output_work(kernels, outputs, users):
     """Kernels whose every consumer is (work for) the same one output: they can run as soon as their inputs do."""
     owner, outs = {}, set(outputs)
@@ -61,7 +42,10 @@ def order(outputs):
     """(inputs, kernels) of the graph behind `outputs`, kernels in the memory-minded order above."""
     nodes = toposort(outputs, stop=_is_input)
     inputs = [n for n in nodes if _is_input(n)]
-    walk = [n for n in _deepest_first(outputs, _heights(nodes)) if not _is_input(n)]
+    height = _heights(nodes)
+    # depth-first postorder, a node's sources visited deepest first (stable sort: equal heights keep their order)
+    deepest_first = toposort(outputs, stop=_is_input, sources=lambda n: sorted(n.src, key=lambda s: -height[s]))
+    walk = [n for n in deepest_first if not _is_input(n)]
     users = {n: [] for n in walk}
     pending = {}
     for n in walk:
