@@ -3,7 +3,7 @@
     python bench/matmul.py                      # n = 64 ... 2048, 1 and 2 threads
     python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
     python bench/matmul.py --wgsl-sizes 64 128 256        # + the WGSL runtime (lavapipe: small sizes only)
-    python bench/matmul.py --threads 1 --wgsl-sizes 1024 2048 4096   # on a GPU
+    python bench/matmul.py --threads 1 --sizes --trans-n 0 --wgsl-sizes 1024 2048 4096   # on a GPU: WGSL alone
 
 Each thread count runs in its own subprocess, with OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and
 TINYLLM_THREADS set before anything is imported (and torch.set_num_threads), threads pinned with
@@ -15,9 +15,15 @@ each, which on a machine shared with other processes is the one that ran undistu
 libraries the bench sleeps long enough for the previous library's idle threads to stop spinning,
 so they do not steal a core from the next one. Builds the extension in place if it is missing.
 
-With --wgsl-sizes, the 1-thread worker also times tinyllm's WGSL runtime (a @ b realized on the GPU, many
-products submitted back to back and one read-back as the fence, so the time is the GPU's) beside torch on the
-CPU at the same sizes, in a table of its own that names the adapter.
+With --wgsl-sizes, the worker of the fewest threads also times tinyllm's WGSL runtime at those sizes (per tile
+configuration of --wgsl-tiles), in a table of its own that names the adapter, beside torch: on CUDA when torch sees
+a GPU (fp32 with TF32 off, and a TF32 column), else on the CPU. Two WGSL figures: `wgsl`, (a @ b).realize() many
+times back to back with one read-back as the fence (the runtime's Python per product included where the GPU
+outruns it), and `kernel`, the matmul dispatch alone recorded many times into one command buffer (the GPU's
+time). `--sizes` with no sizes and `--trans-n 0` leave the C / numpy table out (no C extension needed):
+
+    python bench/matmul.py --threads 1 --sizes --trans-n 0 --wgsl-sizes 1024 2048 4096 \\
+        --wgsl-tiles auto 128x128x8x8x8 64x64x16x4x4
 """
 import argparse
 import json
@@ -47,43 +53,91 @@ def load_sgemm():
     return _kernels
 
 
-def wgsl_rows(sizes, rounds, torch):
-    """GFLOP/s of tinyllm's WGSL matmul (square, float32) and torch's on the CPU, best of `rounds` timings."""
+def wgsl_rows(sizes, rounds, torch, tile_configs=(None,)):
+    """GFLOP/s of tinyllm's WGSL matmul (square, float32), per size and tile configuration, beside torch's:
+    on CUDA when torch sees a GPU (fp32 with TF32 off, and TF32), else on the CPU. Best of `rounds` timings.
+
+    wgsl: `(a @ b).realize()` products back to back, one read-back of one element as the fence: what a user
+    gets, the runtime's Python per product included (it overlaps the GPU's work, so it counts only where it is
+    longer). kernel: the same matmul dispatch recorded many times into one command buffer, one submit, one
+    read-back of one element: the GPU's time per product. err: max |C - A·B| / max |A·B| over 8 rows, against
+    float64 on the host."""
     import numpy as np
     import tinyllm as tl
+    from tinyllm import dtype as dt
+    from tinyllm.runtime.render import wgsl as render
     rt = tl.runtime.get("wgsl")
+    cuda = torch is not None and torch.cuda.is_available()
     rows = []
-    for n in sizes:
-        rng = np.random.default_rng(n)
-        a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-        ga, gb = tl.tensor(a, device="wgsl"), tl.tensor(b, device="wgsl")
-        (ga @ gb).numpy()  # compiles the pipeline
+
+    def best_time(run, target_s=0.3, max_reps=200):
+        """Best seconds per call of run(reps) (reps calls and their fence) over `rounds` timings."""
         t = time.perf_counter()
-        (ga @ gb).numpy()
-        reps = max(1, min(50, int(0.5 / (time.perf_counter() - t))))
+        run(1)
+        reps = max(1, min(max_reps, int(target_s / max(time.perf_counter() - t, 1e-6))))
         best = float("inf")
         for _ in range(rounds):
             t = time.perf_counter()
-            outs = [(ga @ gb).realize() for _ in range(reps)]
-            outs[-1][:1, :1].numpy()  # the read-back waits for every product submitted before it
+            run(reps)
             best = min(best, (time.perf_counter() - t) / reps)
-        row = {"label": str(n), "wgsl": 2.0 * n ** 3 / best / 1e9}
-        if torch is not None:
+        return best
+
+    for n in sizes:
+        flops = 2.0 * n ** 3
+        rng = np.random.default_rng(n)
+        a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+        want = a[:8].astype(np.float64) @ b.astype(np.float64)
+        ref = {}
+        if cuda:
+            xa, xb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            out = torch.empty_like(xa)
+            for key, tf32 in (("torch", False), ("torch_tf32", True)):
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+
+                def run_torch(reps):
+                    for _ in range(reps):
+                        torch.matmul(xa, xb, out=out)
+                    torch.cuda.synchronize()
+                ref[key] = flops / best_time(run_torch) / 1e9
+            torch.backends.cuda.matmul.allow_tf32 = False
+            del xa, xb, out
+        elif torch is not None:
             xa, xb = torch.from_numpy(a), torch.from_numpy(b)
-            t_best = float("inf")
-            for _ in range(rounds):
-                t = time.perf_counter()
-                torch.matmul(xa, xb)
-                t_best = min(t_best, time.perf_counter() - t)
-            row["torch"] = 2.0 * n ** 3 / t_best / 1e9
-        rows.append(row)
-    return {"adapter": f"{rt.info['device']} via {rt.info['backend']}", "rows": rows}
+            ref["torch"] = flops / best_time(lambda reps: [torch.matmul(xa, xb) for _ in range(reps)]) / 1e9
+        ga, gb = tl.tensor(a, device="wgsl"), tl.tensor(b, device="wgsl")
+        va, vb = rt.from_numpy(a, dt.float32).data, rt.from_numpy(b, dt.float32).data
+        for tiles in tile_configs:
+            if tiles:
+                os.environ["TINYLLM_WGSL_MATMUL_TILE"] = tiles
+            else:
+                os.environ.pop("TINYLLM_WGSL_MATMUL_TILE", None)
+            chosen = rt.matmul_tiles(n, n)
+            got = (ga @ gb).numpy()[:8]  # compiles the pipeline
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+
+            def run_realize(reps):
+                outs = [(ga @ gb).realize() for _ in range(reps)]
+                outs[-1][:1, :1].numpy()  # the read-back waits for every product submitted before it
+
+            out = rt.empty((n, n), dt.float32)
+            source, groups = render.render_matmul(1, n, n, n, ("k", n, 0, 0), ("r", n, 0, 0), "float32", chosen)
+
+            def run_kernel(reps):
+                for _ in range(reps):
+                    rt.dispatch(source, [out, va, vb], groups)
+                rt.gpu.download(out.storage, 4)  # submits, then waits for the products
+            rows.append({"label": str(n), "tiles": "x".join(map(str, chosen)), "err": err, **ref,
+                         "wgsl": flops / best_time(run_realize, max_reps=50) / 1e9,
+                         "kernel": flops / best_time(run_kernel) / 1e9})
+        os.environ.pop("TINYLLM_WGSL_MATMUL_TILE", None)
+    torch_where = "no torch" if torch is None else (f"torch {torch.__version__} on {torch.cuda.get_device_name()}"
+                                                    if cuda else f"torch {torch.__version__} on the CPU")
+    return {"adapter": f"{rt.info['device']} via {rt.info['backend']}", "torch": torch_where, "cuda": cuda,
+            "rows": rows}
 
 
-def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=()):
+def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(None,)):
     import numpy as np
-    sgemm = load_sgemm()
-    ffi, lib = sgemm.ffi, sgemm.lib
     try:
         import torch
         torch.set_num_threads(threads)
@@ -95,6 +149,13 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=()):
                 f"{i['num_threads']} threads" for i in threadpool_info() if i["user_api"] == "blas"]
     except ImportError:
         blas = ["threadpoolctl not installed: OpenBLAS kernel unknown"]
+
+    wgsl = wgsl_rows(wgsl_sizes, rounds, torch, wgsl_tiles) if wgsl_sizes else None
+    if not sizes and not trans_n:  # the WGSL table alone: no C extension needed
+        print(json.dumps({"info": None, "rows": [], "wgsl": wgsl}))
+        return
+    sgemm = load_sgemm()
+    ffi, lib = sgemm.ffi, sgemm.lib
 
     def ptr(x):
         return ffi.cast("float *", x.ctypes.data)
@@ -144,7 +205,6 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=()):
     info = {"blas": blas, "tinyllm_path": "AVX2+FMA" if lib.tl_sgemm_uses_avx2() else "portable C",
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
-    wgsl = wgsl_rows(wgsl_sizes, rounds, torch) if wgsl_sizes else None
     print(json.dumps({"info": info, "rows": rows, "wgsl": wgsl}))
 
 
@@ -153,59 +213,78 @@ def run_threads(threads, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
            "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
     if threads == min(args.threads) and args.wgsl_sizes:  # the GPU does not care about CPU threads: once
-        cmd += ["--wgsl-sizes", *map(str, args.wgsl_sizes)]
+        cmd += ["--wgsl-sizes", *map(str, args.wgsl_sizes), "--wgsl-tiles", *args.wgsl_tiles]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1]), env["OMP_PROC_BIND"]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    p.add_argument("--sizes", type=int, nargs="*", default=SIZES, help="C / numpy / torch rows (none: skip them)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the libraries")
     p.add_argument("--samples", type=int, default=10, help="timings per library per round")
     p.add_argument("--trans-n", type=int, default=512, help="size of the A^T B and A B^T rows (0: none)")
     p.add_argument("--wgsl-sizes", type=int, nargs="*", default=[],
                    help="also time the WGSL runtime at these sizes (lavapipe: <= 256; a GPU: 1024 2048 4096)")
+    p.add_argument("--wgsl-tiles", nargs="+", default=["auto"], metavar="BMxBNxBKxTMxTN",
+                   help="WGSL matmul tile configurations to time, each a row ('auto': the runtime's choice)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n, args.wgsl_sizes)
+        worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n, args.wgsl_sizes,
+               [None if t == "auto" else t for t in args.wgsl_tiles])
         return
 
-    print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
-          f"{args.samples} timings (~{SAMPLE_S * 1e3:g} ms each) per library")
-    print("numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
+    if args.sizes or args.trans_n:
+        print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
+              f"{args.samples} timings (~{SAMPLE_S * 1e3:g} ms each) per library")
+        print("numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start (well above 0, other processes "
           f"compete for the cores, and large sizes read low for every library)")
     for threads in args.threads:
         res, bind = run_threads(threads, args)
         info = res["info"]
-        print(f"\n{threads} thread{'s' if threads > 1 else ''} (OMP_PROC_BIND={bind}); "
-              f"tinyllm: {info['tinyllm_path']}, {info['tinyllm_threads']} threads; numpy: {'; '.join(info['blas'])}; "
-              f"{info['torch']}")
-        has_torch = "torch" in res["rows"][0]
-        head = f"{'n':>11} {'tinyllm-C':>10} {'numpy':>8}" + (f" {'torch':>8}" if has_torch else "") + \
-            f" {'C/numpy':>8}" + (f" {'C/torch':>8}" if has_torch else "")
-        print(head)
-        print("-" * len(head))
-        for r in res["rows"]:
-            line = f"{r['label']:>11} {r['tinyllm']:>10.1f} {r['numpy']:>8.1f}"
-            if has_torch:
-                line += f" {r['torch']:>8.1f}"
-            line += f" {r['tinyllm'] / r['numpy']:>8.2f}"
-            if has_torch:
-                line += f" {r['tinyllm'] / r['torch']:>8.2f}"
-            print(line)
+        if info:
+            print_sgemm(threads, bind, info, res["rows"])
         if res.get("wgsl"):
-            print(f"\nWGSL runtime on {res['wgsl']['adapter']} (torch: CPU, {threads} thread{'s' if threads > 1 else ''})")
-            head = f"{'n':>11} {'wgsl':>10} {'torch':>8} {'wgsl/torch':>11}"
-            print(head)
-            print("-" * len(head))
-            for r in res["wgsl"]["rows"]:
-                t = r.get("torch", float("nan"))
-                print(f"{r['label']:>11} {r['wgsl']:>10.2f} {t:>8.1f} {r['wgsl'] / t:>11.3f}")
+            print_wgsl(res["wgsl"], threads)
 
+
+def print_sgemm(threads, bind, info, rows):
+    print(f"\n{threads} thread{'s' if threads > 1 else ''} (OMP_PROC_BIND={bind}); "
+          f"tinyllm: {info['tinyllm_path']}, {info['tinyllm_threads']} threads; numpy: {'; '.join(info['blas'])}; "
+          f"{info['torch']}")
+    has_torch = "torch" in rows[0]
+    head = f"{'n':>11} {'tinyllm-C':>10} {'numpy':>8}" + (f" {'torch':>8}" if has_torch else "") + \
+        f" {'C/numpy':>8}" + (f" {'C/torch':>8}" if has_torch else "")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        line = f"{r['label']:>11} {r['tinyllm']:>10.1f} {r['numpy']:>8.1f}"
+        if has_torch:
+            line += f" {r['torch']:>8.1f}"
+        line += f" {r['tinyllm'] / r['numpy']:>8.2f}"
+        if has_torch:
+            line += f" {r['tinyllm'] / r['torch']:>8.2f}"
+        print(line)
+
+
+def print_wgsl(res, threads):
+    where = "fp32 with TF32 off; tf32: TF32 on" if res["cuda"] else \
+        f"CPU, {threads} thread{'s' if threads > 1 else ''}"
+    print(f"\nWGSL runtime on {res['adapter']}; {res['torch']} ({where}). GFLOP/s; wgsl: (a @ b).realize() back to "
+          "back, runtime Python included; kernel: the dispatch alone, recorded back to back; err: max relative error")
+    tf32 = res["cuda"]
+    head = f"{'n':>6} {'tiles':>16} {'wgsl':>9} {'kernel':>9} {'torch':>9}" + (f" {'tf32':>9}" if tf32 else "") + \
+        f" {'wgsl/torch':>10} {'kernel/torch':>12} {'err':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in res["rows"]:
+        t = r.get("torch", float("nan"))
+        print(f"{r['label']:>6} {r['tiles']:>16} {r['wgsl']:>9.1f} {r['kernel']:>9.1f} {t:>9.1f}" +
+              (f" {r['torch_tf32']:>9.1f}" if tf32 else "") +
+              f" {r['wgsl'] / t:>10.3f} {r['kernel'] / t:>12.3f} {r['err']:>8.1e}")
 
 if __name__ == "__main__":
     main()

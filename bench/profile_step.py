@@ -3,6 +3,7 @@ Python outside it (graph building, autograd, the rewrites before autograd, plan 
 
     python bench/profile_step.py --config S --threads 2
     python bench/profile_step.py --config E --runtime numpy      # E: examples/gpt.py's default model and batch
+    python bench/profile_step.py --config S --threads 2 --jit    # the step replayed by tinyllm.jit
 
 Every kernel's run() and every execute() is timed (perf_counter around each call), so the figures carry a few
 microseconds per kernel of timer overhead. Run in a subprocess with the thread counts set before import (as the
@@ -25,7 +26,7 @@ CONFIGS = {  # name: (model config, batch size)
 }
 
 
-def worker(config, runtime, steps, top):
+def worker(config, runtime, steps, top, jitted):
     import numpy as np
     import tinyllm as tl
     from tinyllm.models.gpt import GPT, GPTConfig
@@ -59,15 +60,19 @@ def worker(config, runtime, steps, top):
     opt = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3, betas=(0.9, 0.95))
     rng = np.random.default_rng(0)
 
-    def step():
-        x = rng.integers(0, cfg["vocab_size"], (batch, cfg["block_size"]))
-        _, loss = model(tl.tensor(x, device=runtime), tl.tensor((7 * x + 3) % cfg["vocab_size"], device=runtime))
+    def train_step(x, y):
+        _, loss = model(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad()
-        return loss.item()
+        return loss
+    fn = tl.jit(train_step) if jitted else train_step
 
-    for _ in range(3):  # plans built, kernels compiled
+    def step():
+        x = rng.integers(0, cfg["vocab_size"], (batch, cfg["block_size"]))
+        return fn(tl.tensor(x, device=runtime), tl.tensor((7 * x + 3) % cfg["vocab_size"], device=runtime)).item()
+
+    for _ in range(3):  # plans built, kernels compiled (and, with --jit, the step recorded twice)
         step()
     kernels.clear()
     spent["execute"] = 0.0
@@ -95,19 +100,21 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=5, help="measured steps, after 3 warm-up steps")
     p.add_argument("--top", type=int, default=12, help="the slowest kernels to list")
+    p.add_argument("--jit", action="store_true", help="the step through tinyllm.jit: measured steps are replays")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        return worker(args.config, args.runtime, args.steps, args.top)
+        return worker(args.config, args.runtime, args.steps, args.top, args.jit)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--config", args.config, "--runtime", args.runtime,
-           "--steps", str(args.steps), "--top", str(args.top)]
+           "--steps", str(args.steps), "--top", str(args.top)] + (["--jit"] if args.jit else [])
     proc = subprocess.run(cmd, env=worker_env(args.threads), capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise SystemExit(f"profile worker failed (exit {proc.returncode})")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     cfg, batch = CONFIGS[args.config]
-    print(f"config {args.config} {cfg} batch {batch}; runtime {args.runtime}, {args.threads} thread(s); "
+    print(f"config {args.config} {cfg} batch {batch}; runtime {args.runtime}{' (jit)' if args.jit else ''}, "
+          f"{args.threads} thread(s); "
           f"mean of {args.steps} steps; load average {os.getloadavg()[0]:.1f}")
     print(f"| step ms | tokens/s | kernels ms | runtime Python ms | outside the runtime ms |\n|---|---|---|---|---|\n"
           f"| {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['kernels_ms']:.1f} | {r['runtime_python_ms']:.1f} | "

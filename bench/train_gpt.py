@@ -1,12 +1,16 @@
 """GPT training tokens/s: tinyllm on each of its runtimes beside torch eager, same model, weights, data and threads.
 
-    python bench/train_gpt.py                          # configs S and M, 1 and 2 threads, runtimes numpy and c
+    python bench/train_gpt.py                          # configs S and M, 1 and 2 threads, runtimes numpy, c, c+jit
     python bench/train_gpt.py --quick                  # smoke run: S only, few steps
     python bench/train_gpt.py --configs M --threads 2 --runtimes c --skip numpy:M
     python bench/train_gpt.py --configs XS S --threads 1 --runtimes c wgsl --skip wgsl:S   # WGSL on lavapipe
+    python bench/train_gpt.py --threads 1 --runtimes wgsl --torch-device cuda            # WGSL beside torch on a GPU
 
 One training step, the same for every framework: forward (loss) + backward + AdamW step + zero_grad, then
-loss.item() (which tinyllm has already realized during backward, so it costs nothing extra there). Models:
+loss.item() (which tinyllm has already realized during backward, so it costs nothing extra there). A runtime
+named with "+jit" (c+jit) runs that step through tinyllm.jit: from the fourth step on it replays the recorded
+kernels without building the graph (the first three steps are the first and warm-up steps, so every measured
+step is a replay). Models:
 tinyllm.models.gpt.GPT and the torch GPT of tests/torch_nanogpt.py (explicit masked-softmax attention, tanh GELU),
 both holding the same initial weights (tinyllm's GPT-2 init, loaded into torch), trained on the same sequence of
 batches (random tokens, targets a fixed bigram map so the loss falls) with AdamW grouped as nanoGPT (weight decay 0.1
@@ -47,13 +51,13 @@ CONFIGS = {  # name: (model config, batch size)
     "M": (dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65), 8),
 }
 # per config: warm-up steps after the first, interleaved rounds, measured steps per framework per round
-SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=1, rounds=3, steps=3)}
-QUICK = dict(warmup=1, rounds=2, steps=2)
+SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=2, rounds=3, steps=3)}
+QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures replays only
 SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
 
 
-def worker(config, threads, runtimes, warmup, rounds, steps, seed):
+def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device="cpu"):
     import numpy as np
     import torch
     torch.set_num_threads(threads)
@@ -76,28 +80,30 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed):
     tl.manual_seed(seed)
     state = {k: np.array(v.numpy(), copy=True) for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
 
-    def tinyllm_step(rt):
+    def tinyllm_step(name):
+        rt, jitted = name.removesuffix("+jit"), name.endswith("+jit")
         model = GPT(GPTConfig(**cfg)).to(device=rt)
         model.load_state_dict(state)
         assert {p.device for p in model.parameters()} == {tl.runtime.get(rt).name}, "model not on runtime " + rt
         opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS)
 
         def step(x, y):
-            _, loss = model(tl.tensor(x, device=rt), tl.tensor(y, device=rt))
+            _, loss = model(x, y)
             loss.backward()
             opt.step()
             opt.zero_grad()
-            return loss.item()
-        return step
+            return loss
+        fn = tl.jit(step) if jitted else step
+        return lambda x, y: fn(tl.tensor(x, device=rt), tl.tensor(y, device=rt)).item()
 
     def torch_step():
         model = ref.GPT(ref.GPTConfig(**cfg))
         model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        model.train()
+        model.to(torch_device).train()
         opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS, eps=1e-8)
 
         def step(x, y):
-            _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
+            _, loss = model(torch.from_numpy(x).to(torch_device), torch.from_numpy(y).to(torch_device))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -168,7 +174,8 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed):
     except ImportError:
         blas = ["threadpoolctl not installed"]
     c = tl.runtime._live.get("c")
-    info = {"torch": f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+    where = torch.cuda.get_device_name() if torch_device.startswith("cuda") else f"{torch.get_num_threads()} threads"
+    info = {"torch": f"torch {torch.__version__}, {where}",
             "blas": blas, "load_start": load_start, "load_end": os.getloadavg()[0],
             "tinyllm_c_threads": c.lib.tl_get_num_threads() if c is not None and c.lib is not None else None,
             "tokens_per_step": tokens, "steps_total": n_steps,
@@ -181,7 +188,7 @@ def run_worker(config, threads, runtimes, sched, args, cache_dir):
     if cache_dir:
         env["TINYLLM_CACHE_DIR"] = cache_dir
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--configs", config, "--threads", str(threads),
-           "--runtimes", *runtimes, "--seed", str(args.seed),
+           "--runtimes", *runtimes, "--seed", str(args.seed), "--torch-device", args.torch_device,
            "--warmup", str(sched["warmup"]), "--rounds", str(sched["rounds"]), "--steps", str(sched["steps"])]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not proc.stdout.strip():
@@ -200,7 +207,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", nargs="+", default=["S", "M"], choices=sorted(CONFIGS))
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--runtimes", nargs="+", default=["numpy", "c"], help="tinyllm runtimes to time (e.g. numpy c wgsl)")
+    p.add_argument("--runtimes", nargs="+", default=["numpy", "c", "c+jit"],
+                   help="tinyllm runtimes to time (e.g. numpy c wgsl); NAME+jit: the step through tinyllm.jit")
     p.add_argument("--skip", nargs="*", default=[], metavar="RUNTIME:CONFIG",
                    help="leave a runtime out of one config, e.g. numpy:M")
     p.add_argument("--warmup", type=int, help="warm-up steps after the first (default per config)")
@@ -210,18 +218,20 @@ def main():
     p.add_argument("--warm-cache", action="store_true",
                    help="use the usual kernel cache (first step then loads kernels instead of compiling them)")
     p.add_argument("--loss-rtol", type=float, default=1e-3)
+    p.add_argument("--torch-device", default="cpu", help="where torch trains (cpu, cuda); loss.item() syncs a GPU")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the raw results here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        worker(args.configs[0], args.threads[0], args.runtimes, args.warmup, args.rounds, args.steps, args.seed)
+        worker(args.configs[0], args.threads[0], args.runtimes, args.warmup, args.rounds, args.steps, args.seed,
+               args.torch_device)
         return
     if args.quick:
         args.configs = ["S"]
 
     print(f"GPT training step (forward + backward + AdamW step + zero_grad), tokens/s; vocab 65, lr {LR}, "
-          f"wd {WEIGHT_DECAY}; torch = tests/torch_nanogpt.py (explicit attention), eager")
+          f"wd {WEIGHT_DECAY}; torch = tests/torch_nanogpt.py (explicit attention), eager, on {args.torch_device}")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start (above ~0 means other processes "
           "compete for the cores; compare ratios within a row, not absolute figures across runs)")
     rows, raw = [], []

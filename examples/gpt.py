@@ -262,6 +262,10 @@ def parse_args(argv=None):
     p.add_argument("--no-flash", action="store_true",
                    help="keep attention as written (T×T scores) instead of the FlashAttention rewrite, which is on "
                         "by default on every runtime (TINYLLM_FLASH=0 does the same)")
+    p.add_argument("--no-jit", action="store_true",
+                   help="run every training step's Python (graph building, autograd, planning) instead of replaying "
+                        "the recorded kernels from the fourth step on (tinyllm.jit; off anyway with --dropout, whose "
+                        "random masks are made on the host)")
     p.add_argument("--tiny", action="store_true",
                    help="a tiny model and run for smoke tests (see below; explicit flags win)")
     args = p.parse_args(argv)
@@ -356,6 +360,16 @@ def main(argv=None):
         log.log(f"nothing to train: at step {step}, --max-iters is {args.max_iters}")
 
     params = model.parameters()
+
+    def train_step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        tinyllm.nn.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+    if not args.no_jit and not args.dropout:
+        train_step = tinyllm.jit(train_step)
     tokens_per_step = args.batch_size * config.block_size
     train_time, train_steps, first = 0.0, 0, step
     eval_time = 0.0
@@ -363,11 +377,7 @@ def main(argv=None):
     while step < args.max_iters:
         t0 = time.time()
         x, y = get_batch(splits["train"], args.batch_size, config.block_size, data_rng, device)
-        _, loss = model(x, y)
-        optimizer.zero_grad()
-        loss.backward()
-        tinyllm.nn.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        loss = train_step(x, y)
         scheduler.step()
         step += 1
         loss_value = loss.item()

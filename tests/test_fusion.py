@@ -18,14 +18,14 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tinyllm as tl
 import tinyllm.nn.functional as F
 from tinyllm.autograd import gradients
 from tinyllm.graph import toposort
 from tinyllm.realize import PASSES, run_passes
-from tinyllm.rewrite.fusion import ELEMENTWISE, REDUCE, fuse
+from tinyllm.rewrite.fusion import ELEMENTWISE, REDUCE, fuse, fuse_outputs
 from tinyllm.runtime import get as get_runtime
 from tinyllm.runtime.c_runtime import CRuntime
 from tinyllm.schedule import Schedule
@@ -690,3 +690,49 @@ def test_max_inputs_bounds_every_kernel(n, limit, seed):
     np.testing.assert_array_equal(run(bounded), run(free))
     if n > limit:  # the bound did cut the chain
         assert sum(k.op == "FUSED" for k in toposort(bounded)) > sum(k.op == "FUSED" for k in toposort(free))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # reads [-1]
+@given(shape=st.sampled_from(SHAPES), seed=SEEDS)
+def test_fuse_outputs_keeps_an_adam_update_and_its_gradients(shape, seed, c_schedules):
+    """fuse_outputs (C runtime): an Adam update's new p, m and v are one kernel with three outputs, and equal the
+    unfused graph's (NumPy runtime) and torch's values; so are two gradients of one shape, which it merges too."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)] + \
+             [rng.uniform(0.1, 1.0, shape).astype(np.float32)]
+
+    def adam(p, g, m, v, lib):
+        m = m * 0.9 + g * 0.1
+        v = v * 0.999 + g * g * 0.001
+        return p - 0.01 * m / ((v * 1000.0).sqrt() + 1e-8), m, v
+    got = adam(*[tl.tensor(a, device="c") for a in arrays], tl)
+    tl.realize(*got)
+    (k,) = [n for n in c_schedules[-1].kernels if n.op == "FUSED"]
+    assert k.arg.outs is not None and len(k.arg.outs) == 3 and len(k.src) == 4, "p, m, v: one kernel reading p, g, m, v"
+    want = adam(*[tl.tensor(a, device="numpy") for a in arrays], tl)
+    ref = adam(*[torch.from_numpy(a) for a in arrays], torch)
+    for name, a, b, t in zip("pmv", got, want, ref):
+        close(a.numpy(), b.numpy(), TOL["float32"]["c"], name)
+        close(a.numpy(), t.numpy(), TOL["float32"]["torch"], name)
+
+    x, y, w = (tl.tensor(a, device="c", requires_grad=True) for a in arrays[:3])
+    (x * y * w.tanh()).sum().backward()
+    grads = [x.grad, y.grad]
+    assert any(n.op == "FUSED" and n.arg.outs is not None for n in c_schedules[-1].kernels)
+    tx, ty, tw = (torch.from_numpy(a).requires_grad_() for a in arrays[:3])
+    (tx * ty * tw.tanh()).sum().backward()
+    for g, t in zip(grads, (tx.grad, ty.grad)):
+        close(g.numpy(), t.numpy(), TOL["float32"]["torch"], "gradient")
+
+
+def test_fuse_outputs_leaves_dependent_or_unrelated_outputs_alone():
+    """Outputs that read nothing in common, or where one reads the other, stay separate kernels."""
+    a, b = rand(4, 8, seed=1, device="numpy"), rand(4, 8, seed=2, device="numpy")
+    roots = fuse(run_passes([(a.exp()).node, (b * 2.0).node], PASSES))
+    assert fuse_outputs(roots) == roots
+    first = a
+    for _ in range(8):  # too long to recompute in its user: the second output reads the first one's buffer
+        first = (first * 0.5).tanh()
+    roots = fuse(run_passes([first.node, (first * a).node], PASSES))
+    assert roots[0] in roots[1].src
+    assert fuse_outputs(roots) == roots

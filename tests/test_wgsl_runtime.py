@@ -79,7 +79,8 @@ def matmul_case(draw):
     return batch, m, k, n, draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
 
 
-@given(case=matmul_case(), seed=SEEDS, tiles=st.sampled_from([None, "16x16x16x1x1", "32x32x16x2x2", "64x64x16x4x4"]))
+@given(case=matmul_case(), seed=SEEDS, tiles=st.sampled_from([None, "16x16x16x1x1", "32x32x16x2x2", "64x64x16x4x4",
+                                                                       "128x128x16x8x8"]))
 def test_matmul_layouts_and_tiles(case, seed, tiles):
     batch, m, k, n, trans_a, trans_b, broadcast_b = case
     rng = np.random.default_rng(seed)

@@ -14,6 +14,7 @@ from .realize import realize as _realize
 from .runtime import max_memory_allocated, memory_allocated, reset_peak_memory_stats, empty_cache  # noqa: F401
 from . import nn, optim  # noqa: F401,E402
 from .checkpoint import checkpoint  # noqa: F401,E402
+from .jit import jit  # noqa: F401,E402
 
 half = float16  # torch.half
 float = float32  # torch.float
@@ -28,4 +29,4 @@ def realize(*tensors):
     return tensors[0] if len(tensors) == 1 else tensors
 
 
-__all__ = ["Tensor", "tensor", "no_grad", "realize", "nn", "optim"]
+__all__ = ["Tensor", "tensor", "no_grad", "realize", "jit", "nn", "optim"]

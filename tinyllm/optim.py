@@ -5,15 +5,9 @@ import math
 import numpy as np
 
 from .factory import zeros_like
-from .realize import realize
+from .jit import host_values
+from .realize import assign
 from .tensor import Tensor
-
-
-def _commit(targets, values):
-    """Give each target tensor the realized value of its new tensor, keeping the target's identity."""
-    realize(*values)
-    for t, v in zip(targets, values):
-        t.node = v.node
 
 
 class Optimizer:
@@ -48,34 +42,41 @@ class Optimizer:
                 if p.grad is not None:
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
-    def scalar(self, value, like):
-        """`value` as a 0-d tensor beside `like`. Values that change every step (the learning rate, bias
-        corrections) enter the graph as buffers, not constants, so the step's graph has the same shape every
-        time and its compiled kernels are reused."""
-        key = (float(value), like.dtype, like.device)
-        if key not in self._scalars:
-            self._scalars[key] = Tensor(np.asarray(value, like.dtype.np), device=like.device)
-        return self._scalars[key]
-
     def step(self):
         """Update the parameters in about CHUNKS realizes: a chunk's old values (parameters, moments) are freed
         as soon as its new ones exist, so the step's peak memory holds one chunk of new values beside the
         state, not a second copy of all of it (torch updates in place)."""
-        self._scalars = {}
-        params = [(p, group) for group in self.param_groups for p in group["params"] if p.grad is not None]
-        budget = sum(p.numel() for p, _ in params) / self.CHUNKS
+        params = [(i, p, group) for i, group in enumerate(self.param_groups) for p in group["params"]
+                  if p.grad is not None]
+        keys = {}  # parameter -> {name: key of its value in `scalars`}
+
+        def host_step():
+            """Count the step and compute the values each update reads (learning rate, bias corrections).
+            They enter the graph as buffers, not constants, so the step's graph is the same every time and
+            its compiled kernels are reused; tinyllm.jit runs this again on every replay."""
+            values = {}
+            for i, p, group in params:
+                state = self.state.setdefault(p, {})
+                for name, value in self._host_step(group, state).items():
+                    key = keys.setdefault(p, {})[name] = (i, state.get("step"), name, p.dtype, p.device)
+                    values[key] = (value, p)
+            return values
+
+        scalars = host_values(host_step)
+        budget = sum(p.numel() for _, p, _ in params) / self.CHUNKS
         targets, values, size = [], [], 0
-        for p, group in params:
-            state = self.state.setdefault(p, {})
-            for t, v in self._update(p.detach(), p.grad, state, group):
+        for _, p, group in params:
+            state = self.state[p]
+            hyper = {name: scalars[key] for name, key in keys[p].items()}
+            for t, v in self._update(p.detach(), p.grad, state, group, hyper):
                 targets.append(state[t] if isinstance(t, str) else p)
                 values.append(v)
             size += p.numel()
             if size >= budget:
-                _commit(targets, values)
+                assign(targets, values)
                 targets, values, size = [], [], 0
         if targets:
-            _commit(targets, values)
+            assign(targets, values)
 
 
 class SGD(Optimizer):
@@ -83,7 +84,10 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov))
 
-    def _update(self, p, g, state, group):
+    def _host_step(self, group, state):
+        return {"lr": group["lr"]}
+
+    def _update(self, p, g, state, group, hyper):
         """g ← g + λp;  b ← μb + (1-τ)g (b = g at first);  p ← p - lr·(g + μb if nesterov else b)"""
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
@@ -96,28 +100,34 @@ class SGD(Optimizer):
                 b = state["momentum_buffer"] * group["momentum"] + g * (1.0 - group["dampening"])
             out.append(("momentum_buffer", b))
             g = g + group["momentum"] * b if group["nesterov"] else b
-        return [(None, p - self.scalar(group["lr"], p) * g)] + out
+        return [(None, p - hyper["lr"] * g)] + out
 
 
 class AdamW(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
-    def _update(self, p, g, state, group):
+    def _host_step(self, group, state):
+        state["step"] = t = state.get("step", 0) + 1
+        (b1, b2), lr, wd = group["betas"], group["lr"], group["weight_decay"]
+        values = {"step_size": lr / (1.0 - b1 ** t), "bias2": 1.0 / math.sqrt(1.0 - b2 ** t)}
+        if wd:
+            values["decay"] = 1.0 - lr * wd
+        return values
+
+    def _update(self, p, g, state, group, hyper):
         """Decoupled weight decay (Loshchilov & Hutter), in torch's arithmetic:
         p ← p(1 - lr·λ);  m ← β₁m + (1-β₁)g;  v ← β₂v + (1-β₂)g²;
         p ← p - (lr / (1-β₁ᵗ)) · m / (√v / √(1-β₂ᵗ) + ε)"""
-        (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
-        if "step" not in state:
-            state.update(step=0, exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
-        state["step"] += 1
-        t = state["step"]
+        (b1, b2), eps = group["betas"], group["eps"]
+        if "exp_avg" not in state:
+            state.update(exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
         m = state["exp_avg"] * b1 + g * (1.0 - b1)
         v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
-        if wd:
-            p = p * self.scalar(1.0 - lr * wd, p)
-        denom = v.sqrt() * self.scalar(1.0 / math.sqrt(1.0 - b2 ** t), p) + eps
-        return [(None, p - self.scalar(lr / (1.0 - b1 ** t), p) * m / denom), ("exp_avg", m), ("exp_avg_sq", v)]
+        if "decay" in hyper:
+            p = p * hyper["decay"]
+        denom = v.sqrt() * hyper["bias2"] + eps
+        return [(None, p - hyper["step_size"] * m / denom), ("exp_avg", m), ("exp_avg_sq", v)]
 
 
 class Adam(AdamW):
@@ -125,10 +135,13 @@ class Adam(AdamW):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, lr, betas, eps, weight_decay)
 
-    def _update(self, p, g, state, group):
+    def _host_step(self, group, state):
+        return super()._host_step({**group, "weight_decay": 0.0}, state)
+
+    def _update(self, p, g, state, group, hyper):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
-        return super()._update(p, g, state, {**group, "weight_decay": 0.0})
+        return super()._update(p, g, state, group, hyper)
 
 
 class LambdaLR:

@@ -1,6 +1,7 @@
 """Realization: rewrite the graph behind some tensors, schedule it and run it on their runtime."""
 import time
 
+from . import capture
 from .env import debug_level
 from .graph import Node, substitute, toposort
 from .rewrite.engine import graph_rewrite, trace
@@ -91,6 +92,8 @@ def realize(*tensors):
         while len(_plans) > MAX_PLANS:
             del _plans[next(iter(_plans))]  # the oldest plan goes first
     buffers = runtime.execute(schedule, feeds)
+    if capture.active is not None:
+        capture.active.realized(runtime, schedule, feeds, buffers)
     for t, buf in zip(todo, buffers):
         if leaves:  # a graph of constants alone belongs to no device: its node must not keep one device's buffer
             t.node.buffer = buf
@@ -105,3 +108,13 @@ def realize(*tensors):
               f"{(time.perf_counter() - start) * 1e3:.1f} ms; rewrites: {rules}")
         del trace[mark:]
     return tensors
+
+
+def assign(targets, values):
+    """Give each target tensor the realized value of its new tensor, keeping the target's identity: how the
+    optimizers update parameters and moments (torch updates them in place)."""
+    realize(*values)
+    for t, v in zip(targets, values):
+        if capture.active is not None:
+            capture.active.assigned(t, v.node)
+        t.node = v.node

@@ -6,6 +6,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import capture
 from . import dtype as dt
 from .autograd import gradients, prepare
 from .graph import Node, build, const, toposort
@@ -42,7 +43,7 @@ def _device_name(device):
 
 
 class Tensor:
-    __slots__ = ("_node", "requires_grad", "grad", "device", "is_leaf", "__weakref__")
+    __slots__ = ("_node", "requires_grad", "_grad", "device", "is_leaf", "__weakref__")
     __hash__ = object.__hash__  # == builds a comparison, as in torch; identity hashing stays
 
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
@@ -57,11 +58,14 @@ class Tensor:
         else:
             dtype = dt.to_dtype(dtype)
         runtime = get_runtime(device)
-        buf = runtime.from_numpy(np.array(array, dtype=dtype.np, copy=True), dtype)
+        array = np.array(array, dtype=dtype.np, copy=True)
+        buf = runtime.from_numpy(array, dtype)
+        if capture.active is not None:
+            capture.active.host_made(buf, array)
         self._init(Node("LOAD", (), buf, buf.shape, dtype), runtime.name, requires_grad, leaf=True)
 
     def _init(self, node, device, requires_grad=False, leaf=True):
-        self._node, self.device, self.grad, self.is_leaf, self.requires_grad = node, device, None, leaf, False
+        self._node, self.device, self._grad, self.is_leaf, self.requires_grad = node, device, None, leaf, False
         if requires_grad:
             self.requires_grad_(True)
 
@@ -84,6 +88,16 @@ class Tensor:
                 del _grad_leaves[self._node]  # the old node (and the buffer it holds) must not outlive its use
             _grad_leaves[node] = self
         self._node = node
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, grad):
+        if capture.active is not None:  # tinyllm.jit replays where each .grad ends up
+            capture.active.grad_written(self, self._grad)
+        self._grad = grad
 
     def requires_grad_(self, requires_grad=True):
         if not self.is_leaf:
@@ -126,6 +140,7 @@ class Tensor:
         return self
 
     def numpy(self):
+        capture.refuse_host_read(f"numpy() of a {self.shape} tensor")
         realize(self)
         buf = self._node.buffer if self._node.op != "LOAD" else self._node.arg
         return buf.numpy()

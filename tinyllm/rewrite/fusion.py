@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..graph import OPS, Node, toposort
+from ..graph import OPS, Node, build, toposort
 from ..ops.base import Op, register
 from ..views import contiguous_strides, view_strides
 from .engine import Pat, PatternMatcher, graph_rewrite
@@ -22,8 +22,9 @@ FOLDABLE_VIEWS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH"}
 
 # shape: the iteration shape (a reduction's input shape); reduce: (op, axes) or None; ins: per input
 # (src index, strides, offset) in elements over the iteration shape; code: SSA instructions
-# (op, arg, operand indices, dtype); the last instruction is the value stored (or reduced).
-Kernel = namedtuple("Kernel", "shape reduce ins code")
+# (op, arg, operand indices, dtype); the last instruction is the value stored (or reduced), unless `outs` names
+# several (an elementwise kernel with several outputs, one after another in memory: see fuse_outputs).
+Kernel = namedtuple("Kernel", "shape reduce ins code outs", defaults=(None,))
 
 
 def _view_chain(node):
@@ -182,6 +183,37 @@ def fuse(roots, max_inputs=None):
     return graph_rewrite(roots, pm, "fusion")
 
 
+def fuse_outputs(roots):
+    """Elementwise kernels that are outputs of one realize, of one shape and dtype, reading the same tensors,
+    become one kernel that stores each of them (an optimizer's new parameter, first and second moments:
+    the parameter's kernel recomputes both moments, so merged they are computed once, and p, g, m, v are read
+    once instead of three times). Its result holds them one after another along the first axis; each output is
+    a slice of it."""
+    groups = []  # [(shape, dtype, input) keys the group reads, its outputs], grown by union on shared inputs
+    for r in dict.fromkeys(roots):
+        if r.op != "FUSED" or r.arg.reduce is not None or r.arg.outs is not None or not r.shape:
+            continue
+        keys = {(r.shape, r.dtype, s) for s in r.src if s.numel > 1}  # (0-d inputs, the lr say, join nothing)
+        joined = [g for g in groups if g[0] & keys]
+        for g in joined:
+            groups.remove(g)
+            keys |= g[0]
+        groups.append((keys, [m for g in joined for m in g[1]] + [r]))
+    replace = {}
+    for _, members in groups:
+        if len(members) < 2 or any(m in n.src for m in members for n in members):
+            continue
+        shape, dtype = members[0].shape, members[0].dtype
+        b = _Builder()
+        outs = tuple(b.inline(m.arg, m.src) for m in members)
+        merged = Node("FUSED", tuple(b.srcs), Kernel(shape, None, tuple(b.ins), tuple(b.code), outs),
+                      (len(outs) * shape[0],) + shape[1:], dtype)
+        for j, m in enumerate(members):
+            replace[m] = build("SHRINK", merged, arg=((j * shape[0], (j + 1) * shape[0], 1),) +
+                               tuple((0, n, 1) for n in shape[1:]))
+    return [replace.get(r, r) for r in roots]
+
+
 def run_kernel(kernel, *bases, out_dtype):
     """The NumPy meaning of a Kernel (the reference its C and WGSL renderings are tested against)."""
     vals = []
@@ -200,6 +232,8 @@ def run_kernel(kernel, *bases, out_dtype):
             fn = OPS[op].forward
             ins = [vals[o] for o in operands]
             vals.append(fn(*ins, arg=arg) if OPS[op].takes_arg else fn(*ins))
+    if kernel.outs is not None:
+        return np.array(np.concatenate([np.broadcast_to(vals[o], kernel.shape) for o in kernel.outs]), dtype=out_dtype)
     out = np.broadcast_to(vals[-1], kernel.shape)
     if kernel.reduce is not None:
         op, axes = kernel.reduce

@@ -6,7 +6,7 @@ import weakref
 _lock = threading.RLock()  # re-entrant: a finalizer may run (and uncount) while this thread holds it
 _current = 0
 _peak = 0
-_tracked = {}  # id of an owning array -> the finalizer that uncounts it when freed
+_tracked = {}  # id of an owning array -> [its size, whether it counts now]; a finalizer drops it when freed
 
 
 def owner(array):
@@ -17,35 +17,40 @@ def owner(array):
 
 
 def track(array, nbytes=None):
-    """Count `array`'s storage (once, however many views of it exist) until it is freed."""
+    """Count `array`'s storage (once, however many views of it exist) until it is freed or untracked."""
     global _current, _peak
     owner_ = owner(array)
     key = id(owner_)
     with _lock:
-        if key in _tracked:
-            return array
-        size = owner_.nbytes if nbytes is None else nbytes
-        _current += size
-        _peak = max(_peak, _current)
-        _tracked[key] = weakref.finalize(owner_, _release, key, size)
+        entry = _tracked.get(key)
+        if entry is None:
+            entry = _tracked[key] = [owner_.nbytes if nbytes is None else nbytes, False]
+            weakref.finalize(owner_, _release, key)
+        if not entry[1]:
+            entry[1] = True
+            _current += entry[0]
+            _peak = max(_peak, _current)
     return array
 
 
 def untrack(array):
     """Stop counting `array` (it goes to a runtime's pool of free buffers, as torch's caching allocator keeps
-    freed blocks reserved but not allocated)."""
-    with _lock:
-        fin = _tracked.get(id(array))
-    info = fin.detach() if fin is not None else None  # (array, _release, (key, size), {}) if still live
-    if info is not None:
-        _release(*info[2])
-
-
-def _release(key, size):
+    freed blocks reserved but not allocated); track() counts it again when the pool hands it out. Its
+    finalizer stays: making one per allocation would cost more than the kernel of a small tensor."""
     global _current
     with _lock:
-        _tracked.pop(key, None)
-        _current -= size
+        entry = _tracked.get(id(array))
+        if entry is not None and entry[1]:
+            entry[1] = False
+            _current -= entry[0]
+
+
+def _release(key):
+    global _current
+    with _lock:
+        size, counted = _tracked.pop(key)
+        if counted:
+            _current -= size
 
 
 def memory_allocated():

@@ -247,13 +247,15 @@ class WGSLRuntime(Runtime):
         if forced:
             return tuple(int(x) for x in forced.lower().split("x"))
         lim = self.gpu.limits
+        # 128-tiles only when there are enough of them to fill a big GPU (an H200 ran 1024 x 1024 faster in 256
+        # 64-tiles than in 64 128-tiles, and 2048 x 2048 faster in 256 128-tiles: bench/RESULTS.md)
+        big_enough = {128: -(-m // 128) * -(-n // 128) >= 256, 64: min(m, n) >= 256, 32: min(m, n) >= 32, 16: True}
         for tiles in ((128, 128, 16, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 2, 2), (16, 16, 16, 1, 1)):
             bm, bn, bk, tm, tn = tiles
             fits = (bm // tm) * (bn // tn) <= lim["max-compute-invocations-per-workgroup"] and \
-                4 * bk * (bm + bn) <= lim["max-compute-workgroup-storage-size"]
-            if fits and (min(m, n) >= bm * 4 or bm == 32 and min(m, n) >= 32 or bm == 16):
-                if bm == 128 and self.info["adapter_type"] == "CPU":
-                    continue  # lavapipe: 64 registers' worth of accumulators per invocation only spills
+                16 * bk * (render.shared_row_vec4s(bm) + render.shared_row_vec4s(bn)) <= \
+                lim["max-compute-workgroup-storage-size"]
+            if fits and big_enough[bm]:
                 return tiles
         return 16, 16, 16, 1, 1
 

@@ -74,7 +74,8 @@ def render(name, kernel, out_dtype, src_dtypes):
         terms = [f"{v}*{d[1][k]}" for v, d in zip(iv, dims) if d[1][k]]
         return " + ".join([str(base)] * bool(base) + terms) or "0"
 
-    body, value = C.body(kernel, lambda i: f"s{kernel.ins[i][0]}[{offset(i + 1, kernel.ins[i][2])}]")
+    body, values = C.body(kernel, lambda i: f"s{kernel.ins[i][0]}[{offset(i + 1, kernel.ins[i][2])}]")
+    value = values[-1]
     ot = CTYPE[out_dtype]
     lines = ["#include <math.h>", "#include <stdint.h>", f'#include "{HEADER}" /* {HEADER_TAG} */', f"void {name}(char **bufs) {{",
              f"  {ot} *restrict out = ({ot} *)bufs[0];"]
@@ -82,8 +83,9 @@ def render(name, kernel, out_dtype, src_dtypes):
     init = {"float": "-INFINITY", "double": "-INFINITY", "int64_t": "INT64_MIN"}.get(ot, "0") if red_op == "REDUCE_MAX" \
         else "0"
     keep_max = "if ({v} != {v} || {v} > {a}) {a} = {v};"  # NaN wins, as NumPy's max
-    if red_op is None:
-        loops, inner, parallel = dims, [*body, f"out[{offset(0)}] = ({ot}){value};"], True
+    if red_op is None:  # output j of several (fuse_outputs) at j · the iteration size
+        stores = [f"out[{offset(0, j * math.prod(kernel.shape))}] = ({ot}){v};" for j, v in enumerate(values)]
+        loops, inner, parallel = dims, [*body, *stores], True
     elif row:
         # One accumulator per output, reduced axes inside. `omp simd reduction` lets the compiler keep one
         # partial result per vector lane (plain C may not reorder float adds, which keeps the loop scalar).

@@ -37,8 +37,8 @@ class CStyleLanguage:
         raise NotImplementedError(f"{type(self).__name__}: no rendering for op {op}")
 
     def body(self, kernel, load):
-        """(lines, name of the last value): the kernel's instructions, with `load(i)` the expression that reads
-        its i-th input entry at the current position."""
+        """(lines, names of the stored values): the kernel's instructions, with `load(i)` the expression that
+        reads its i-th input entry at the current position."""
         lines, names = [], []
         for n, (op, arg, operands, dtype) in enumerate(kernel.code):
             if op == "CONST":
@@ -51,7 +51,7 @@ class CStyleLanguage:
                                        [kernel.code[o][3] for o in operands])
             lines.append(self.let(f"v{n}", dtype, expr))
             names.append(f"v{n}")
-        return lines, names[-1]
+        return lines, [names[o] for o in kernel.outs] if kernel.outs is not None else [names[-1]]
 
 
 def merge_dims(shape, stride_sets, reduced):

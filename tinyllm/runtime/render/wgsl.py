@@ -157,7 +157,7 @@ def render(kernel, out_dtype, src_dtypes, workgroup=64):
         src, _, base = kernel.ins[i]
         return load(src, f"{offset(i + 1, base)}", src_dtypes[src])
 
-    body, value = WGSL.body(kernel, input_at)
+    body, (value,) = WGSL.body(kernel, input_at)  # (the WGSL runtime runs no fuse_outputs: one stored value)
     value_dtype = kernel.code[-1][3]
     out_at = f"out[{offset(0)}]"
     head = header(out_dtype, src_dtypes, [c[3] for c in kernel.code])
@@ -227,15 +227,16 @@ def operand_load(x, layout, rows, rows_total, k_total, bk, threads, dtype):
     storage = STORAGE[dtype]
     fast_total = k_total if fast == "k" else rows_total
     vec = 4 if ld % 4 == 0 and batch_stride % 4 == 0 and offset % 4 == 0 and fast_total % 4 == 0 else 1
-    shared = "as_" if x == "a" else "bs"
-    if vec == 4:
+    shared, s4 = ("as_" if x == "a" else "bs"), shared_row_vec4s(rows)
+    if vec == 4 and fast == "r":  # 4 consecutive rows r..r+3 (r a multiple of 4) of one k: one vec4 store
+        lines = [f"{shared}[k * {s4}u + r / 4u] = select(vec4<f32>(0.0), vec4<f32>({x}[at / 4u]), inside);"]
+    elif vec == 4:  # 4 consecutive k of one row: transposed into 4 stores
         lines = [f"let v = select(vec4<f32>(0.0), vec4<f32>({x}[at / 4u]), inside);"]
-        lines += [f"{shared}[(k{' + ' + str(j) if fast == 'k' and j else ''}) * {rows}u + r"
-                  f"{' + ' + str(j) if fast == 'r' and j else ''}] = v[{j}];" for j in range(4)]
+        lines += [f"{shared}[(k + {j}u) * {s4}u + r / 4u][r % 4u] = v[{j}];" for j in range(4)]
     else:
-        lines = [f"{shared}[k * {rows}u + r] = select(0.0, f32({x}[at]), inside);"]
+        lines = [f"{shared}[k * {s4}u + r / 4u][r % 4u] = select(0.0, f32({x}[at]), inside);"]
     elem = f"vec4<{storage}>" if vec == 4 else storage
-    source = template("matmul_load", X=x, ROWS=rows, BK=bk, VEC=vec, THREADS=threads, SH=shared,
+    source = template("matmul_load", X=x, ROWS=rows, BK=bk, VEC=vec, THREADS=threads, SH=shared, S4=s4,
                       FAST_TILE=bk if fast == "k" else rows, R_EXPR="slow" if fast == "k" else "fast",
                       K_EXPR="fast" if fast == "k" else "slow", ROWS_TOTAL=rows_total, K=k_total, OFFSET=offset,
                       BATCH_STRIDE=batch_stride, R_STRIDE=ld if fast == "k" else 1,
@@ -243,13 +244,43 @@ def operand_load(x, layout, rows, rows_total, k_total, bk, threads, dtype):
     return source, elem
 
 
+def shared_row_vec4s(rows):
+    """vec4s per k of a staged operand slice in matmul.wgsl: its rows plus one vec4 of padding."""
+    return rows // 4 + 1
+
+
+def register_reads(shared, name, rows, per_thread, s4, lid):
+    """(WGSL that reads one k's per_thread values of `shared` into lets, each value's expression, each value's row
+    in the tile). per_thread a multiple of 4: runs of 4 rows, rows * 4 / per_thread apart, one vec4 read per run;
+    else per_thread consecutive rows, one scalar read each."""
+    if per_thread % 4 == 0:
+        apart = rows // per_thread  # in vec4s
+        reads = [f"let {name}{q} = {shared}[k * {s4}u + {q * apart}u + {lid}];" for q in range(per_thread // 4)]
+        values = [f"{name}{i // 4}.{'xyzw'[i % 4]}" for i in range(per_thread)]
+        return reads, values, [f"{(i // 4) * 4 * apart + i % 4}u + {lid} * 4u" for i in range(per_thread)]
+    at = [f"{lid} * {per_thread}u + {i}u" for i in range(per_thread)]
+    reads = [f"let {name}{i} = {shared}[k * {s4}u + ({e}) / 4u][({e}) % 4u];" for i, e in enumerate(at)]
+    return reads, [f"{name}{i}" for i in range(per_thread)], at
+
+
 def render_matmul(batch, m, n, k, a_layout, b_layout, dtype, tiles):
     """(source, workgroups) of C = A·B (wgsl/matmul.wgsl); tiles = (BM, BN, BK, TM, TN)."""
     bm, bn, bk, tm, tn = tiles
+    if bm % tm or bn % tn or bm % 4 or bn % 4 or bk % 4:
+        raise ValueError(f"matmul tiles {tiles} (BM, BN, BK, TM, TN): BM, BN and BK must be multiples of 4, "
+                         "BM of TM and BN of TN")
     threads = (bm // tm) * (bn // tn)
     load_a, a_elem = operand_load("a", a_layout, bm, m, k, bk, threads, dtype)
     load_b, b_elem = operand_load("b", b_layout, bn, n, k, bk, threads, dtype)
+    sa4, sb4 = shared_row_vec4s(bm), shared_row_vec4s(bn)
+    read_a, av, rows = register_reads("as_", "a", bm, tm, sa4, "lid.y")
+    read_b, bv, cols = register_reads("bs", "b", bn, tn, sb4, "lid.x")
+    fma = [f"acc[{i * tn + j}] += {av[i]} * {bv[j]};" for i in range(tm) for j in range(tn)]
+    store = [f"if (row0 + {rows[i]} < {m}u && col0 + {cols[j]} < {n}u) {{ c[batch * {m * n}u + (row0 + {rows[i]}) * "
+             f"{n}u + col0 + {cols[j]}] = {STORAGE[dtype]}(acc[{i * tn + j}]); }}"
+             for i in range(tm) for j in range(tn)]
     source = template("matmul", ENABLE="enable f16;" if dtype == "float16" else "", T=STORAGE[dtype],
                       A_ELEM=a_elem, B_ELEM=b_elem, LOAD_A=load_a, LOAD_B=load_b, BATCH=batch, M=m, N=n, K=k,
-                      BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=threads)
+                      BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=threads, SA4=sa4, SB4=sb4,
+                      READ="\n      ".join(read_a + read_b), FMA="\n      ".join(fma), STORE="\n  ".join(store))
     return source, (-(-n // bn), -(-m // bm), batch)

@@ -1,0 +1,178 @@
+"""tinyllm.jit: a replayed step must leave exactly what an eager step leaves (the same kernels run on the same
+inputs), and both must track torch. What a replay cannot repeat is refused with a clear error."""
+import importlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import tinyllm as tl
+from tinyllm.capture import Unreplayable
+from tinyllm.models.gpt import GPT, GPTConfig
+
+from helpers import SEEDS, reference_runtime  # noqa: F401  (fixture: hypothesis runs on the NumPy reference)
+import torch_nanogpt as ref
+
+CFG = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65)
+STEPS = 10
+DRIFT_RTOL = 1e-3  # as tests/test_gpt_parity.py: AdamW steps amplify rounding differences from torch's
+
+
+def train(step_fn, model, opt, sched, rng, steps=STEPS):
+    losses = []
+    for _ in range(steps):
+        x = rng.integers(0, CFG["vocab_size"], (4, CFG["block_size"]))
+        losses.append(step_fn(x, (7 * x + 3) % CFG["vocab_size"]))
+        sched.step()
+    return losses
+
+
+def tinyllm_run(use_jit, device):
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(**CFG)).to(device=device)
+    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=3e-3, betas=(0.9, 0.95))
+    sched = tl.optim.LambdaLR(opt, tl.optim.warmup_cosine(3, STEPS))  # the learning rate changes every step
+    params = list(model.parameters())
+
+    def step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        tl.nn.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad()
+        return loss
+    fn = tl.jit(step) if use_jit else step
+    losses = train(lambda x, y: fn(tl.tensor(x, device=device), tl.tensor(y, device=device)).item(),
+                   model, opt, sched, np.random.default_rng(1))
+    return losses, model, opt, fn
+
+
+def torch_run(model):
+    torch.manual_seed(1)
+    tmodel = ref.GPT(ref.GPTConfig(**CFG))
+    tmodel.load_state_dict({k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in model.state_dict().items()})
+    opt = tmodel.configure_optimizers(weight_decay=0.1, learning_rate=3e-3, betas=(0.9, 0.95), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, tl.optim.warmup_cosine(3, STEPS))
+
+    def step(x, y):
+        _, loss = tmodel(torch.from_numpy(x), torch.from_numpy(y))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+    return train(step, tmodel, opt, sched, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize("device", ["numpy", "c", "wgsl"])
+def test_replayed_training_equals_eager_and_tracks_torch(device, monkeypatch):
+    if device == "wgsl":
+        from conftest import wgsl_skip_reason
+        import os
+        if not os.environ.get("CI") and wgsl_skip_reason():
+            pytest.skip(wgsl_skip_reason())
+    eager, model_e, opt_e, _ = tinyllm_run(False, device)
+    walks = []
+    tensor_module = importlib.import_module("tinyllm.tensor")  # (tl.tensor is the factory function)
+    walk = tensor_module.gradients
+    monkeypatch.setattr(tensor_module, "gradients", lambda *a: walks.append(1) or walk(*a))
+    jitted, model_j, opt_j, fn = tinyllm_run(True, device)
+    assert len(walks) == 3, f"autograd ran {len(walks)} times in {STEPS} jitted steps: the replays ran Python"
+    assert len(fn.plans) == 1
+    assert jitted == eager, "a replay must run the same kernels on the same inputs as the eager step"
+    for (name, p), q in zip(model_e.named_parameters(), model_j.parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)
+        np.testing.assert_array_equal(opt_e.state[p]["exp_avg_sq"].numpy(), opt_j.state[q]["exp_avg_sq"].numpy())
+        assert opt_e.state[p]["step"] == opt_j.state[q]["step"] == STEPS
+        assert q.grad is None  # zero_grad ran inside the step: the replay leaves .grad as the step does
+    tl.manual_seed(0)
+    reference = torch_run(GPT(GPTConfig(**CFG)))
+    drift = max(abs(a - b) / abs(b) for a, b in zip(jitted, reference))
+    assert drift <= DRIFT_RTOL, f"jitted training drifted {drift:.2e} from torch's losses"
+    assert reference[-1] < reference[0] - 0.1  # it trains, so agreeing losses say something
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 6), d=st.integers(1, 5), h=st.integers(1, 5), seed=SEEDS)
+def test_replay_accumulates_gradients_as_eager_and_torch(n, d, h, seed):
+    """No zero_grad inside: .grad accumulates across replays exactly as across eager calls, and as in torch."""
+    rng = np.random.default_rng(seed)
+    w1, w2 = rng.uniform(-1, 1, (d, h)), rng.uniform(-1, 1, (h, 1))
+    xs = [rng.uniform(-1, 1, (n, d)) for _ in range(6)]
+
+    def run(use_jit):
+        a, b = tl.tensor(w1, requires_grad=True), tl.tensor(w2, requires_grad=True)
+
+        def f(x):
+            y = (x @ a).tanh() @ b
+            loss = (y * y).mean()
+            loss.backward()
+            return {"loss": loss, "y": y}
+        fn = tl.jit(f) if use_jit else f
+        outs = [fn(tl.tensor(x)) for x in xs]
+        return [o["loss"].item() for o in outs], [o["y"].numpy() for o in outs], a.grad.numpy(), b.grad.numpy()
+
+    eager, jitted = run(False), run(True)
+    for e, j in zip(eager, jitted):
+        np.testing.assert_array_equal(np.asarray(e), np.asarray(j))
+    ta, tb = torch.tensor(w1, dtype=torch.float32, requires_grad=True), torch.tensor(w2, dtype=torch.float32, requires_grad=True)
+    for x in xs:
+        y = (torch.tensor(x, dtype=torch.float32) @ ta).tanh() @ tb
+        (y * y).mean().backward()
+    np.testing.assert_allclose(jitted[2], ta.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jitted[3], tb.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_momentum_replays_as_eager():
+    def run(use_jit):
+        w = tl.tensor(np.linspace(-1, 1, 6).reshape(2, 3), requires_grad=True)
+        opt = tl.optim.SGD([w], lr=0.1, momentum=0.9, weight_decay=0.01)
+
+        def step(x):
+            ((x @ w) ** 2).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        fn = tl.jit(step) if use_jit else step
+        for i in range(6):
+            fn(tl.tensor(np.full((1, 2), 0.1 * i + 0.2)))
+        return w.numpy()
+    np.testing.assert_array_equal(run(False), run(True))
+
+
+def test_shapes_get_their_own_recordings():
+    w = tl.tensor(np.ones((3, 2)), requires_grad=True)
+    fn = tl.jit(lambda x: (x @ w).sum())
+    for i in range(5):
+        for n in (1, 4):
+            x = np.arange(3 * n, dtype=np.float32).reshape(n, 3) + i
+            assert fn(tl.tensor(x)).item() == pytest.approx(float((x @ np.ones((3, 2))).sum()))
+    assert len(fn.plans) == 2
+
+
+def test_host_read_inside_is_refused():
+    fn = tl.jit(lambda x: (x * 2).sum().item())
+    fn(tl.tensor([1.0]))
+    with pytest.raises(Unreplayable, match=r"numpy\(\).*Return the tensor"):
+        fn(tl.tensor([1.0]))
+
+
+def test_changing_host_data_inside_is_refused():
+    fn = tl.jit(lambda x: x + tl.randn(3))
+    fn(tl.zeros(3))
+    fn(tl.zeros(3))
+    with pytest.raises(Unreplayable, match="did not do the same on two calls.*random numbers outside"):
+        fn(tl.zeros(3))
+
+
+def test_constant_host_data_inside_is_replayed():
+    fn = tl.jit(lambda x: x + tl.arange(3).float())
+    for i in range(5):
+        np.testing.assert_array_equal(fn(tl.full((3,), float(i))).numpy(), np.arange(3) + i)
+
+
+def test_returning_python_values_is_refused():
+    fn = tl.jit(lambda x: (x.sum(), 1.5))
+    fn(tl.ones(2))
+    with pytest.raises(Unreplayable, match="returned float at result\\[1\\]"):
+        fn(tl.ones(2))
