@@ -93,6 +93,15 @@ class GPT(nn.Module):
             p.copy_(value)
 
     def forward(self, idx, targets=None):
+        x = self._features(idx)
+        if targets is None:
+            return self.lm_head(x[:, -1:, :]), None  # inference: only the last position is needed
+        logits = self.lm_head(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def _features(self, idx):
+        """The last layer norm's output at every position of idx (B, T)."""
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"GPT: sequence of length {T} is longer than block_size {self.config.block_size}")
@@ -100,12 +109,7 @@ class GPT(nn.Module):
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = checkpoint(block, x) if self.config.checkpoint and self.training else block(x)
-        x = self.transformer.ln_f(x)
-        if targets is None:
-            return self.lm_head(x[:, -1:, :]), None  # inference: only the last position is needed
-        logits = self.lm_head(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        return self.transformer.ln_f(x)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
         """AdamW with decay on 2-D weights only (matmuls and embeddings), as nanoGPT groups them."""
@@ -118,15 +122,22 @@ class GPT(nn.Module):
 
     @no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
-        """Extend idx (B, T) by max_new_tokens sampled tokens, feeding each prediction back in."""
+        """Extend idx (B, T) by max_new_tokens sampled tokens, feeding each prediction back in. Every step runs
+        the model on a full block, the context padded on the right: causal attention keeps the padding out of
+        the last real position's logits, and one shape means one cached plan and one set of compiled kernels
+        for the whole generation instead of one per context length."""
         from ..tensor import Tensor
+        ids, block, device = idx.numpy(), self.config.block_size, idx.device
         for _ in range(max_new_tokens):
-            cond = idx if idx.shape[1] <= self.config.block_size else idx[:, -self.config.block_size:]
-            logits, _ = self(cond)
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            context = ids[:, -block:]
+            padded = np.zeros((ids.shape[0], block), dtype=np.int64)
+            padded[:, :context.shape[1]] = context
+            x = self._features(Tensor(padded, device=device))
+            last = Tensor([context.shape[1] - 1], device=device)  # a tensor index: the plan does not change with it
+            logits = self.lm_head(x[:, last])[:, -1, :] / max(temperature, 1e-8)
             if top_k is not None:
                 v, _ = factory.topk(logits, min(top_k, logits.shape[-1]))
                 logits = logits.masked_fill(logits < v[:, -1:], float("-inf"))
             nxt = factory.multinomial(logits.softmax(-1), num_samples=1)
-            idx = Tensor(np.concatenate([idx.numpy(), nxt.numpy()], axis=1), device=idx.device)
-        return idx
+            ids = np.concatenate([ids, nxt.numpy()], axis=1)
+        return Tensor(ids, device=device)
