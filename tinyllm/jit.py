@@ -18,7 +18,8 @@ tensors holding the results, and leave every parameter, moment and .grad as a ca
 not do, because a replay runs no Python: read values on the host (refused while recording), make tensors from
 host data that change from call to call (random numbers: the two recordings disagree, and that is an error), or
 keep Python state of its own (a learning-rate scheduler steps outside the jitted function: the optimizer reads
-the learning rate afresh on every replay).
+the learning rate afresh on every replay). The tensors a step assigns are recorded as objects: after replacing
+them (a new optimizer, optimizer state loaded into new tensors), jit the function again.
 """
 import functools
 
