@@ -280,7 +280,7 @@ def main():
                 row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
                              "first": r["first_s"], "ok": ok}
             first_loss = {n: r["losses"][0] for n, r in res["results"].items() if r["losses"]}
-            print(f"  loss at step 1 (same weights, same batch): "
+            print("  loss at step 1 (same weights, same batch): "
                   + ", ".join(f"{n} {v:.6f}" for n, v in first_loss.items()))
             rows.append(row)
 

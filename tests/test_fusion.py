@@ -27,7 +27,6 @@ from tinyllm.graph import toposort
 from tinyllm.realize import PASSES, run_passes
 from tinyllm.rewrite.fusion import ELEMENTWISE, REDUCE, fuse, fuse_outputs
 from tinyllm.runtime import get as get_runtime
-from tinyllm.runtime.c_runtime import CRuntime
 from tinyllm.schedule import Schedule
 
 # ---- tolerances ------------------------------------------------------------------------------------------

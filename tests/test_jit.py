@@ -176,3 +176,20 @@ def test_returning_python_values_is_refused():
     fn(tl.ones(2))
     with pytest.raises(Unreplayable, match="returned float at result\\[1\\]"):
         fn(tl.ones(2))
+
+
+def test_a_changing_tensor_that_is_not_an_argument_is_refused():
+    bias = {"t": tl.ones(2)}
+    fn = tl.jit(lambda x: x + bias["t"])
+    for i in range(2):
+        bias["t"] = tl.full((2,), float(i)).realize()
+        fn(tl.ones(2))
+    bias["t"] = tl.full((2,), 5.0).realize()
+    with pytest.raises(Unreplayable, match="another tensor in each call, neither an argument"):
+        fn(tl.ones(2))
+
+
+def test_unhashable_arguments_are_refused():
+    fn = tl.jit(lambda x, opts: x * 2)
+    with pytest.raises(TypeError, match="neither a tensor nor hashable"):
+        fn(tl.ones(2), [1, 2])

@@ -663,6 +663,15 @@ def test_transposed_product_leaves_a_shared_product_alone():
     assert same is shared
 
 
+def test_transposed_product_folds_a_transposed_operand():
+    """(a bᵀ)ᵀ is b aᵀ: the transpose of bᵀ folds to b itself rather than running as two views."""
+    a, b = leaf(3, 4, seed=1), leaf(5, 4, seed=2)
+    t = build("PERMUTE", build("MATMUL", a, build("PERMUTE", b, arg=(1, 0))), arg=(1, 0))
+    (out,) = R.run_passes([t], [("layout", R.layout)])
+    assert out.op == "MATMUL" and out.src[0] is b and out.src[1].op == "PERMUTE" and out.src[1].src[0] is a
+    np.testing.assert_allclose(evaluate(out), evaluate(t), rtol=1e-6)
+
+
 def test_linear_weight_gradient_is_stored_row_major():
     """The gradient of W in x @ W.T comes out C-contiguous, so the optimizer reads it without copying."""
     x, w = tl.tensor(np.ones((4, 3), np.float32)), tl.tensor(np.ones((5, 3), np.float32), requires_grad=True)

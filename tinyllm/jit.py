@@ -22,6 +22,7 @@ the learning rate afresh on every replay). The tensors a step assigns are record
 them (a new optimizer, optimizer state loaded into new tensors), jit the function again.
 """
 import functools
+import itertools
 
 import numpy as np
 
@@ -64,9 +65,12 @@ def _leaves(value, path="result"):
                                "only tensors (in tuples, lists or dicts) or None, because it runs no Python")
 
 
+_RESULT = object()  # where a returned tensor sits in a recorded result
+
+
 def _rebuild(value, tensors):
-    """`value` with each of its tensors replaced by the next of `tensors`."""
-    if isinstance(value, Tensor):
+    """`value` with each of its tensors (or _RESULT marks) replaced by the next of `tensors`."""
+    if isinstance(value, Tensor) or value is _RESULT:
         return next(tensors)
     if isinstance(value, (tuple, list)):
         return type(value)(_rebuild(v, tensors) for v in value)
@@ -109,7 +113,7 @@ class Plan:
                 self.assigns[k + 1].append((pending[1], source(pending[3])))
                 pending = next(events, None)
         self.grads = [(t, None if t.grad is None else source(_buffer(t.grad.node))) for t in rec.grads]
-        self.result = result
+        self.result = _rebuild(result, itertools.repeat(_RESULT))  # the structure, not the recorded call's values
         self.outputs = [(source(_buffer(t.node)), t.device) for _, t in _leaves(result)]
         self.targets = list({t: None for _, t, _, _ in rec.assigns})
         self._free_after_last_use()
@@ -139,6 +143,9 @@ class Plan:
                 return f"its realize #{k} ran a different graph"
             for i, (a, b) in enumerate(zip(src1, src2)):
                 if not self._same_source(a, b, other):
+                    if a[0] == b[0] == "const":
+                        return (f"input {i} of its realize #{k} was another tensor in each call, neither an "
+                                "argument nor one the step assigns")
                     return f"input {i} of its realize #{k} came from {a[0]} in one call and {b[0]} in the next"
         pairs = lambda plan: [p for after in plan.assigns for p in after] + plan.grads  # noqa: E731
         if not _all_same([(t,) + (s or ()) for t, s in pairs(self)], [(t,) + (s or ()) for t, s in pairs(other)]):
@@ -224,6 +231,12 @@ class jit:
 
     def __call__(self, *args):
         signature = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else ("value", a) for a in args)
+        try:
+            hash(signature)
+        except TypeError:
+            raise TypeError(f"jit: {self.fn.__name__} got an argument that is neither a tensor nor hashable "
+                            f"({', '.join(type(a).__name__ for a in args)}): pass tensors, numbers or "
+                            "strings") from None
         tensors = [a for a in args if isinstance(a, Tensor)]
         realize(*tensors)
         plan = self.plans.get(signature)

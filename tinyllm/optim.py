@@ -1,8 +1,6 @@
 """Optimizers with torch.optim's names, defaults and update rules. Each step builds the update of every
-parameter as graph and realizes them all in one pass."""
+parameter as graph and realizes it in a few chunks (C runtime: one kernel per parameter, see fuse_outputs)."""
 import math
-
-import numpy as np
 
 from .factory import zeros_like
 from .jit import host_values

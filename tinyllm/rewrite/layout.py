@@ -12,6 +12,13 @@ def _swaps_last_two(perm):
     return n >= 2 and tuple(perm) == tuple(range(n - 2)) + (n - 1, n - 2)
 
 
+def _transposed(x, swap):
+    """xᵀ, folding a transpose of a transpose (simplify, which would, has run before this pass)."""
+    if x.op == "PERMUTE":
+        return x.src[0].permute(tuple(x.arg[i] for i in swap))
+    return build("PERMUTE", x, arg=tuple(swap))
+
+
 def layout(roots):
     users = {}
     for n in toposort(roots, stop=lambda n: n.buffer is not None):
@@ -22,8 +29,7 @@ def layout(roots):
         if users.get(mm, 0) != 1:  # another user needs the product as it is: computing both costs a matmul
             return None
         a, b = mm.src
-        swap = tuple(t.arg)
-        return build("MATMUL", build("PERMUTE", b, arg=swap), build("PERMUTE", a, arg=swap))
+        return build("MATMUL", _transposed(b, t.arg), _transposed(a, t.arg))
 
     pm = PatternMatcher([(Pat("PERMUTE", src=(Pat("MATMUL", name="mm"),), arg=_swaps_last_two, name="t"),
                           transposed_product, "transposed_product")])

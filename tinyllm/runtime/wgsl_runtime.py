@@ -156,8 +156,8 @@ class WGSLRuntime(Runtime):
 
     def copy_into(self, out, where, src):
         """out's elements at the view `where` = (strides, offset) become src's."""
-        source, groups = render.render_copy(src.shape, where, (src.elem_strides, src.offset), src.dtype.name,
-                                            self.workgroup)
+        source, groups = render.render_copy(src.shape, (tuple(where[0]), where[1]),
+                                            (tuple(src.elem_strides), src.offset), src.dtype.name, self.workgroup)
         self.dispatch(source, [out, src], groups)
 
     def contiguous(self, value):
@@ -281,7 +281,7 @@ def _fused(rt, node, ins):
     ins = [rt.contiguous(v) for v in ins]
     out = rt.empty(node.shape, node.dtype)
     if math.prod(node.shape):
-        source, groups = render.render(node.arg, _storage_name(node.dtype), [_storage_name(v.dtype) for v in ins],
+        source, groups = render.render(node.arg, _storage_name(node.dtype), tuple(_storage_name(v.dtype) for v in ins),
                                        rt.workgroup)
         rt.dispatch(source, [out, *ins], groups)
     return out

@@ -8,6 +8,7 @@ constants, so every index computation folds.
 Elementwise kernels run one invocation per output. A reduction over few elements runs one invocation per output
 with a serial loop; over many, one workgroup per output: each invocation accumulates a strided share, then the
 workgroup combines the shares in a tree (wgsl/reduce.wgsl)."""
+import functools
 import math
 import os
 
@@ -33,6 +34,9 @@ def template_dir():
 
 
 _templates = {}
+# Sources by their arguments: a step run again (a replay above all) asks for the same kernels, and rendering
+# one costs more than recording its dispatch.
+_cached = functools.lru_cache(maxsize=4096)
 
 
 def template(name, **values):
@@ -140,6 +144,7 @@ def groups_for(n):
     return (min(n, MAX_GROUPS), -(-n // MAX_GROUPS), 1) if n else (0, 1, 1)
 
 
+@_cached
 def render(kernel, out_dtype, src_dtypes, workgroup=64):
     """(WGSL source, workgroups to dispatch) of one kernel."""
     reduced = set(kernel.reduce[1]) if kernel.reduce else set()
@@ -197,6 +202,7 @@ def copy_kernel(shape, strides, offset, dtype):
     return Kernel(tuple(shape), None, ((0, tuple(strides), offset),), (("IN", 0, (), dtype),))
 
 
+@_cached
 def render_copy(shape, dst, src, dtype, workgroup=64):
     """(source, workgroups) of a copy between strided views: dst and src are (strides, offset) in elements."""
     dims = merge_dims(shape, [dst[0], src[0]], set())
@@ -211,6 +217,7 @@ def render_copy(shape, dst, src, dtype, workgroup=64):
                              AT_OUT=f"u32({at(0, dst[1])})", AT_SRC=f"u32({at(1, src[1])})"), groups
 
 
+@_cached
 def render_index(name, outer, n_idx, inner, n, dtype, slot, workgroup=64):
     """(source, workgroups) of GATHER (name "gather") or SCATTER_ADD ("scatter_add") over contiguous operands."""
     threads = outer * inner * (n_idx if name == "gather" else 1)
@@ -263,6 +270,7 @@ def register_reads(shared, name, rows, per_thread, s4, lid):
     return reads, [f"{name}{i}" for i in range(per_thread)], at
 
 
+@_cached
 def render_matmul(batch, m, n, k, a_layout, b_layout, dtype, tiles):
     """(source, workgroups) of C = A·B (wgsl/matmul.wgsl); tiles = (BM, BN, BK, TM, TN)."""
     bm, bn, bk, tm, tn = tiles
