@@ -8,6 +8,8 @@ Environment:
   TINYLLM_WGPU_BACKEND   restrict wgpu to one backend (vulkan, metal, dx12, gl); default: any. Without a Vulkan
                          driver wgpu falls back to OpenGL, which is reported in `info`, not refused.
 """
+import heapq
+import itertools
 import os
 import tempfile
 import threading
@@ -83,18 +85,25 @@ def find_adapter(timeout=ADAPTER_TIMEOUT_S):
 
 
 class Storage:
-    """One GPU buffer of `nbytes` (a multiple of 16, so vec4 views fit). When Python frees it, its buffer goes
-    back to the device's pool (as torch's caching allocator keeps freed blocks)."""
-    __slots__ = ("buffer", "nbytes", "recycler", "__weakref__")
+    """One GPU buffer of `nbytes` (a multiple of 16, so vec4 views fit), the `order`-th the device made. When
+    Python frees it, its buffer goes back to the device's pool (as torch's caching allocator keeps freed blocks)."""
+    __slots__ = ("buffer", "nbytes", "order", "recycler", "__weakref__")
 
-    def __init__(self, buffer, nbytes, pool):
-        self.buffer, self.nbytes = buffer, nbytes
-        self.recycler = weakref.finalize(self, _recycle, pool, buffer, nbytes)
+    def __init__(self, buffer, nbytes, pool, order):
+        self.buffer, self.nbytes, self.order = buffer, nbytes, order
+        self.recycler = weakref.finalize(self, _recycle, pool, buffer, nbytes, order)
         self.recycler.atexit = False  # at exit, recycling would make new finalizers to run, without end
 
 
-def _recycle(pool, buffer, nbytes):
-    pool.setdefault(nbytes, []).append(Storage(buffer, nbytes, pool))
+def _recycle(pool, buffer, nbytes, order):
+    _give_back(pool, Storage(buffer, nbytes, pool, order))
+
+
+def _give_back(pool, storage):
+    # Free buffers of a size form a heap by `order`, and the oldest goes out first: which buffer an allocation
+    # gets then depends on which are free, not on the order they were freed in, so a step that runs again (a
+    # replay) gets the same buffers, and its bind groups, cached by buffer, are found again.
+    heapq.heappush(pool.setdefault(storage.nbytes, []), (storage.order, storage))
 
 
 class Device:
@@ -121,7 +130,8 @@ class Device:
                      "description": info.get("description", ""), "features": self.features}
         self.pipelines = {}  # (source, read-only flags) -> (pipeline, bind group layout)
         self.bind_groups = {}  # (pipeline, buffers) -> bind group: a training step binds the same buffers again
-        self.pool = {}  # nbytes -> free Storage
+        self.pool = {}  # nbytes -> heap of (order, free Storage)
+        self.made = itertools.count()  # Storage orders
         self.encoder = self.pass_ = None
         self.submits = 0  # command buffers submitted (read-backs aside)
         usage = wgpu.BufferUsage
@@ -135,18 +145,20 @@ class Device:
             raise MemoryError(f"WGSL runtime: a buffer of {size} bytes is over this device's storage binding limit "
                               f"({self.limits['max-storage-buffer-binding-size']} bytes); use smaller tensors")
         free = self.pool.get(size)
-        storage = free.pop() if free else Storage(self.device.create_buffer(size=size, usage=self.usage), size,
-                                                  self.pool)
+        storage = heapq.heappop(free)[1] if free else self._new_storage(size)
         return track(storage, size)
+
+    def _new_storage(self, size):
+        return Storage(self.device.create_buffer(size=size, usage=self.usage), size, self.pool, next(self.made))
 
     def release(self, storage):
         """`storage` holds nothing anyone needs: keep it for the next allocation of its size."""
         untrack(storage)
-        self.pool.setdefault(storage.nbytes, []).append(storage)
+        _give_back(self.pool, storage)
 
     def empty_cache(self):
         for free in self.pool.values():
-            for storage in free:
+            for _, storage in free:
                 storage.recycler.detach()  # really freed this time
         self.pool.clear()
         self.bind_groups.clear()
@@ -161,7 +173,7 @@ class Device:
             storage = self.alloc(array.nbytes)
         else:
             size = max(16, -(-array.nbytes // 16) * 16)
-            storage = Storage(self.device.create_buffer(size=size, usage=self.usage), size, self.pool)
+            storage = self._new_storage(size)
             storage.recycler.detach()  # never pooled: nothing can be recorded on it before it is written
         if array.nbytes:
             data = array.tobytes()
