@@ -1,4 +1,5 @@
-"""What every bench shares: the environment of a worker subprocess that runs at a fixed thread count."""
+"""What every bench shares: the environment of a worker subprocess that runs at a fixed thread count, and the
+training step they time."""
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,3 +17,14 @@ def worker_env(threads):
     env.setdefault("OMP_PROC_BIND", "true")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def gpt_train_step(model, opt):
+    """The step the GPT benches time: forward (the loss), backward, optimizer step, zero_grad; returns the loss."""
+    def step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step

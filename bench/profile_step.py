@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from common import worker_env  # bench/common.py: bench/ is the script directory
+from common import gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
 
 CONFIGS = {  # name: (model config, batch size)
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
@@ -60,12 +60,7 @@ def worker(config, runtime, steps, top, jitted):
     opt = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3, betas=(0.9, 0.95))
     rng = np.random.default_rng(0)
 
-    def train_step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
+    train_step = gpt_train_step(model, opt)
     fn = tl.jit(train_step) if jitted else train_step
 
     def step():

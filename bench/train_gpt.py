@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from common import worker_env  # bench/common.py: bench/ is the script directory
+from common import gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {  # name: (model config, batch size)
@@ -87,12 +87,7 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
         assert {p.device for p in model.parameters()} == {tl.runtime.get(rt).name}, "model not on runtime " + rt
         opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS)
 
-        def step(x, y):
-            _, loss = model(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
+        step = gpt_train_step(model, opt)
         fn = tl.jit(step) if jitted else step
         return lambda x, y: fn(tl.tensor(x, device=rt), tl.tensor(y, device=rt)).item()
 
