@@ -533,6 +533,19 @@ def test_gelu_forward_is_one_kernel(c_schedules):
         close(got, want, TOL["float32"]["torch"], f"gelu {approximate}")
 
 
+def test_gelu_backward_is_one_kernel(c_schedules):
+    """tanh's value has two uses in GELU's backward; both fuse into one kernel, so it is computed once there and
+    never stored (the kernel of a value whose every use ended up in one consumer is absorbed by it)."""
+    x = rand(4, 8, 16, seed=8, requires_grad=True)
+    up = rand(4, 8, 16, seed=9)
+    (F.gelu(x, approximate="tanh") * up).sum().backward()
+    grad_kernels = [n for n in c_schedules[-1].kernels if n.op == "FUSED" and n.shape == x.shape]
+    assert len(grad_kernels) == 1 and sum(c[0] == "TANH" for c in grad_kernels[0].arg.code) == 1, grad_kernels
+    t = torch.tensor(x.numpy(), requires_grad=True)
+    (torch.nn.functional.gelu(t, approximate="tanh") * torch.tensor(up.numpy())).sum().backward()
+    close(x.grad.numpy(), t.grad.numpy(), TOL["float32"]["torch"], "gelu grad")
+
+
 def test_a_value_used_twice_is_computed_once_or_recomputed_cheaply(c_schedules):
     x = rand(4, 8, seed=7)
     # an expensive shared value (more than RECOMPUTE_MAX_OPS ops) is stored once; both users read it

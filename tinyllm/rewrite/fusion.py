@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..graph import OPS, Node, build, toposort
+from ..graph import OPS, Node, build, substitute, toposort
 from ..ops.base import Op, register
 from ..views import contiguous_strides, view_strides
 from .engine import Pat, PatternMatcher, graph_rewrite
@@ -87,12 +87,16 @@ class _Builder:
         base, strides, offset = view if view is not None else (node, contiguous_strides(node.shape), 0)
         if base.op == "CONST" and base.buffer is None:
             return self.emit("CONST", base.arg, (), base.dtype.name)
+        return self.read(base, strides, offset, node.dtype.name)
+
+    def read(self, base, strides, offset, dtype):
+        """An instruction reading `base` at (strides, offset) over the iteration shape."""
         if base not in self.srcs:
             self.srcs.append(base)
         entry = (self.srcs.index(base), strides, offset)
         if entry not in self.ins:
             self.ins.append(entry)
-        return self.emit("IN", self.ins.index(entry), (), node.dtype.name)
+        return self.emit("IN", self.ins.index(entry), (), dtype)
 
     def inline(self, kernel, srcs, views=()):
         """Copy the code of a fused elementwise kernel (reading `srcs`) into this one, its result seen through
@@ -103,13 +107,7 @@ class _Builder:
         at = []
         for op, arg, operands, dtype in kernel.code:
             if op == "IN":
-                base = srcs[kernel.ins[arg][0]]
-                if base not in self.srcs:
-                    self.srcs.append(base)
-                entry = (self.srcs.index(base), *ins[arg])
-                if entry not in self.ins:
-                    self.ins.append(entry)
-                at.append(self.emit("IN", self.ins.index(entry), (), dtype))
+                at.append(self.read(srcs[kernel.ins[arg][0]], *ins[arg], dtype))
             else:
                 at.append(self.emit(op, arg, [at[o] for o in operands], dtype))
         return at[-1]
@@ -180,7 +178,59 @@ def fuse(roots, max_inputs=None):
     pm = PatternMatcher([(Pat(ELEMENTWISE, name="x"), elementwise, "fuse_elementwise"),
                          (Pat(REDUCE, name="x"), reduction, "fuse_reduce"),
                          (Pat(name="x"), remember, "remember")])
-    return graph_rewrite(roots, pm, "fusion")
+    return _absorb_single_consumers(graph_rewrite(roots, pm, "fusion"), max_inputs)
+
+
+def _absorb_single_consumers(roots, max_inputs):
+    """Compute inside its consumer a stored elementwise kernel whose every use ended up in that one elementwise
+    kernel, read where it is written. The rule above decides per use, so a value that several of the graph's nodes
+    use is stored even when all of them fuse into one kernel (GELU's backward: tanh's two uses); in one kernel the
+    builder shares its instructions, so it is computed once, and never written to memory and read back."""
+    kept = set(roots)
+    while True:
+        users = {}
+        nodes = toposort(roots, stop=lambda n: n.buffer is not None)
+        for n in nodes:
+            for s in set(n.src):
+                users.setdefault(s, []).append(n)
+        changes = {}
+        for c in nodes:
+            if c.op != "FUSED" or c.arg.reduce is not None or c.arg.outs is not None:
+                continue
+            for k in c.src:
+                if _absorbable(k, c, users.get(k, ()), kept, max_inputs):
+                    changes[c] = _absorb(c, k)
+                    break
+        if not changes:
+            return roots
+        roots = substitute(roots, changes)
+        kept = set(roots)
+
+
+def _absorbable(k, c, users, kept, max_inputs):
+    if k.op != "FUSED" or k.arg.reduce is not None or k.arg.outs is not None or k in kept or list(users) != [c]:
+        return False
+    if k.shape != c.arg.shape or len(k.arg.code) + len(c.arg.code) > MAX_KERNEL_OPS:
+        return False
+    at = c.src.index(k)
+    plain = (at, tuple(contiguous_strides(k.shape)), 0)
+    if any(entry[0] == at and entry != plain for entry in c.arg.ins):  # read through a view: not here
+        return False
+    return max_inputs is None or len(set(c.src) - {k} | set(k.src)) <= max_inputs
+
+
+def _absorb(c, k):
+    """c's kernel with k's code in place of its reads of k."""
+    b, at, index = _Builder(), [], c.src.index(k)
+    for op, arg, operands, dtype in c.arg.code:
+        if op == "IN" and c.arg.ins[arg][0] == index:
+            at.append(b.inline(k.arg, k.src))
+        elif op == "IN":
+            src, strides, offset = c.arg.ins[arg]
+            at.append(b.read(c.src[src], strides, offset, dtype))
+        else:
+            at.append(b.emit(op, arg, [at[o] for o in operands], dtype))
+    return b.node(c.arg.shape, None, c.shape, c.dtype)
 
 
 def fuse_outputs(roots):
