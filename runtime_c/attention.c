@@ -1,6 +1,8 @@
 /*
 FlashAttention-2 (Dao, 2023) on the CPU: attention whose memory is linear in the sequence length.
 
+The inputs are read in place through their strides (tl_attn_view in attention.h).
+
 Forward, one task per (batch x head, tile of BR queries), tasks spread over the OpenMP threads:
 
     m = -inf, l = 0, O = 0                                   (per query row of the tile)
@@ -20,7 +22,7 @@ Backward, one task per (batch x head), so dQ, dK and dV of a head have a single 
 
 All the products are small GEMMs C (+)= A B with A read through strides (plain or transposed) and B row-major:
 the AVX2+FMA path does them 6 rows x 16 columns at a time in registers (masked loads at a ragged right edge),
-and computes exp with a vectorised polynomial; the portable path is plain C. The AVX2 path follows the sgemm's
+skips the blocks a causal mask zeroes (mm_causal), and computes exp with a vectorised polynomial; the portable path is plain C. The AVX2 path follows the sgemm's
 dispatch (tl_sgemm_uses_avx2: TINYLLM_NO_AVX2=1 or tl_force_portable(1) turn it off).
 */
 #include <math.h>
@@ -263,18 +265,54 @@ static void transpose(float *dst, long ld, const float *src, long lds, long n, l
         for (long j = 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
 }
 
+// The (b0, b1) = (bh / B1, bh % B1) matrix of a view.
+static inline const float *head(const tl_attn_view *x, long bh, long B1) {
+    return x->p + bh / B1 * x->s0 + bh % B1 * x->s1;
+}
+
+// One product of a tile of queries (from i0) and a tile of keys (from k0), C (+)= A B, where the causal mask
+// zeroes a triangle of it: taken RB rows at a time, each block cut to what its rows see, so the work above the
+// diagonal is skipped (about half of it when the tiles cover the sequence). With off = i0 - k0:
+//   CUT_N   rows are queries, columns keys: row r sees columns < off + r + 1             (S = Q K^T, dP = dO V^T)
+//   CUT_K   rows are queries, the sum runs over keys, cut the same way                   (O += P V, dQ += dS K)
+//   SKIP_K  rows are keys, the sum runs over queries: key row j is seen from query j - off (dV += P^T dO, dK += dS^T Q)
+// The terms skipped are those the mask makes zero, so the result is exact; not causal, one plain product.
+#define RB 6  // rows per block: the micro-kernel's
+enum { CUT_N, CUT_K, SKIP_K };
+
+static void mm_causal(int avx2, int causal, int cut, long off, long M, long N, long K, const float *A, long ars,
+                      long acs, const float *B, long ldb, float *C, long ldc, int accumulate) {
+    if (!causal) {
+        mm(avx2, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+        return;
+    }
+    for (long m = 0; m < M; m += RB) {
+        const long rb = tl_min(RB, M - m), seen = off + m + rb;
+        const float *a = A + m * ars;
+        float *c = C + m * ldc;
+        if (cut == CUT_N) {
+            mm(avx2, rb, tl_min(N, seen), K, a, ars, acs, B, ldb, c, ldc, accumulate);
+        } else if (cut == CUT_K) {
+            mm(avx2, rb, N, tl_max(0, tl_min(K, seen)), a, ars, acs, B, ldb, c, ldc, accumulate);
+        } else {
+            const long k = tl_max(0, tl_min(K, m - off));
+            mm(avx2, rb, N, K - k, a + k * acs, ars, acs, B + k * ldb, ldb, c, ldc, accumulate);
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // Forward.
 
-void attention_forward(float *out, const float *q, const float *k, const float *v,
-                       long BH, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                       long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal) {
     const int avx2 = tl_sgemm_uses_avx2();
-    const long tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
+    const long BH = B0 * B1, tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
     const int nt = threads_for(BH * Tq * Tk * (D + Dv), BH * tiles);
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
     for (long task = 0; task < BH * tiles; task++) {
         const long bh = task / tiles, i0 = task % tiles * BR, br = tl_min(BR, Tq - i0);
-        const float *qt = q + (bh * Tq + i0) * D, *kb = k + bh * Tk * D, *vb = v + bh * Tk * Dv;
+        const float *qt = head(q, bh, B1) + i0 * q->st, *kb = head(k, bh, B1), *vb = head(v, bh, B1);
         float *o = out + (bh * Tq + i0) * ldo;
         float *s = tl_scratch(0, BR * BC), *kt = tl_scratch(1, D * BC), *ml = tl_scratch(2, 2 * BR);
         float *mrow = ml, *lrow = ml + BR;
@@ -286,8 +324,8 @@ void attention_forward(float *out, const float *q, const float *k, const float *
         const long kend = causal ? tl_min(Tk, i0 + br) : Tk;
         for (long k0 = 0; k0 < kend; k0 += BC) {
             const long bc = tl_min(BC, Tk - k0);
-            transpose(kt, BC, kb + k0 * D, D, bc, D);
-            mm(avx2, br, bc, D, qt, D, 1, kt, BC, s, BC, 0);
+            transpose(kt, BC, kb + k0 * k->st, k->st, bc, D);
+            mm_causal(avx2, causal, CUT_N, i0 - k0, br, bc, D, qt, q->st, 1, kt, BC, s, BC, 0);
             for (long r = 0; r < br; r++) {
                 float *row = s + r * BC;
                 const long n = visible(i0 + r, k0, bc, causal);
@@ -302,7 +340,7 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                 lrow[r] = lrow[r] * alpha + sum;
                 mrow[r] = m_new;
             }
-            mm(avx2, br, Dv, bc, s, BC, 1, vb + k0 * Dv, Dv, o, ldo, 1);
+            mm_causal(avx2, causal, CUT_K, i0 - k0, br, Dv, bc, s, BC, 1, vb + k0 * v->st, v->st, o, ldo, 1);
         }
         for (long r = 0; r < br; r++) {
             const float inv = 1.0f / lrow[r];
@@ -315,47 +353,47 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 // ----------------------------------------------------------------------------
 // Backward.
 
-void attention_backward(float *dqkv, const float *q, const float *k, const float *v,
-                        const float *out, const float *dout,
-                        long BH, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                        const tl_attn_view *out, const tl_attn_view *dout,
+                        long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal) {
     const int avx2 = tl_sgemm_uses_avx2();
-    const long ldo = Dv + 1, per_head = Tq * D + Tk * D + Tk * Dv;
+    const long BH = B0 * B1, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
     const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
     for (long bh = 0; bh < BH; bh++) {
-        const float *qb = q + bh * Tq * D, *kb = k + bh * Tk * D, *vb = v + bh * Tk * Dv;
-        const float *ob = out + bh * Tq * ldo, *dob = dout + bh * Tq * ldo;
+        const float *qb = head(q, bh, B1), *kb = head(k, bh, B1), *vb = head(v, bh, B1);
+        const float *ob = head(out, bh, B1), *dob = head(dout, bh, B1);
         float *dq = dqkv + bh * per_head, *dk = dq + Tq * D, *dv = dk + Tk * D;
         float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
         float *delta = tl_scratch(2, Tq);
         for (long i = 0; i < Tq; i++) {
             float acc = 0.0f;
-            for (long c = 0; c < Dv; c++) acc += dob[i * ldo + c] * ob[i * ldo + c];
-            delta[i] = acc - dob[i * ldo + Dv];
+            for (long c = 0; c < Dv; c++) acc += dob[i * dos + c] * ob[i * os + c];
+            delta[i] = acc - dob[i * dos + Dv];
         }
         memset(dq, 0, (size_t)per_head * sizeof(float));
         for (long k0 = 0; k0 < Tk; k0 += BC) {
             const long bc = tl_min(BC, Tk - k0);
-            transpose(kt, BC, kb + k0 * D, D, bc, D);
-            transpose(vt, BC, vb + k0 * Dv, Dv, bc, Dv);
+            transpose(kt, BC, kb + k0 * k->st, k->st, bc, D);
+            transpose(vt, BC, vb + k0 * v->st, v->st, bc, Dv);
             for (long i0 = causal ? k0 / BR * BR : 0; i0 < Tq; i0 += BR) {
-                const long br = tl_min(BR, Tq - i0);
-                const float *qt = qb + i0 * D, *dot = dob + i0 * ldo;
-                mm(avx2, br, bc, D, qt, D, 1, kt, BC, p, BC, 0);     // S
-                mm(avx2, br, bc, Dv, dot, ldo, 1, vt, BC, ds, BC, 0);  // dP
+                const long br = tl_min(BR, Tq - i0), off = i0 - k0;
+                const float *qt = qb + i0 * qs, *dot = dob + i0 * dos;
+                mm_causal(avx2, causal, CUT_N, off, br, bc, D, qt, qs, 1, kt, BC, p, BC, 0);      // S
+                mm_causal(avx2, causal, CUT_N, off, br, bc, Dv, dot, dos, 1, vt, BC, ds, BC, 0);  // dP
                 for (long r = 0; r < br; r++) {
                     float *prow = p + r * BC, *dsrow = ds + r * BC;
                     const long n = visible(i0 + r, k0, bc, causal);
-                    const float lse = ob[(i0 + r) * ldo + Dv], dl = delta[i0 + r];
+                    const float lse = ob[(i0 + r) * os + Dv], dl = delta[i0 + r];
                     scale_max(avx2, prow, n, scale);
                     exp_sum(avx2, prow, n, lse);
-                    for (long j = n; j < bc; j++) prow[j] = 0.0f;
-                    for (long j = 0; j < bc; j++) dsrow[j] = prow[j] * (dsrow[j] - dl) * scale;
+                    for (long j = 0; j < n; j++) dsrow[j] = prow[j] * (dsrow[j] - dl) * scale;
+                    for (long j = n; j < bc; j++) prow[j] = dsrow[j] = 0.0f;  // masked (and maybe never computed)
                 }
-                mm(avx2, bc, Dv, br, p, 1, BC, dot, ldo, dv + k0 * Dv, Dv, 1);  // dV += P^T dO
-                mm(avx2, br, D, bc, ds, BC, 1, kb + k0 * D, D, dq + i0 * D, D, 1);  // dQ += dS K
-                mm(avx2, bc, D, br, ds, 1, BC, qt, D, dk + k0 * D, D, 1);  // dK += dS^T Q
+                mm_causal(avx2, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, 1);  // dV += P^T dO
+                mm_causal(avx2, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, 1);  // dQ += dS K
+                mm_causal(avx2, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, 1);  // dK += dS^T Q
             }
         }
     }

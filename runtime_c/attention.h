@@ -1,11 +1,15 @@
 /*
 FlashAttention-2 forward and backward for tinyllm's FLASH_ATTN / FLASH_ATTN_BWD nodes, in llm.c's
-attention_forward / attention_backward manner: explicit sizes, contiguous row-major float32 arrays.
+attention_forward / attention_backward manner: explicit sizes, float32.
 
-    q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv]           (BH: batch and heads flattened)
-    out [BH, Tq, Dv + 1]: O = softmax(q k^T * scale [causal]) v in out[..., :Dv], the row log-sum-exp L in out[..., Dv]
+    q [B0, B1, Tq, D], k [B0, B1, Tk, D], v [B0, B1, Tk, Dv]   (B0, B1: batch and heads)
+    out [B0, B1, Tq, Dv + 1]: O = softmax(q k^T * scale [causal]) v in out[..., :Dv], the row log-sum-exp L in
+        out[..., Dv]
     dout: the gradient of out, same shape (its last column, dL, is usually zero)
-    dqkv [BH, Tq*D + Tk*D + Tk*Dv]: dq, dk, dv of each (b, h) one after another
+    dqkv [B0 * B1, Tq*D + Tk*D + Tk*Dv]: dq, dk, dv of each (b0, b1) one after another
+
+The inputs are read in place through strides (tl_attn_view), so the heads that a model splits out of one
+projection need no copy: only the last axis must be contiguous. The outputs are contiguous row-major.
 
 causal != 0 keeps key j for query i when j <= i (torch's top-left convention when Tq != Tk). Keys are walked
 in tiles with an online softmax; the T x T scores are never stored, only a tile per thread (see attention.c).
@@ -15,11 +19,17 @@ This header is also the cffi cdef (see runtime_c/build.py): plain declarations o
 #ifndef TINYLLM_ATTENTION_H
 #define TINYLLM_ATTENTION_H
 
-void attention_forward(float *out, const float *q, const float *k, const float *v,
-                       long BH, long Tq, long Tk, long D, long Dv, float scale, int causal);
+// An input read in place: element (b0, b1, t, d) at p[b0*s0 + b1*s1 + t*st + d].
+typedef struct {
+    const float *p;
+    long s0, s1, st;
+} tl_attn_view;
 
-void attention_backward(float *dqkv, const float *q, const float *k, const float *v,
-                        const float *out, const float *dout,
-                        long BH, long Tq, long Tk, long D, long Dv, float scale, int causal);
+void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                       long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal);
+
+void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                        const tl_attn_view *out, const tl_attn_view *dout,
+                        long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal);
 
 #endif  // TINYLLM_ATTENTION_H

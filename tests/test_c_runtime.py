@@ -52,7 +52,7 @@ def run_child(code, env=None, timeout=120, args=()):
 def sgemm_spy(monkeypatch):
     """Records every layout the sgemm path computes: (shape, strides, result) per operand, None meaning copy."""
     layouts, products = [], []
-    original_layout, original_matmul = c_runtime._matrix_layout, CRuntime._matmul
+    original_layout, original_matmul = c_runtime.matrix_layout, CRuntime._matmul
 
     def layout(x):
         out = original_layout(x)
@@ -64,7 +64,7 @@ def sgemm_spy(monkeypatch):
         if out is not None:  # the sgemm ran
             products.append((ins[0].shape, ins[1].shape))
         return out
-    monkeypatch.setattr(c_runtime, "_matrix_layout", layout)
+    monkeypatch.setattr(c_runtime, "matrix_layout", layout)
     monkeypatch.setitem(CRuntime.handlers, "MATMUL", matmul)
     assert get_runtime("c").lib is not None, "the prebuilt C kernels (tinyllm._kernels) is missing"
     return layouts, products
@@ -113,7 +113,7 @@ def test_matmul_reads_views_in_place_and_matches_numpy(name, sgemm_spy):
     want = np.matmul(va.astype(np.float64), vb.astype(np.float64)).astype(np.float32)
     np.testing.assert_allclose(got, want, **MATMUL_TOL)
     assert len(products) == 1, f"one sgemm call expected, got {products}"
-    # _matrix_layout is asked once per operand, and again for a copy when sgemm could not read the view in place
+    # matrix_layout is asked once per operand, and again for a copy when sgemm could not read the view in place
     for k, (operand, want_layout) in enumerate(zip("ab", expect)):
         calls = [x for x in layouts if x[0] == products[0][k]]
         assert calls, f"operand {operand}: no layout computed"

@@ -317,30 +317,39 @@ def test_bad_inputs_are_named():
 
 # ---- the C kernels themselves, both paths -----------------------------------------------------------------------
 @settings(max_examples=20)
-@given(bh=st.integers(1, 3), tq=st.integers(1, 150), tk=st.integers(1, 150), d=st.integers(1, 40),
-       dv=st.integers(1, 40), causal=st.booleans(), portable=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_c_kernels_match_the_reference(each_runtime, bh, tq, tk, d, dv, causal, portable, seed):
+@given(b=st.integers(1, 2), h=st.integers(1, 3), tq=st.integers(1, 150), tk=st.integers(1, 150),
+       d=st.integers(1, 40), dv=st.integers(1, 40), causal=st.booleans(), portable=st.booleans(),
+       packed=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_c_kernels_match_the_reference(each_runtime, b, h, tq, tk, d, dv, causal, portable, packed, seed):
     """runtime_c/attention.c, AVX2 and portable paths, against the float64 NumPy reference: ragged tiles on
-    both axes, odd head sizes (the masked edge of the 16-wide blocks)."""
+    both axes, odd head sizes (the masked edge of the 16-wide blocks). `packed` reads q, k and v in place as
+    the heads of one (b, t, 3, h, d) projection, as a model splits them (strided batch and row axes)."""
     if each_runtime != "c":
         pytest.skip("C kernels")
     from tinyllm.runtime import get
-    lib, ffi = get("c").lib, get("c").ffi
-    if lib is None:
+    from tinyllm.runtime.c_attention import _views
+    rt = get("c")
+    if rt.lib is None:
         pytest.skip("no prebuilt C module")
     rng = np.random.default_rng(seed)
-    (q, k, v), _ = draw_inputs(rng, (bh,), tq, tk, d, dv, 2.0)
-    ptr = lambda a: ffi.cast("float *", a.ctypes.data)  # noqa: E731
-    out = np.empty((bh, tq, dv + 1), np.float32)
+    if packed:
+        tk, dv = tq, d
+        qkv = (rng.standard_normal((b, tq, 3, h, d)) * 2.0).astype(np.float32)
+        q, k, v = [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+    else:
+        (q, k, v), _ = draw_inputs(rng, (b, h), tq, tk, d, dv, 2.0)
+    ptr = lambda a: rt.ffi.cast("float *", a.ctypes.data)  # noqa: E731
+    out = np.empty((b, h, tq, dv + 1), np.float32)
     dout = rng.standard_normal(out.shape).astype(np.float32)
-    grads = np.empty((bh, tq * d + tk * (d + dv)), np.float32)
-    lib.tl_force_portable(int(portable))
+    grads = np.empty((b, h, tq * d + tk * (d + dv)), np.float32)
+    rt.lib.tl_force_portable(int(portable))
     try:
-        lib.attention_forward(ptr(out), ptr(q), ptr(k), ptr(v), bh, tq, tk, d, dv, 0.4, int(causal))
-        lib.attention_backward(ptr(grads), ptr(q), ptr(k), ptr(v), ptr(out), ptr(dout), bh, tq, tk, d, dv, 0.4,
-                               int(causal))
+        views, batch = _views(rt, [q, k, v])
+        rt.lib.attention_forward(ptr(out), *views, *batch, tq, tk, d, dv, 0.4, int(causal))
+        views, batch = _views(rt, [q, k, v, out, dout])
+        rt.lib.attention_backward(ptr(grads), *views, *batch, tq, tk, d, dv, 0.4, int(causal))
     finally:
-        lib.tl_force_portable(0)
+        rt.lib.tl_force_portable(0)
     f64 = [x.astype(np.float64) for x in (q, k, v)]
     want = attention.attention_forward(*f64, 0.4, causal)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

@@ -611,6 +611,51 @@ def test_split_gradient_becomes_one_cat(rows, sizes, seed):
     assert "pads_to_cat" in fired_rules(fired, "pads") and "full_pad" in fired_rules(fired, "pads")
 
 
+@SETTINGS
+@given(st.integers(1, 3), st.lists(st.integers(1, 4), min_size=2, max_size=3), st.integers(1, 3), st.integers(1, 4),
+       st.booleans(), st.integers(0, 2 ** 32 - 1))
+def test_cat_of_merged_heads_is_one_copy(batch, heads, t, d, strided, seed):
+    """Pieces (batch, t, h_i, d) merged to (batch, t, h_i·d) and joined along the last axis, as attention's
+    backward joins dq, dk, dv: the CAT takes the unmerged pieces (strided views when `strided`) and one reshape
+    follows. Values and gradients equal the unrewritten graph's bit for bit, and torch's."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((batch, h, t, d) if strided else (batch, t, h, d)).astype(np.float32) for h in heads]
+    w = rng.standard_normal((batch, t, sum(heads) * d)).astype(np.float32)
+
+    def run(lib, passes=None):
+        leaves = [lib.tensor(x, requires_grad=True) for x in xs]
+        pieces = [(x.permute(0, 2, 1, 3) if strided else x).reshape(batch, t, -1) for x in leaves]
+        if lib is torch:
+            y = torch.cat(pieces, dim=2)
+            (y * torch.tensor(w)).sum().backward()
+            return y.detach().numpy(), [x.grad.numpy() for x in leaves], []
+        with with_passes(passes), tracing() as fired:
+            y = tl.cat(pieces, dim=2)
+            out = y.numpy()
+            (y * tl.tensor(w)).sum().backward()
+            return out, [x.grad.numpy() for x in leaves], fired
+
+    out, grads, fired = run(tl, ["pads"])
+    assert "cat_of_merged" in fired_rules(fired, "pads")
+    ref_out, ref_grads, ref_fired = run(tl, [])
+    assert ref_fired == []
+    np.testing.assert_array_equal(out, ref_out)
+    t_out, t_grads, _ = run(torch)
+    np.testing.assert_array_equal(out, t_out)
+    for g, r, tg in zip(grads, ref_grads, t_grads):
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_array_equal(g, tg)
+
+
+def test_cat_of_reshapes_that_do_not_merge_at_its_axis_is_left_alone():
+    a, b = leaf(2, 3, 4, seed=1), leaf(2, 3, 4, seed=2)
+    split = build("CAT", a.reshape((6, 4)), b.reshape((6, 4)), arg=1)  # merges axes 0..1, joins along 1
+    out = graph_rewrite([split], R.PASSES[[n for n, _ in R.PASSES].index("pads")][1], "pads")[0]
+    assert out is split
+    np.testing.assert_array_equal(evaluate(out), np.concatenate([evaluate(a).reshape(6, 4),
+                                                                 evaluate(b).reshape(6, 4)], axis=1))
+
+
 def test_adjacent_pads_added_are_one_cat():
     a, b, c = leaf(2, 3, seed=1), leaf(2, 1, seed=2), leaf(2, 4, seed=3)
     place = lambda start, stop: ((0, 2, 1), (start, stop, 1))  # noqa: E731

@@ -99,7 +99,11 @@ class CAT(Op):
         shape = list(first.shape)
         shape[arg] = sum(x.shape[arg] for x in src)
         return tuple(shape), first.dtype
-    def forward(*xs, arg): return np.concatenate(xs, axis=arg)
+    def forward(*xs, arg):
+        shape = list(xs[0].shape)
+        shape[arg] = sum(x.shape[arg] for x in xs)
+        # row-major whatever the inputs' strides (concatenate alone follows them), so views of it are free
+        return np.concatenate(xs, axis=arg, out=np.empty(shape, xs[0].dtype))
     def backward(dy, y):
         from ..graph import build
         grads, start = [], 0

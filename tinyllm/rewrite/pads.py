@@ -2,7 +2,9 @@
 back into zeros of x's shape and adds the three: three buffers of x's size, two adds. Pads of neighbouring
 slices that are added together are one pad of their concatenation, and a pad that fills its whole shape is
 just its input, so the three become one CAT. Exact but for the sign of zero: -0.0 + 0.0 (the pad) is +0.0,
-while the concatenation keeps -0.0."""
+while the concatenation keeps -0.0. Where each slice's gradient arrives reshaped from a strided view (attention's
+heads moved back beside each other), the CAT joins the views themselves and is reshaped after: one copy, not
+one per slice and another for the CAT (exact: it moves values and computes nothing)."""
 from ..graph import build
 from .engine import Pat, PatternMatcher
 
@@ -52,10 +54,29 @@ def flatten_cat(c):
     return build("CAT", *srcs, arg=c.arg) if len(srcs) != len(c.src) else None
 
 
+def cat_of_merged(c):
+    """CAT along axis d of reshapes that each merge axes d..e of their input x into axis d is that merge applied
+    to the CAT of the inputs along d: each x's block of axes d..e stays one run of the flattened axis, in order.
+    The inputs must agree on every axis but d, as the CAT needs."""
+    d, xs = c.arg, []
+    for y in c.src:
+        if y.op != "RESHAPE" or y.buffer is not None:
+            return None
+        x = y.src[0]
+        e = len(x.shape) - len(y.shape) + d  # x's axes d..e become y's axis d; the rest map one to one
+        if e <= d or x.shape[:d] != y.shape[:d] or x.shape[e + 1:] != y.shape[d + 1:]:
+            return None
+        xs.append(x)
+    if len({x.shape[:d] + x.shape[d + 1:] for x in xs}) != 1:
+        return None
+    return build("CAT", *xs, arg=d).reshape(c.shape)
+
+
 pads = PatternMatcher([
     (Pat("ADD", src=(Pat("PAD", name="a"), Pat("PAD", name="b"))), pads_to_cat),
     (Pat("ADD", src=(Pat("ADD", src=(Pat(name="y"), Pat("PAD", name="a")), commutative=True), Pat("PAD", name="b")),
          commutative=True), regroup),
     (Pat("PAD", src=(Pat(name="x"),), name="p"), full_pad),
     (Pat("CAT", name="c"), flatten_cat),
+    (Pat("CAT", name="c"), cat_of_merged),
 ])

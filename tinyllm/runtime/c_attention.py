@@ -2,47 +2,58 @@
 
 Handlers take (runtime, node, inputs) and return the output array, or None where the kernel does not apply
 (float64, or no prebuilt module): the op's NumPy forward (the tiled reference) runs instead. The kernels read
-contiguous [batch·heads, T, D] arrays; views such as the heads split out of one projection are copied first,
-which costs O(T) memory, as the inputs themselves do."""
+their inputs in place through strides, so q, k and v split out of one projection (views) are not copied; only
+an input whose last axis is strided, or whose batch axes need more than two strides, is copied first."""
 import math
 
 import numpy as np
 
+from .c_views import address, batch_runs
 
-def _contiguous_float32(runtime, arrays):
+
+def _views(runtime, arrays):
+    """(tl_attn_view per array, (B0, B1)): each [..., T, D] array read in place, its batch axes as two runs."""
     if runtime.lib is None or any(a.dtype != np.float32 for a in arrays):
         return None
-    return [np.ascontiguousarray(a) for a in arrays]
-
-
-def _pointers(runtime, *arrays):
-    cast = runtime.ffi.cast
-    return [cast("float *", a.__array_interface__["data"][0]) for a in arrays]
+    arrays = [a if a.shape[-1] == 1 or a.strides[-1] == 4 else np.ascontiguousarray(a) for a in arrays]
+    batch = arrays[0].shape[:-2]
+    runs = batch_runs(batch, *arrays)
+    if runs is None:  # more than two strides: contiguous arrays' batch axes merge into one run
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        runs = batch_runs(batch, *arrays)
+    (b0, s0), (b1, s1) = ([(1, [0] * len(arrays))] * 2 + runs)[-2:]
+    new, cast = runtime.ffi.new, runtime.ffi.cast
+    views = [new("tl_attn_view *", [cast("float *", address(a)), s0[i], s1[i],
+                                     a.strides[-2] // 4]) for i, a in enumerate(arrays)]
+    return views, (b0, b1)
 
 
 def flash_forward(runtime, node, ins):
-    ins = _contiguous_float32(runtime, ins)
-    if ins is None:
+    got = _views(runtime, ins)
+    if got is None:
         return None
+    views, batch = got
     q, k, v = ins
     scale, causal = node.arg
     out = runtime.empty(node.shape, np.dtype(np.float32))
     if out.size:
-        runtime.lib.attention_forward(*_pointers(runtime, out, q, k, v), math.prod(q.shape[:-2]), q.shape[-2],
-                                      k.shape[-2], q.shape[-1], v.shape[-1], scale, int(causal))
+        runtime.lib.attention_forward(runtime.ffi.cast("float *", address(out)), *views,
+                                      *batch, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], scale, int(causal))
     return out
 
 
 def flash_backward(runtime, node, ins):
-    ins = _contiguous_float32(runtime, ins)
-    if ins is None:
+    got = _views(runtime, ins)
+    if got is None:
         return None
-    q, k, v, out, dout = ins
+    views, batch = got
+    q, k, v = ins[:3]
     scale, causal = node.arg
     grads = runtime.empty(node.shape, np.dtype(np.float32))
     if grads.size:
-        runtime.lib.attention_backward(*_pointers(runtime, grads, q, k, v, out, dout), math.prod(q.shape[:-2]),
-                                       q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], scale, int(causal))
+        runtime.lib.attention_backward(runtime.ffi.cast("float *", address(grads)), *views,
+                                       *batch, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], scale,
+                                       int(causal))
     return grads
 
 

@@ -15,6 +15,7 @@ from ..env import debug_level
 from ..ops.index import check_index
 from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
 from . import c_attention, compiler
+from .c_views import address, batch_runs, matrix_layout
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
 from .render.c import render
@@ -28,38 +29,6 @@ def _load_prebuilt():
         warnings.warn("tinyllm: the prebuilt C module tinyllm._kernels is missing (reinstall with `pip install -e .`, "
                       "which needs a C compiler): matmuls and embeddings run on NumPy", RuntimeWarning, stacklevel=4)
         return None, None
-
-
-def _address(array):
-    return array.__array_interface__["data"][0]
-
-
-def _matrix_layout(x):
-    """(trans, ld) that let sgemm read the last two axes of float32 `x` in place, or None."""
-    rows, cols = x.shape[-2:]
-    st = [s // 4 for s in x.strides]
-    if cols == 1 or st[-1] == 1:
-        trans, ld = 0, st[-2] if rows > 1 else cols
-    elif rows == 1 or st[-2] == 1:
-        trans, ld = 1, st[-1] if cols > 1 else rows
-    else:
-        return None
-    return trans, max(ld, 1)
-
-
-def _batch_runs(shape, *arrays):
-    """The batch axes as runs of axes that every array walks with one stride: [(size, [stride per array])],
-    outermost first; None when there are more than the two the sgemm takes."""
-    runs = []
-    for i, n in enumerate(shape):
-        if n == 1:
-            continue
-        strides = [x.strides[i] // 4 for x in arrays]
-        if runs and all(outer == inner * n for outer, inner in zip(runs[-1][1], strides)):
-            runs[-1] = (runs[-1][0] * n, strides)
-        else:
-            runs.append((n, strides))
-    return runs if len(runs) <= 2 else None
 
 
 class CRuntime(NumpyRuntime):
@@ -158,22 +127,22 @@ class CRuntime(NumpyRuntime):
         if K == 0:
             out[...] = 0
             return out
-        la, lb = _matrix_layout(a), _matrix_layout(b)
-        if la is None or _batch_runs(batch, a) is None:  # a view sgemm cannot read in place: copy it
+        la, lb = matrix_layout(a), matrix_layout(b)
+        if la is None or batch_runs(batch, a) is None:  # a view sgemm cannot read in place: copy it
             a = np.ascontiguousarray(a)
-            la = _matrix_layout(a)
-        if lb is None or _batch_runs(batch, b) is None:
+            la = matrix_layout(a)
+        if lb is None or batch_runs(batch, b) is None:
             b = np.ascontiguousarray(b)
-            lb = _matrix_layout(b)
-        runs = _batch_runs(batch, a, b, out)
+            lb = matrix_layout(b)
+        runs = batch_runs(batch, a, b, out)
         if runs is None:  # each is readable alone, but their batch axes do not run alike
             a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-            la, lb, runs = _matrix_layout(a), _matrix_layout(b), _batch_runs(batch, a, b, out)
+            la, lb, runs = matrix_layout(a), matrix_layout(b), batch_runs(batch, a, b, out)
         (n0, (a0, b0, c0)), (n1, (a1, b1, c1)) = ([(1, (0, 0, 0))] * 2 + runs)[-2:]
         cast = self.ffi.cast
-        self.lib.tl_sgemm_batched2(n0, n1, la[0], lb[0], M, N, K, cast("float *", _address(a)), la[1], a0, a1,
-                                   cast("float *", _address(b)), lb[1], b0, b1,
-                                   0.0, cast("float *", _address(out)), N, c0, c1)
+        self.lib.tl_sgemm_batched2(n0, n1, la[0], lb[0], M, N, K, cast("float *", address(a)), la[1], a0, a1,
+                                   cast("float *", address(b)), lb[1], b0, b1,
+                                   0.0, cast("float *", address(out)), N, c0, c1)
         return out
 
     def _gather(self, node, ins):
@@ -194,8 +163,8 @@ class CRuntime(NumpyRuntime):
         x, idx = np.ascontiguousarray(x), np.ascontiguousarray(idx)
         out = self.empty(node.shape, x.dtype)
         cast = self.ffi.cast
-        bad = getattr(self.lib, kernel)(cast("float *", _address(out)), cast("float *", _address(x)),
-                                        cast("int64_t *", _address(idx)), math.prod(x.shape[:axis]), n, idx.size,
+        bad = getattr(self.lib, kernel)(cast("float *", address(out)), cast("float *", address(x)),
+                                        cast("int64_t *", address(idx)), math.prod(x.shape[:axis]), n, idx.size,
                                         math.prod(inner_shape))
         if bad >= 0:
             check_index(idx, n, node.op, axis, x.shape)  # raises, naming the index and the shapes
