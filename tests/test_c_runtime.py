@@ -18,12 +18,16 @@ import numpy as np
 import pytest
 import torch
 
+from hypothesis import given, settings, strategies as st
+
 import tinyllm as tl
 import tinyllm.nn.functional as F
+from tinyllm.graph import build
 from tinyllm.rewrite import tracing
 from tinyllm.runtime import c_runtime, compiler
 from tinyllm.runtime import get as get_runtime
 from tinyllm.runtime.c_runtime import CRuntime
+from tinyllm.schedule import Schedule
 
 from helpers import tiny_gpt_steps
 
@@ -167,11 +171,10 @@ def test_matmul_with_empty_and_zero_inner_dims():
 # The op suite (tests/test_ops.py, each_runtime) holds their values and gradients against torch on every axis;
 # these check that the C kernels are what ran, and what only they can get wrong.
 
-@pytest.fixture
-def embedding_spy(monkeypatch):
-    """The ops that ran through the C embedding kernels, in order."""
+def spy_handlers(monkeypatch, ops):
+    """The list, filled as they run, of these ops that ran through their C handlers (not NumPy's forward)."""
     ran = []
-    for op in ("GATHER", "SCATTER_ADD"):
+    for op in ops:
         def spy(self, node, ins, original=CRuntime.handlers[op]):
             out = original(self, node, ins)
             if out is not None:
@@ -179,6 +182,12 @@ def embedding_spy(monkeypatch):
             return out
         monkeypatch.setitem(CRuntime.handlers, op, spy)
     return ran
+
+
+@pytest.fixture
+def embedding_spy(monkeypatch):
+    """The ops that ran through the C embedding kernels, in order."""
+    return spy_handlers(monkeypatch, ("GATHER", "SCATTER_ADD"))
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
@@ -214,6 +223,56 @@ def test_float64_embedding_falls_back_to_numpy(embedding_spy):
     got = tl.tensor(x_np, device="c")[tl.tensor(idx, device="c")].numpy()
     assert got.dtype == np.float64 and embedding_spy == []
     np.testing.assert_array_equal(got, x_np[idx])
+
+
+# ---- data movement ---------------------------------------------------------------------------------------
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.sampled_from([np.float32, np.int64, np.bool_]),
+       st.data())
+def test_copies_between_strided_arrays_match_numpy_exactly(shape, dtype, data):
+    """runtime_c/copy.c against NumPy's assignment: any permutation and stepped slice on either side, any dtype
+    size, up to six axes (more than the four the kernel takes once merged: NumPy does those)."""
+    from tinyllm.runtime.c_copy import copy_into
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+
+    def strided(fill):
+        perm = data.draw(st.permutations(range(len(shape))))
+        steps = [data.draw(st.integers(1, 2)) for _ in shape]
+        base_shape = [shape[p] * steps[i] for i, p in enumerate(perm)]
+        base = (rng.standard_normal(base_shape) * 5).astype(dtype) if fill else np.zeros(base_shape, dtype)
+        view = base[tuple(slice(None, None, st_) for st_ in steps)]
+        return view.transpose(np.argsort(perm))
+    src, dst = strided(True), strided(False)
+    assert src.shape == dst.shape == tuple(shape)
+    want = dst.copy()
+    want[...] = src
+    copy_into(get_runtime("c"), dst, src)
+    np.testing.assert_array_equal(dst, want)
+
+
+def test_movement_ops_copy_through_the_c_kernel(monkeypatch):
+    """CONTIGUOUS, CAT, PAD and a reshape that cannot be a view run on runtime_c/copy.c, with torch's values and
+    gradients."""
+    ran = spy_handlers(monkeypatch, ("CONTIGUOUS", "CAT", "PAD", "RESHAPE"))
+    a_np, b_np = rand(4, 6, 5, seed=1), rand(4, 2, 5, seed=2)
+    w_np, v_np = rand(4, 5, 8, seed=3), rand(5, 2, 6, seed=4)
+
+    def run(lib, device):
+        a, b = (lib.tensor(x, device=device, requires_grad=True) for x in (a_np, b_np))
+        y = lib.cat([a.permute(0, 2, 1), b.permute(0, 2, 1)], dim=2).reshape(4, 40)  # strided CAT, then a reshape
+        z = a.permute(2, 0, 1).contiguous()[:, 1:3]  # its gradient is a PAD
+        loss = (y.reshape(4, 5, 8) * lib.tensor(w_np, device=device)).sum() + \
+            (z * lib.tensor(v_np, device=device)).sum()
+        loss.backward()
+        return [t.detach().numpy() for t in (y, z, a.grad, b.grad)]
+    for got, want in zip(run(tl, "c"), run(torch, "cpu")):  # a.grad adds three parts, in another order than torch
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # a RESHAPE the passes leave to copy (they fold most into kernels' loads), run as scheduled
+    flat = build("RESHAPE", tl.tensor(a_np, device="c").permute(0, 2, 1).node, arg=(4, 30))
+    got = get_runtime("c").execute(Schedule([flat]))[0].numpy()
+    np.testing.assert_array_equal(got, a_np.transpose(0, 2, 1).reshape(4, 30))
+    assert set(ran) == {"CONTIGUOUS", "CAT", "PAD", "RESHAPE"}, ran
 
 
 # ---- the plan cache -------------------------------------------------------------------------------------

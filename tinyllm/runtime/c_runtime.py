@@ -14,7 +14,7 @@ import numpy as np
 from ..env import debug_level
 from ..ops.index import check_index
 from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
-from . import c_attention, compiler
+from . import c_attention, c_copy, compiler
 from .c_views import address, batch_runs, matrix_layout
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
@@ -174,6 +174,7 @@ class CRuntime(NumpyRuntime):
 CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,
                          SCATTER_ADD=CRuntime._scatter_add)
 CRuntime.handlers.update(c_attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
+CRuntime.handlers.update(c_copy.HANDLERS)  # CONTIGUOUS, RESHAPE, CAT, PAD: runtime_c/copy.c
 
 
 def _set_omp_threads(n):

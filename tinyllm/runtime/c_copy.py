@@ -1,0 +1,88 @@
+"""Data movement on the C runtime: CONTIGUOUS, CAT, PAD and reshapes that must copy, through runtime_c/copy.c
+(memcpy of each innermost run, the outer axes on all threads) into arrays from the runtime's pool. Views stay
+views: a reshape that NumPy can do without copying is left to it, as is everything when the prebuilt module
+is missing (handlers return None and the op's NumPy forward runs)."""
+import math
+
+import numpy as np
+
+from ..ops.movement import _slices
+from ..views import view_strides
+from .c_views import address
+
+
+def _axes(shape, dst, src):
+    """[(size, dst stride, src stride)] in bytes over `shape`: size-1 axes dropped, neighbours that both arrays
+    walk as one run merged."""
+    axes = []
+    for n, d, s in zip(shape, dst.strides, src.strides):
+        if n == 1:
+            continue
+        if axes and axes[-1][1] == d * n and axes[-1][2] == s * n:
+            axes[-1] = (axes[-1][0] * n, d, s)
+        else:
+            axes.append((n, d, s))
+    return axes
+
+
+def copy_into(runtime, dst, src):
+    """dst[...] = src, for arrays of one shape and dtype."""
+    if not dst.size:
+        return
+    axes = _axes(dst.shape, dst, src)
+    if len(axes) > 4:  # rare: left to NumPy rather than looped over here
+        dst[...] = src
+        return
+    axes = [(1, 0, 0)] * (4 - len(axes)) + axes
+    cast = runtime.ffi.cast
+    runtime.lib.tl_copy(dst.itemsize, *(a[0] for a in axes), cast("char *", address(dst)), *(a[1] for a in axes),
+                        cast("char *", address(src)), *(a[2] for a in axes))
+
+
+def _applies(runtime, *arrays):
+    return runtime.lib is not None and all(a.dtype == arrays[0].dtype for a in arrays)
+
+
+def contiguous(runtime, node, ins):
+    (x,) = ins
+    if x.flags.c_contiguous or not _applies(runtime, x):
+        return None  # already row-major: NumPy's forward hands it back as it is
+    out = runtime.empty(node.shape, x.dtype)
+    copy_into(runtime, out, x)
+    return out
+
+
+def reshape(runtime, node, ins):
+    (x,) = ins
+    if x.flags.c_contiguous or not x.size or not _applies(runtime, x) \
+            or view_strides(x.shape, [s // x.itemsize for s in x.strides], node.shape) is not None:
+        return None  # a view: NumPy's reshape makes it for free
+    out = runtime.empty(node.shape, x.dtype)
+    copy_into(runtime, out.reshape(x.shape), x)
+    return out
+
+
+def cat(runtime, node, ins):
+    if not _applies(runtime, *ins):
+        return None
+    out, start = runtime.empty(node.shape, ins[0].dtype), 0
+    for x in ins:
+        where = [slice(None)] * out.ndim
+        where[node.arg] = slice(start, start + x.shape[node.arg])
+        copy_into(runtime, out[tuple(where)], x)
+        start += x.shape[node.arg]
+    return out
+
+
+def pad(runtime, node, ins):
+    (x,) = ins
+    if not _applies(runtime, x):
+        return None
+    out = runtime.empty(node.shape, x.dtype)
+    if math.prod(x.shape) < math.prod(node.shape):
+        out.fill(0)
+    copy_into(runtime, out[_slices(node.arg[1])], x)
+    return out
+
+
+HANDLERS = {"CONTIGUOUS": contiguous, "RESHAPE": reshape, "CAT": cat, "PAD": pad}
