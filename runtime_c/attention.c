@@ -81,6 +81,23 @@ static float exp_sum_portable(float *p, long n, float shift) {
     return sum;
 }
 
+// The sum of a[j] * b[j] for j < n.
+static float dot_portable(const float *a, const float *b, long n) {
+    float acc = 0.0f;
+    for (long j = 0; j < n; j++) acc += a[j] * b[j];
+    return acc;
+}
+
+// One row of the backward's tile, scores s (overwritten by P) and dP (overwritten by dS), bc keys of which the
+// first n are seen: P = e^(s * scale - lse), dS = P o (dP - dl) * scale; both 0 past n.
+static void softmax_grad_row_portable(float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
+    for (long j = 0; j < n; j++) {
+        s[j] = expf(s[j] * scale - lse);
+        dp[j] = s[j] * (dp[j] - dl) * scale;
+    }
+    for (long j = n; j < bc; j++) s[j] = dp[j] = 0.0f;
+}
+
 // ----------------------------------------------------------------------------
 // AVX2 + FMA path, compiled for that ISA function by function.
 
@@ -184,6 +201,13 @@ AVX2 static float hmax(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
+AVX2 static float hsum(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
 AVX2 static float scale_max_avx2(float *p, long n, float scale) {
     const __m256 s = _mm256_set1_ps(scale);
     __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -217,10 +241,53 @@ AVX2 static float exp_sum_avx2(float *p, long n, float shift) {
         _mm256_maskstore_ps(p + j, m, y);
         acc = _mm256_add_ps(acc, y);
     }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    return _mm_cvtss_f32(h);
+    return hsum(acc);
+}
+
+AVX2 static float dot_avx2(const float *a, const float *b, long n) {
+    __m256 acc = _mm256_setzero_ps();
+    long j = 0;
+    for (; j + 8 <= n; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
+    if (j < n) {
+        __m256i m = lanes(n - j);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + j, m), _mm256_maskload_ps(b + j, m), acc);
+    }
+    return hsum(acc);
+}
+
+AVX2 static void softmax_grad_row_avx2(float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
+    const __m256 sc = _mm256_set1_ps(scale), l = _mm256_set1_ps(lse), d = _mm256_set1_ps(dl);
+    for (long j = 0; j < bc; j += 8) {  // the tile's rows are BC wide, so whole vectors stay inside them
+        const __m256 on = _mm256_castsi256_ps(lanes(n - j));
+        __m256 p = exp_avx2(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), sc, l));
+        p = _mm256_and_ps(p, on);
+        const __m256 ds = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)), sc);
+        _mm256_storeu_ps(s + j, p);
+        _mm256_storeu_ps(dp + j, _mm256_and_ps(ds, on));
+    }
+}
+// The 8 x 8 blocks of transpose() (n and d multiples of 8): unpack pairs of rows, shuffle quadruples, swap halves.
+AVX2 static void transpose_blocks_avx2(float *dst, long ld, const float *src, long lds, long n, long d) {
+    for (long i = 0; i < n; i += 8) {
+        for (long j = 0; j < d; j += 8) {
+            __m256 r[8], t[8];
+            for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(src + (i + k) * lds + j);
+            for (int k = 0; k < 8; k += 2) {
+                t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+                t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {
+                r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm256_storeu_ps(dst + (j + k) * ld + i, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+                _mm256_storeu_ps(dst + (j + k + 4) * ld + i, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+            }
+        }
+    }
 }
 #endif
 
@@ -253,16 +320,42 @@ static float exp_sum(int avx2, float *p, long n, float shift) {
     return exp_sum_portable(p, n, shift);
 }
 
+static float dot(int avx2, const float *a, const float *b, long n) {
+#if defined(__x86_64__)
+    if (avx2) return dot_avx2(a, b, n);
+#endif
+    return dot_portable(a, b, n);
+}
+
+static void softmax_grad_row(int avx2, float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
+#if defined(__x86_64__)
+    if (avx2) {
+        softmax_grad_row_avx2(s, dp, n, bc, scale, lse, dl);
+        return;
+    }
+#endif
+    softmax_grad_row_portable(s, dp, n, bc, scale, lse, dl);
+}
+
 // Keys of the tile starting at k0 (bc of them) that query `row` may see.
 static long visible(long row, long k0, long bc, int causal) {
     if (!causal) return bc;
     return tl_max(0, tl_min(bc, row - k0 + 1));
 }
 
-// dst[j*ld + i] = src[i*lds + j]: rows [0, n) x columns [0, d) of src, transposed.
-static void transpose(float *dst, long ld, const float *src, long lds, long n, long d) {
+// dst[j*ld + i] = src[i*lds + j]: rows [0, n) x columns [0, d) of src, transposed; the AVX2 path moves whole
+// 8 x 8 blocks through registers and the ragged edges one element at a time.
+static void transpose(int avx2, float *dst, long ld, const float *src, long lds, long n, long d) {
+    long n8 = 0, d8 = 0;
+#if defined(__x86_64__)
+    if (avx2) {
+        n8 = n / 8 * 8;
+        d8 = d / 8 * 8;
+        transpose_blocks_avx2(dst, ld, src, lds, n8, d8);
+    }
+#endif
     for (long i = 0; i < n; i++)
-        for (long j = 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
+        for (long j = i < n8 ? d8 : 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
 }
 
 // The (b0, b1) = (bh / B1, bh % B1) matrix of a view.
@@ -324,7 +417,7 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
         const long kend = causal ? tl_min(Tk, i0 + br) : Tk;
         for (long k0 = 0; k0 < kend; k0 += BC) {
             const long bc = tl_min(BC, Tk - k0);
-            transpose(kt, BC, kb + k0 * k->st, k->st, bc, D);
+            transpose(avx2, kt, BC, kb + k0 * k->st, k->st, bc, D);
             mm_causal(avx2, causal, CUT_N, i0 - k0, br, bc, D, qt, q->st, 1, kt, BC, s, BC, 0);
             for (long r = 0; r < br; r++) {
                 float *row = s + r * BC;
@@ -367,30 +460,20 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
         float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
         float *delta = tl_scratch(2, Tq);
-        for (long i = 0; i < Tq; i++) {
-            float acc = 0.0f;
-            for (long c = 0; c < Dv; c++) acc += dob[i * dos + c] * ob[i * os + c];
-            delta[i] = acc - dob[i * dos + Dv];
-        }
+        for (long i = 0; i < Tq; i++) delta[i] = dot(avx2, dob + i * dos, ob + i * os, Dv) - dob[i * dos + Dv];
         memset(dq, 0, (size_t)per_head * sizeof(float));
         for (long k0 = 0; k0 < Tk; k0 += BC) {
             const long bc = tl_min(BC, Tk - k0);
-            transpose(kt, BC, kb + k0 * k->st, k->st, bc, D);
-            transpose(vt, BC, vb + k0 * v->st, v->st, bc, Dv);
+            transpose(avx2, kt, BC, kb + k0 * k->st, k->st, bc, D);
+            transpose(avx2, vt, BC, vb + k0 * v->st, v->st, bc, Dv);
             for (long i0 = causal ? k0 / BR * BR : 0; i0 < Tq; i0 += BR) {
                 const long br = tl_min(BR, Tq - i0), off = i0 - k0;
                 const float *qt = qb + i0 * qs, *dot = dob + i0 * dos;
                 mm_causal(avx2, causal, CUT_N, off, br, bc, D, qt, qs, 1, kt, BC, p, BC, 0);      // S
                 mm_causal(avx2, causal, CUT_N, off, br, bc, Dv, dot, dos, 1, vt, BC, ds, BC, 0);  // dP
-                for (long r = 0; r < br; r++) {
-                    float *prow = p + r * BC, *dsrow = ds + r * BC;
-                    const long n = visible(i0 + r, k0, bc, causal);
-                    const float lse = ob[(i0 + r) * os + Dv], dl = delta[i0 + r];
-                    scale_max(avx2, prow, n, scale);
-                    exp_sum(avx2, prow, n, lse);
-                    for (long j = 0; j < n; j++) dsrow[j] = prow[j] * (dsrow[j] - dl) * scale;
-                    for (long j = n; j < bc; j++) prow[j] = dsrow[j] = 0.0f;  // masked (and maybe never computed)
-                }
+                for (long r = 0; r < br; r++)  // P and dS; past what the row sees (maybe never computed), zeros
+                    softmax_grad_row(avx2, p + r * BC, ds + r * BC, visible(i0 + r, k0, bc, causal), bc, scale,
+                                     ob[(i0 + r) * os + Dv], delta[i0 + r]);
                 mm_causal(avx2, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, 1);  // dV += P^T dO
                 mm_causal(avx2, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, 1);  // dQ += dS K
                 mm_causal(avx2, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, 1);  // dK += dS^T Q
