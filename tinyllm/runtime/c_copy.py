@@ -54,9 +54,11 @@ def contiguous(runtime, node, ins):
 
 def reshape(runtime, node, ins):
     (x,) = ins
-    if x.flags.c_contiguous or not x.size or not _applies(runtime, x) \
-            or view_strides(x.shape, [s // x.itemsize for s in x.strides], node.shape) is not None:
-        return None  # a view: NumPy's reshape makes it for free
+    if x.flags.c_contiguous or not x.size or view_strides(x.shape, [s // x.itemsize for s in x.strides],
+                                                          node.shape) is not None:
+        return x.reshape(node.shape)  # a view
+    if not _applies(runtime, x):
+        return None
     out = runtime.empty(node.shape, x.dtype)
     copy_into(runtime, out.reshape(x.shape), x)
     return out
