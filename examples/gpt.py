@@ -6,7 +6,7 @@
     python examples/gpt.py --tiny               # a seconds-long smoke run
 
 The default run trains a 3-layer, 128-wide GPT (0.6M parameters) for 800 steps of 32 x 64 characters and
-reaches a validation loss of 1.82 nats/char, in about 2 minutes on two CPU cores (C runtime; 3¼ on numpy).
+reaches a validation loss of 1.82 nats/char, in about 1¼ minutes on two CPU cores (C runtime; 3 on numpy).
 """
 import argparse
 import dataclasses
@@ -16,15 +16,11 @@ import os
 import sys
 import time
 
-# One thread for the kernels unless the environment says otherwise. A training step is hundreds of small
-# kernels run one after another; worker threads win little on them and stall badly as soon as anything else
-# runs on the machine (measured on a busy 2-core machine: 2x slower per step with OpenBLAS's threads on the
-# numpy runtime, 4x with the C runtime's). On a dedicated machine, try TINYLLM_THREADS=2 (the C runtime) or
-# OPENBLAS_NUM_THREADS=2 (numpy). Set before NumPy loads OpenBLAS and before tinyllm starts its runtime.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("TINYLLM_THREADS", "1")
-
-import numpy as np  # noqa: E402
+# Threads: the libraries' defaults, one per core (TINYLLM_THREADS for the C runtime's kernels,
+# OPENBLAS_NUM_THREADS for the numpy runtime's matmuls). On a 2-core machine a step of the default model takes
+# 1.65x less time on two threads than on one (bench/RESULTS.md); while another process keeps a core busy it
+# takes longer on two instead, and TINYLLM_THREADS=1 (OPENBLAS_NUM_THREADS=1) is the better choice.
+import numpy as np
 
 try:
     import tinyllm
@@ -184,14 +180,15 @@ def estimate_loss(model, splits, args, device):
     seed), so successive estimates differ by what the model learned, not by which text was drawn."""
     model.eval()
     out = {}
-    for name, data in splits.items():
-        rng = np.random.default_rng(args.seed + 1)
-        losses = []
-        for _ in range(args.eval_iters):
-            x, y = get_batch(data, args.batch_size, model.config.block_size, rng, device)
-            _, loss = model(x, y)
-            losses.append(loss.item())
-        out[name] = float(np.mean(losses))
+    with tinyllm.no_grad():
+        for name, data in splits.items():
+            rng = np.random.default_rng(args.seed + 1)
+            losses = []
+            for _ in range(args.eval_iters):
+                x, y = get_batch(data, args.batch_size, model.config.block_size, rng, device)
+                _, loss = model(x, y)
+                losses.append(loss.item())
+            out[name] = float(np.mean(losses))
     model.train()
     return out
 
