@@ -6,6 +6,7 @@ Run with `pytest -s` to see the measured parity figures.
 Metric: rel(a, b) = ‖a − b‖₂ / ‖b‖₂ over the whole array (b is torch's value); for the scalar loss, |a − b| / |b|.
 """
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -294,6 +295,23 @@ def test_generate_top_k_1_is_greedy():
     # a near-zero temperature is greedy too
     out_cold = model.generate(tl.tensor(prompt), n, temperature=1e-6).numpy()
     np.testing.assert_array_equal(out_cold, greedy_torch(tmodel, prompt, n))
+
+
+def test_generate_replays_the_forward_after_three_tokens(monkeypatch):
+    """generate() runs the model's Python for the first three tokens only (tinyllm.jit records the forward on the
+    second and third and replays it after), with the same tokens as the forward run every time (jit off)."""
+    model, _ = sharpened_pair(seed=20)
+    prompt = np.random.default_rng(21).integers(0, CFG["vocab_size"], (2, 3))
+    calls = []
+    features = GPT._features
+    monkeypatch.setattr(GPT, "_features", lambda self, idx: calls.append(1) or features(self, idx))
+    tl.manual_seed(22)
+    out = model.generate(tl.tensor(prompt), 12).numpy()
+    assert len(calls) == 3
+    monkeypatch.setattr(sys.modules["tinyllm.jit"], "jit", lambda fn: fn)  # every token through the model's Python
+    tl.manual_seed(22)
+    np.testing.assert_array_equal(model.generate(tl.tensor(prompt), 12).numpy(), out)
+    assert len(calls) == 3 + 12
 
 
 @pytest.mark.parametrize("temperature", [0.5, 2.0])

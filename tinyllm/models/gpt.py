@@ -126,15 +126,20 @@ class GPT(nn.Module):
         the model on a full block, the context padded on the right: causal attention keeps the padding out of
         the last real position's logits, and one shape means one cached plan and one set of compiled kernels
         for the whole generation instead of one per context length."""
+        from ..jit import jit
         from ..tensor import Tensor
         ids, block, device = idx.numpy(), self.config.block_size, idx.device
+
+        def last_logits(padded, last):
+            return self.lm_head(self._features(padded)[:, last])[:, -1, :]
+        if not self.training or self.config.dropout == 0:  # dropout's masks come from the host: no replay
+            last_logits = jit(last_logits)  # from the fourth token on, the forward's recorded kernels replay
         for _ in range(max_new_tokens):
             context = ids[:, -block:]
             padded = np.zeros((ids.shape[0], block), dtype=np.int64)
             padded[:, :context.shape[1]] = context
-            x = self._features(Tensor(padded, device=device))
             last = Tensor([context.shape[1] - 1], device=device)  # a tensor index: the plan does not change with it
-            logits = self.lm_head(x[:, last])[:, -1, :] / max(temperature, 1e-8)
+            logits = last_logits(Tensor(padded, device=device), last) / max(temperature, 1e-8)
             if top_k is not None:
                 v, _ = factory.topk(logits, min(top_k, logits.shape[-1]))
                 logits = logits.masked_fill(logits < v[:, -1:], float("-inf"))
