@@ -175,9 +175,10 @@ def restore_optimizer(optimizer, model, tensors, adam_steps, device):
 
 # ---- training ----------------------------------------------------------------------------------------------
 @tinyllm.no_grad()
-def estimate_loss(model, splits, args, device):
-    """Mean loss over `eval_iters` batches of each split. The batches are the same at every evaluation (a fixed
-    seed), so successive estimates differ by what the model learned, not by which text was drawn."""
+def estimate_loss(model, splits, args, device, loss_of):
+    """Mean loss over `eval_iters` batches of each split, loss_of(x, y) the model's loss on one batch. The batches
+    are the same at every evaluation (a fixed seed), so successive estimates differ by what the model learned,
+    not by which text was drawn."""
     model.eval()
     out = {}
     with tinyllm.no_grad():
@@ -186,8 +187,7 @@ def estimate_loss(model, splits, args, device):
             losses = []
             for _ in range(args.eval_iters):
                 x, y = get_batch(data, args.batch_size, model.config.block_size, rng, device)
-                _, loss = model(x, y)
-                losses.append(loss.item())
+                losses.append(loss_of(x, y).item())
             out[name] = float(np.mean(losses))
     model.train()
     return out
@@ -260,9 +260,9 @@ def parse_args(argv=None):
                    help="keep attention as written (T×T scores) instead of the FlashAttention rewrite, which is on "
                         "by default on every runtime (TINYLLM_FLASH=0 does the same)")
     p.add_argument("--no-jit", action="store_true",
-                   help="run every training step's Python (graph building, autograd, planning) instead of replaying "
-                        "the recorded kernels from the fourth step on (tinyllm.jit; off anyway with --dropout, whose "
-                        "random masks are made on the host)")
+                   help="run every training step's and evaluation's Python (graph building, autograd, planning) "
+                        "instead of replaying their recorded kernels (tinyllm.jit; off anyway for the training step "
+                        "with --dropout, whose random masks are made on the host)")
     p.add_argument("--tiny", action="store_true",
                    help="a tiny model and run for smoke tests (see below; explicit flags win)")
     args = p.parse_args(argv)
@@ -365,6 +365,10 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad()
         return loss
+    def eval_loss(x, y):
+        return model(x, y)[1]
+    if not args.no_jit:  # the eval runs without dropout; after each stretch of training it is recorded again
+        eval_loss = tinyllm.jit(eval_loss)
     if not args.no_jit and not args.dropout:
         train_step = tinyllm.jit(train_step)
     tokens_per_step = args.batch_size * config.block_size
@@ -391,7 +395,7 @@ def main(argv=None):
                    f"{tokens_per_step / per_step:,.0f} tok/s  ETA {fmt_time(eta)}", force=step == args.max_iters)
         if step % args.eval_interval == 0 or step == args.max_iters:
             t1 = time.time()
-            losses = estimate_loss(model, splits, args, device)
+            losses = estimate_loss(model, splits, args, device, eval_loss)
             val_loss = losses["val"]
             save_checkpoint(ckpt_path, model, optimizer, step, vocab, args, val_loss, data_rng)
             eval_time += time.time() - t1
@@ -399,7 +403,7 @@ def main(argv=None):
                     f"saved {ckpt_path}")
 
     if val_loss is None:  # nothing trained in this run and no estimate saved: measure now
-        val_loss = estimate_loss(model, splits, args, device)["val"]
+        val_loss = estimate_loss(model, splits, args, device, eval_loss)["val"]
     wall = time.time() - t_start
     tok_s = f", {tokens_per_step * train_steps / train_time:,.0f} tokens/s while training" if train_steps else ""
     print(f"final val loss {val_loss:.4f} nats/char ({val_loss / math.log(2):.3f} bits/char) at step {step}; "

@@ -5,9 +5,17 @@ the buffers it made), every assignment of a new value to a tensor that outlives 
 parameters and moments), every write of a `.grad`, every tensor made from host data, and every host value
 that must be computed afresh on each call (an optimizer's learning rate and bias corrections). Reading a value
 back to the host (.numpy(), .item()) is refused: a replay would not repeat it.
+
+A Plan also reads buffers that no argument or assignment of the call explains (a model's weights, read by an
+eval function the optimizer steps outside of). Those it `watch`es: when a tensor is later given another value,
+the tensor's setter reports the buffer it left (`replaced`), and every plan reading that buffer is `stale`, to be
+recorded again rather than replayed on the old values.
 """
+import collections
 
 active = None  # the Recording being made, if any
+watched = collections.Counter()  # id of a buffer -> how many live plans read it as a constant
+stale = set()  # ids of watched buffers that some tensor has since moved off
 
 
 def _buffer(node):
@@ -36,6 +44,25 @@ class Recording:
 
     def host_values(self, fn, items):
         self.hooks.append((fn, items))
+
+
+def watch(ids):
+    watched.update(ids)
+
+
+def unwatch(ids):
+    watched.subtract(ids)
+    for i in ids:
+        if watched[i] <= 0:
+            del watched[i]
+            stale.discard(i)
+
+
+def replaced(old_node):
+    """A tensor moved off old_node (a new value): plans that read old_node's buffer as a constant are stale."""
+    buf = _buffer(old_node)
+    if buf is not None and id(buf) in watched:
+        stale.add(id(buf))
 
 
 class Unreplayable(RuntimeError):

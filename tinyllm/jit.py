@@ -19,10 +19,13 @@ not do, because a replay runs no Python: read values on the host (refused while 
 host data that change from call to call (random numbers: the two recordings disagree, and that is an error), or
 keep Python state of its own (a learning-rate scheduler steps outside the jitted function: the optimizer reads
 the learning rate afresh on every replay). The tensors a step assigns are recorded as objects: after replacing
-them (a new optimizer, optimizer state loaded into new tensors), jit the function again.
+them (a new optimizer, optimizer state loaded into new tensors), jit the function again. A tensor fn only reads
+(an eval function's weights) may be given new values outside it (an optimizer step, copy_): the next call sees
+that and records fn again instead of replaying the old values (capture.py: watched buffers).
 """
 import functools
 import itertools
+import weakref
 
 import numpy as np
 
@@ -117,6 +120,13 @@ class Plan:
         self.outputs = [(source(_buffer(t.node)), t.device) for _, t in _leaves(result)]
         self.targets = list({t: None for _, t, _, _ in rec.assigns})
         self._free_after_last_use()
+        self.consts = {id(s[1]) for _, _, srcs in self.steps for s in srcs if s[0] == "const"}
+        capture.watch(self.consts)
+        weakref.finalize(self, capture.unwatch, self.consts)
+
+    def stale(self):
+        """Whether a tensor it reads as a constant has been given another value since it was recorded."""
+        return not self.consts.isdisjoint(capture.stale)
 
     def _free_after_last_use(self):
         last = {}
@@ -241,13 +251,16 @@ class jit:
         realize(*tensors)
         plan = self.plans.get(signature)
         if plan is not None:
-            return plan.replay(tensors)
+            if not plan.stale():
+                return plan.replay(tensors)
+            del self.plans[signature]  # it would replay old values: record again (this call and the next)
+            self.calls[signature] = 1
         calls = self.calls[signature] = self.calls.get(signature, 0) + 1
         if calls == 1:
             return self.fn(*args)
         result, plan = self._record(args, tensors)
         first = self.recorded.pop(signature, None)
-        if first is None:
+        if first is None or first.stale():  # (a stale first recording is not compared: this one replaces it)
             self.recorded[signature] = plan
             return result
         why = first.disagreement(plan)
