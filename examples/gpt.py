@@ -365,6 +365,7 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad()
         return loss
+
     def eval_loss(x, y):
         return model(x, y)[1]
     if not args.no_jit:  # the eval runs without dropout; after each stretch of training it is recorded again

@@ -218,16 +218,19 @@ def test_tensors_read_but_changed_outside_are_read_afresh():
 
 
 def test_a_snapshot_of_a_changed_tensor_keeps_its_value():
-    """Two tensors on one buffer, one of them changed: the other (read by the function) keeps the old value."""
+    """Two tensors on one buffer, one of them changed: the other (read by the function) keeps the old value, and
+    after recording again the function replays again."""
     w = tl.tensor(np.ones(3, np.float32))
     snapshot = w.detach()
-    fn = tl.jit(lambda x: x * snapshot)
+    ran = []
+    fn = tl.jit(lambda x: ran.append(1) or x * snapshot)
     x = tl.tensor(np.full(3, 2.0, np.float32))
     for _ in range(4):
         fn(x)
     w.copy_(tl.full((3,), 7.0))
-    for _ in range(4):
+    for _ in range(6):
         np.testing.assert_array_equal(fn(x).numpy(), np.full(3, 2.0))
+    assert len(ran) == 3 + 2
 
 
 def test_unhashable_arguments_are_refused():

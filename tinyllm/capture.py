@@ -8,14 +8,13 @@ back to the host (.numpy(), .item()) is refused: a replay would not repeat it.
 
 A Plan also reads buffers that no argument or assignment of the call explains (a model's weights, read by an
 eval function the optimizer steps outside of). Those it `watch`es: when a tensor is later given another value,
-the tensor's setter reports the buffer it left (`replaced`), and every plan reading that buffer is `stale`, to be
-recorded again rather than replayed on the old values.
+the tensor's setter reports the buffer it left (`replaced`), and every plan reading that buffer becomes stale, to
+be recorded again rather than replayed on the old values.
 """
-import collections
+import weakref
 
 active = None  # the Recording being made, if any
-watched = collections.Counter()  # id of a buffer -> how many live plans read it as a constant
-stale = set()  # ids of watched buffers that some tensor has since moved off
+watchers = {}  # id of a buffer -> the live plans (a WeakSet) that read it as a constant
 
 
 def _buffer(node):
@@ -46,23 +45,24 @@ class Recording:
         self.hooks.append((fn, items))
 
 
-def watch(ids):
-    watched.update(ids)
-
-
-def unwatch(ids):
-    watched.subtract(ids)
+def watch(plan, ids):
+    """`plan` reads these buffers (by id; it holds them, so the ids stay theirs) as constants."""
     for i in ids:
-        if watched[i] <= 0:
-            del watched[i]
-            stale.discard(i)
+        watchers.setdefault(i, weakref.WeakSet()).add(plan)
+    weakref.finalize(plan, _forget, ids)
+
+
+def _forget(ids):
+    for i in ids:
+        if i in watchers and not watchers[i]:
+            del watchers[i]
 
 
 def replaced(old_node):
     """A tensor moved off old_node (a new value): plans that read old_node's buffer as a constant are stale."""
     buf = _buffer(old_node)
-    if buf is not None and id(buf) in watched:
-        stale.add(id(buf))
+    for plan in watchers.get(id(buf), ()) if buf is not None else ():
+        plan.stale = True
 
 
 class Unreplayable(RuntimeError):

@@ -25,7 +25,6 @@ that and records fn again instead of replaying the old values (capture.py: watch
 """
 import functools
 import itertools
-import weakref
 
 import numpy as np
 
@@ -120,13 +119,8 @@ class Plan:
         self.outputs = [(source(_buffer(t.node)), t.device) for _, t in _leaves(result)]
         self.targets = list({t: None for _, t, _, _ in rec.assigns})
         self._free_after_last_use()
-        self.consts = {id(s[1]) for _, _, srcs in self.steps for s in srcs if s[0] == "const"}
-        capture.watch(self.consts)
-        weakref.finalize(self, capture.unwatch, self.consts)
-
-    def stale(self):
-        """Whether a tensor it reads as a constant has been given another value since it was recorded."""
-        return not self.consts.isdisjoint(capture.stale)
+        self.stale = False  # set when a tensor it reads as a constant is given another value (capture.replaced)
+        capture.watch(self, {id(s[1]) for _, _, srcs in self.steps for s in srcs if s[0] == "const"})
 
     def _free_after_last_use(self):
         last = {}
@@ -251,7 +245,7 @@ class jit:
         realize(*tensors)
         plan = self.plans.get(signature)
         if plan is not None:
-            if not plan.stale():
+            if not plan.stale:
                 return plan.replay(tensors)
             del self.plans[signature]  # it would replay old values: record again (this call and the next)
             self.calls[signature] = 1
@@ -260,7 +254,7 @@ class jit:
             return self.fn(*args)
         result, plan = self._record(args, tensors)
         first = self.recorded.pop(signature, None)
-        if first is None or first.stale():  # (a stale first recording is not compared: this one replaces it)
+        if first is None or first.stale:  # (a stale first recording is not compared: this one replaces it)
             self.recorded[signature] = plan
             return result
         why = first.disagreement(plan)

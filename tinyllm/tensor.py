@@ -83,7 +83,7 @@ class Tensor:
 
     @node.setter
     def node(self, node):
-        if capture.watched:  # a jit plan that read the old value as a constant must not replay it
+        if capture.watchers:  # a jit plan that read the old value as a constant must not replay it
             capture.replaced(self._node)
         if self.requires_grad and self.is_leaf:
             if _grad_leaves.get(self._node) is self:

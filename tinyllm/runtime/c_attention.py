@@ -4,8 +4,6 @@ Handlers take (runtime, node, inputs) and return the output array, or None where
 (float64, or no prebuilt module): the op's NumPy forward (the tiled reference) runs instead. The kernels read
 their inputs in place through strides, so q, k and v split out of one projection (views) are not copied; only
 an input whose last axis is strided, or whose batch axes need more than two strides, is copied first."""
-import math
-
 import numpy as np
 
 from .c_views import address, batch_runs

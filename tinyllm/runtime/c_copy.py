@@ -1,12 +1,9 @@
 """Data movement on the C runtime: CONTIGUOUS, CAT, PAD and reshapes that must copy, through runtime_c/copy.c
 (memcpy of each innermost run, the outer axes on all threads) into arrays from the runtime's pool. Views stay
-views: a reshape that NumPy can do without copying is left to it, as is everything when the prebuilt module
-is missing (handlers return None and the op's NumPy forward runs)."""
+views: a reshape that needs no copy is a NumPy view. Without the prebuilt module the handlers return None and
+the ops' NumPy forwards run."""
 import math
 
-import numpy as np
-
-from ..ops.movement import _slices
 from ..views import view_strides
 from .c_views import address
 
@@ -83,7 +80,7 @@ def pad(runtime, node, ins):
     out = runtime.empty(node.shape, x.dtype)
     if math.prod(x.shape) < math.prod(node.shape):
         out.fill(0)
-    copy_into(runtime, out[_slices(node.arg[1])], x)
+    copy_into(runtime, out[tuple(slice(*w) for w in node.arg[1])], x)
     return out
 
 
