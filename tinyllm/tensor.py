@@ -12,7 +12,7 @@ from .autograd import gradients, prepare
 from .graph import Node, build, const, toposort
 from .realize import realize
 from .runtime import get as get_runtime
-from .views import contiguous_strides, is_contiguous, strides_of, view_strides
+from .views import is_contiguous, strides_of, view_strides
 
 _grad_enabled = [True]
 _grad_leaves = weakref.WeakValueDictionary()  # LOAD node of a leaf that requires grad -> its Tensor
