@@ -28,3 +28,5 @@ void tl_copy(long elem, long n0, long n1, long n2, long n3, char *dst, long d0, 
         }
     }
 }
+
+void tl_zero(char *dst, long nbytes) { memset(dst, 0, (size_t)nbytes); }

@@ -338,16 +338,15 @@ def test_c_kernels_match_the_reference(each_runtime, b, h, tq, tk, d, dv, causal
         q, k, v = [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
     else:
         (q, k, v), _ = draw_inputs(rng, (b, h), tq, tk, d, dv, 2.0)
-    ptr = lambda a: rt.ffi.cast("float *", a.ctypes.data)  # noqa: E731
     out = np.empty((b, h, tq, dv + 1), np.float32)
     dout = rng.standard_normal(out.shape).astype(np.float32)
     grads = np.empty((b, h, tq * d + tk * (d + dv)), np.float32)
     rt.lib.tl_force_portable(int(portable))
     try:
         views, batch = _views(rt, [q, k, v])
-        rt.lib.attention_forward(ptr(out), *views, *batch, tq, tk, d, dv, 0.4, int(causal))
+        rt.call(rt.lib.attention_forward, out, *views, *batch, tq, tk, d, dv, 0.4, int(causal))
         views, batch = _views(rt, [q, k, v, out, dout])
-        rt.lib.attention_backward(ptr(grads), *views, *batch, tq, tk, d, dv, 0.4, int(causal))
+        rt.call(rt.lib.attention_backward, grads, *views, *batch, tq, tk, d, dv, 0.4, int(causal))
     finally:
         rt.lib.tl_force_portable(0)
     f64 = [x.astype(np.float64) for x in (q, k, v)]

@@ -6,23 +6,22 @@ their inputs in place through strides, so q, k and v split out of one projection
 an input whose last axis is strided, or whose batch axes need more than two strides, is copied first."""
 import numpy as np
 
-from .c_views import address, batch_runs
+from .c_program import CStruct
+from .c_views import batch_runs
 
 
 def _views(runtime, arrays):
     """(tl_attn_view per array, (B0, B1)): each [..., T, D] array read in place, its batch axes as two runs."""
     if runtime.lib is None or any(a.dtype != np.float32 for a in arrays):
         return None
-    arrays = [a if a.shape[-1] == 1 or a.strides[-1] == 4 else np.ascontiguousarray(a) for a in arrays]
+    arrays = [a if a.shape[-1] == 1 or a.strides[-1] == 4 else runtime.contiguous(a) for a in arrays]
     batch = arrays[0].shape[:-2]
     runs = batch_runs(batch, *arrays)
     if runs is None:  # more than two strides: contiguous arrays' batch axes merge into one run
-        arrays = [np.ascontiguousarray(a) for a in arrays]
+        arrays = [runtime.contiguous(a) for a in arrays]
         runs = batch_runs(batch, *arrays)
     (b0, s0), (b1, s1) = ([(1, [0] * len(arrays))] * 2 + runs)[-2:]
-    new, cast = runtime.ffi.new, runtime.ffi.cast
-    views = [new("tl_attn_view *", [cast("float *", address(a)), s0[i], s1[i],
-                                     a.strides[-2] // 4]) for i, a in enumerate(arrays)]
+    views = [CStruct("tl_attn_view *", [a, s0[i], s1[i], a.strides[-2] // 4]) for i, a in enumerate(arrays)]
     return views, (b0, b1)
 
 
@@ -35,8 +34,8 @@ def flash_forward(runtime, node, ins):
     scale, causal = node.arg
     out = runtime.empty(node.shape, np.dtype(np.float32))
     if out.size:
-        runtime.lib.attention_forward(runtime.ffi.cast("float *", address(out)), *views,
-                                      *batch, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], scale, int(causal))
+        runtime.call(runtime.lib.attention_forward, out, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
+                     v.shape[-1], scale, int(causal))
     return out
 
 
@@ -49,9 +48,8 @@ def flash_backward(runtime, node, ins):
     scale, causal = node.arg
     grads = runtime.empty(node.shape, np.dtype(np.float32))
     if grads.size:
-        runtime.lib.attention_backward(runtime.ffi.cast("float *", address(grads)), *views,
-                                       *batch, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], scale,
-                                       int(causal))
+        runtime.call(runtime.lib.attention_backward, grads, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
+                     v.shape[-1], scale, int(causal))
     return grads
 
 

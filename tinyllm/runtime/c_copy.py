@@ -5,7 +5,6 @@ the ops' NumPy forwards run."""
 import math
 
 from ..views import view_strides
-from .c_views import address
 
 
 def _axes(shape, dst, src):
@@ -28,12 +27,12 @@ def copy_into(runtime, dst, src):
         return
     axes = _axes(dst.shape, dst, src)
     if len(axes) > 4:  # rare: left to NumPy rather than looped over here
+        runtime.unrecorded("a copy over more than four axes")
         dst[...] = src
         return
     axes = [(1, 0, 0)] * (4 - len(axes)) + axes
-    cast = runtime.ffi.cast
-    runtime.lib.tl_copy(dst.itemsize, *(a[0] for a in axes), cast("char *", address(dst)), *(a[1] for a in axes),
-                        cast("char *", address(src)), *(a[2] for a in axes))
+    runtime.call(runtime.lib.tl_copy, dst.itemsize, *(a[0] for a in axes), dst, *(a[1] for a in axes),
+                 src, *(a[2] for a in axes))
 
 
 def _applies(runtime, *arrays):
@@ -79,7 +78,7 @@ def pad(runtime, node, ins):
         return None
     out = runtime.empty(node.shape, x.dtype)
     if math.prod(x.shape) < math.prod(node.shape):
-        out.fill(0)
+        runtime.call(runtime.lib.tl_zero, out, out.nbytes)
     copy_into(runtime, out[tuple(slice(*w) for w in node.arg[1])], x)
     return out
 

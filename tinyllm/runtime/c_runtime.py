@@ -1,7 +1,9 @@
 """The C runtime: the NumPy runtime's buffers and zero-copy views, with the work done in C. Fused kernels are
 generated C (render/c.py) compiled on first use (compiler.py); MATMUL is the packed AVX2/FMA sgemm from
 runtime_c/ (built by pip install), reading transposed operands in place. Ops without a C kernel run their NumPy
-forward, and everything falls back to NumPy, with a warning, where no compiler or prebuilt module exists."""
+forward, and everything falls back to NumPy, with a warning, where no compiler or prebuilt module exists.
+Every C call goes through CRuntime.call, so a schedule run again and again is replayed as its recorded calls
+(c_program.py)."""
 import hashlib
 import math
 import os
@@ -14,8 +16,8 @@ import numpy as np
 from ..env import debug_level
 from ..ops.index import check_index
 from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
-from . import c_attention, c_copy, compiler
-from .c_views import address, batch_runs, matrix_layout
+from . import c_attention, c_copy, c_program, compiler
+from .c_views import batch_runs, matrix_layout
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
 from .render.c import render
@@ -44,6 +46,9 @@ class CRuntime(NumpyRuntime):
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.made = weakref.WeakValueDictionary()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
+        self.replays = True  # replay schedules from their recorded C calls (c_program.py)
+        self.recorder = None  # the c_program.Recorder watching this run, if any
+        self.programs = weakref.WeakSet()  # the Programs recorded, whose arenas empty_cache() frees
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
         if self.lib is not None:
             self.lib.tl_set_num_threads(threads)
@@ -54,14 +59,43 @@ class CRuntime(NumpyRuntime):
         if self.name not in schedule.prepared:
             schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"])
         self._fns = schedule.prepared[self.name]
-        return super().execute(schedule, feeds)
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
+            vals = self.input_values(schedule, feeds)
+            if not self.replays or debug_level():  # TINYLLM_DEBUG times each kernel: no replay then
+                return self.run_schedule(schedule, vals)
+            return c_program.execute(self, schedule, vals)
+
+    def call(self, fn, *args):
+        """fn(*args) for a C function of the prebuilt module or a generated kernel. An array argument is passed
+        as a pointer to its first element, a list of arrays as a char *[], a c_program.CStruct as a pointer to a
+        new struct. A recorder, if one is watching, sees the call."""
+        if self.recorder is not None:
+            self.recorder.call(fn, args)
+        return fn(*c_program.c_args(self.ffi or compiler.ffi, fn, args))
+
+    def contiguous(self, x):
+        """x if it is row-major, else a row-major copy made in C into an array from the pool (so a recorded run
+        repeats it)."""
+        if x.flags.c_contiguous or self.lib is None:
+            return np.ascontiguousarray(x)
+        out = self.empty(x.shape, x.dtype)
+        c_copy.copy_into(self, out, x)
+        return out
+
+    def unrecorded(self, what):
+        """A handler did work outside C (NumPy): a recorded run would not repeat it."""
+        if self.recorder is not None:
+            self.recorder.fail(what)
 
     def empty(self, shape, dtype):
         free = self.pool.get((shape, dtype))
         if free:
-            return track(free.pop())
-        out = np.empty(shape, dtype)
-        self.made[id(out)] = out
+            out = track(free.pop())
+        else:
+            out = np.empty(shape, dtype)
+            self.made[id(out)] = out
+        if self.recorder is not None:
+            self.recorder.allocated(out)
         return out
 
     def release(self, value):
@@ -74,6 +108,8 @@ class CRuntime(NumpyRuntime):
 
     def empty_cache(self):
         self.pool.clear()
+        for program in self.programs:
+            program.arena = None  # allocated again by the next replay
 
     def _key(self, node):
         return node.arg, node.dtype.name, tuple(s.dtype.name for s in node.src)
@@ -98,21 +134,25 @@ class CRuntime(NumpyRuntime):
         return {n: self.kernels[self._key(n)] for n in nodes}
 
     def run(self, node, ins):
+        if self.recorder is not None:
+            self.recorder.begin_kernel()
         handler = self.handlers.get(node.op)
         out = handler(self, node, ins) if handler is not None else None
-        return out if out is not None else super().run(node, ins)
+        out = out if out is not None else super().run(node, ins)
+        if self.recorder is not None:
+            self.recorder.end_kernel(node, out)
+        return out
 
     def _fused(self, node, ins):
         fn = self._fns.get(node)
-        ins = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in ins]  # keeps 0-d inputs 0-d
+        ins = [self.contiguous(x) for x in ins]
         if fn is None:
             return run_kernel(node.arg, *ins, out_dtype=node.dtype.np)
         out = self.empty(node.shape, node.dtype.np)
         if out.size and math.prod(node.arg.shape):
-            # from_buffer: 5x cheaper than casting each array's address, and every array here is contiguous
-            ffi = compiler.ffi
-            fn(ffi.new("char *[]", [ffi.from_buffer(a) for a in (out, *ins)]))
+            self.call(fn, [out, *ins])
         elif out.size:
+            self.unrecorded("an empty reduction")
             out[...] = 0 if node.arg.reduce[0] == "SUM" else -np.inf
         return out
 
@@ -125,24 +165,23 @@ class CRuntime(NumpyRuntime):
         if not out.size:
             return out
         if K == 0:
+            self.unrecorded("a matmul over an empty axis")
             out[...] = 0
             return out
         la, lb = matrix_layout(a), matrix_layout(b)
         if la is None or batch_runs(batch, a) is None:  # a view sgemm cannot read in place: copy it
-            a = np.ascontiguousarray(a)
+            a = self.contiguous(a)
             la = matrix_layout(a)
         if lb is None or batch_runs(batch, b) is None:
-            b = np.ascontiguousarray(b)
+            b = self.contiguous(b)
             lb = matrix_layout(b)
         runs = batch_runs(batch, a, b, out)
         if runs is None:  # each is readable alone, but their batch axes do not run alike
-            a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+            a, b = self.contiguous(a), self.contiguous(b)
             la, lb, runs = matrix_layout(a), matrix_layout(b), batch_runs(batch, a, b, out)
         (n0, (a0, b0, c0)), (n1, (a1, b1, c1)) = ([(1, (0, 0, 0))] * 2 + runs)[-2:]
-        cast = self.ffi.cast
-        self.lib.tl_sgemm_batched2(n0, n1, la[0], lb[0], M, N, K, cast("float *", address(a)), la[1], a0, a1,
-                                   cast("float *", address(b)), lb[1], b0, b1,
-                                   0.0, cast("float *", address(out)), N, c0, c1)
+        self.call(self.lib.tl_sgemm_batched2, n0, n1, la[0], lb[0], M, N, K, a, la[1], a0, a1, b, lb[1], b0, b1,
+                  0.0, out, N, c0, c1)
         return out
 
     def _gather(self, node, ins):
@@ -160,12 +199,10 @@ class CRuntime(NumpyRuntime):
         n rows on that axis, the axes before it are the kernel's `outer`, those after its rows `inner`."""
         if x.dtype != np.float32 or self.lib is None:
             return None
-        x, idx = np.ascontiguousarray(x), np.ascontiguousarray(idx)
+        x, idx = self.contiguous(x), self.contiguous(idx)
         out = self.empty(node.shape, x.dtype)
-        cast = self.ffi.cast
-        bad = getattr(self.lib, kernel)(cast("float *", address(out)), cast("float *", address(x)),
-                                        cast("int64_t *", address(idx)), math.prod(x.shape[:axis]), n, idx.size,
-                                        math.prod(inner_shape))
+        bad = self.call(getattr(self.lib, kernel), out, x, idx, math.prod(x.shape[:axis]), n, idx.size,
+                        math.prod(inner_shape))
         if bad >= 0:
             check_index(idx, n, node.op, axis, x.shape)  # raises, naming the index and the shapes
         return out

@@ -53,6 +53,13 @@ def _release(key):
             _current -= size
 
 
+def note_peak(extra):
+    """Something holds `extra` bytes more than is counted now, for a while (a replayed schedule's arena)."""
+    global _peak
+    with _lock:
+        _peak = max(_peak, _current + extra)
+
+
 def memory_allocated():
     """Bytes held now by the runtimes' buffers."""
     return _current

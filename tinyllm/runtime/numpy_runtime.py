@@ -43,19 +43,23 @@ class NumpyRuntime(Runtime):
 
     def execute(self, schedule, feeds=()):
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
-            return self._execute(schedule, feeds)
+            return self.run_schedule(schedule, self.input_values(schedule, feeds))
 
-    def _execute(self, schedule, feeds):
-        vals = self.input_values(schedule, feeds)
+    def run_schedule(self, schedule, vals):
+        """Runs the kernels over vals (the input values: it adds each kernel's and drops what dies) and returns
+        the output Buffers."""
         input_storage = {id(owner(vals[n])) for n in schedule.inputs if n.op != "CONST"}
         run = self._timed if debug_level() else self.run
         for node, dead in zip(schedule.kernels, schedule.frees):
             vals[node] = track(run(node, [vals[s] for s in node.src]))
             for d in dead:
                 self.release(vals.pop(d))
+        return self.output_buffers(schedule, [vals[n] for n in schedule.outputs], input_storage)
+
+    def output_buffers(self, schedule, values, input_storage):
         outs = []
-        for n, fresh in zip(schedule.outputs, schedule.fresh):
-            v = np.asarray(vals[n], dtype=n.dtype.np)
+        for n, v, fresh in zip(schedule.outputs, values, schedule.fresh):
+            v = np.asarray(v, dtype=n.dtype.np)
             # a broadcast constant gets real memory; a result the passes reduced to an input gets its own
             if not v.flags.writeable or (fresh and id(owner(v)) in input_storage):
                 v = track(v.copy())

@@ -1,0 +1,350 @@
+"""A schedule's run on the C runtime recorded once as a list of C calls, then replayed without its Python.
+
+Every C call the runtime's handlers make goes through CRuntime.call. The second time a schedule runs with
+inputs of one layout (shapes, strides, dtypes), a Recorder sees those calls and writes each pointer argument as
+a place in a region: an input of the schedule, or an array the schedule allocated (runtime.empty). From the third
+run on, a Program makes the same calls:
+
+  * Arrays that live only inside the schedule get fixed places in one arena, packed by their lifetimes (the first
+    and last call that touches each) as an allocator would place them. Their pointers are bound once.
+  * Arrays the schedule returns are allocated afresh on each run, and the inputs change from run to run: only
+    those pointers are written into the prepared arguments before the calls.
+
+That replaces the per-kernel Python (handler dispatch, layout checks, the buffer pool, cffi's conversion of
+every argument) by a loop of calls: some 5 ms of a 50 ms GPT training step at 2 threads.
+
+A run is recorded only if every kernel either returned a view of something it read, or made C calls and returned
+an array from runtime.empty; a kernel that ran its NumPy forward (or copied with NumPy) leaves the schedule on
+the normal path. Views cost nothing to replay: their offsets and strides are in the recorded arguments.
+"""
+import functools
+import weakref
+
+import numpy as np
+
+from . import compiler
+from .c_views import address
+from .memory import note_peak, owner, track
+
+ALIGN = 64  # bytes: each arena array starts on a cache line, as NumPy's own allocations of this size do
+
+
+class CStruct:
+    """A struct passed by pointer to a C function: its cffi type ("tl_attn_view *") and its fields in order;
+    a field may be an array (a pointer to its first element)."""
+    __slots__ = ("ctype", "fields")
+
+    def __init__(self, ctype, fields):
+        self.ctype, self.fields = ctype, fields
+
+
+def c_args(ffi, fn, args):
+    """args as fn's C arguments: an array becomes a pointer to its first element, a list of arrays a char *[]
+    (the generated kernels' argument), a CStruct a pointer to a new struct."""
+    return [_c_value(ffi, a, t) for a, t in zip(args, ffi.typeof(fn).args)]
+
+
+def _c_value(ffi, a, ctype):
+    if isinstance(a, np.ndarray):
+        return ffi.cast(ctype, address(a))
+    if isinstance(a, list):
+        return compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(x) for x in a])
+    if isinstance(a, CStruct):
+        fields = ffi.typeof(a.ctype).item.fields
+        return ffi.new(a.ctype, [_c_value(ffi, v, f.type) for v, (_, f) in zip(a.fields, fields)])
+    return a
+
+
+class Region:
+    """Memory a recorded pointer may point into: input `index` of the schedule, or allocation `index`."""
+    __slots__ = ("kind", "index", "array", "base", "low", "high", "shape", "dtype", "first", "last", "place")
+
+    def __init__(self, kind, index, array):
+        # weakly: once the array is freed, NumPy may hand its memory to a temporary the schedule never recorded
+        self.kind, self.index, self.array, self.base = kind, index, weakref.ref(array), address(array)
+        self.low, self.high = _bounds(array)
+        self.shape, self.dtype = array.shape, array.dtype
+        self.first = self.last = None  # the first and last recorded call that touches it
+        self.place = None  # ("arena", byte offset) or ("fresh", position in the per-run arrays)
+
+    @property
+    def nbytes(self):
+        return self.high - self.low
+
+
+def _bounds(array):
+    """[low, high): the bytes an array's elements span."""
+    at = address(array)
+    if not array.size:
+        return at, at
+    steps = [(n - 1) * st for n, st in zip(array.shape, array.strides)]
+    return at + sum(x for x in steps if x < 0), at + sum(x for x in steps if x > 0) + array.itemsize
+
+
+class Ref:
+    """A recorded pointer: `offset` bytes from the start of `region` (None: a null pointer)."""
+    __slots__ = ("region", "offset")
+
+    def __init__(self, region, offset):
+        self.region, self.offset = region, offset
+
+
+class NotRecordable(Exception):
+    pass
+
+
+class Recorder:
+    """Watches one run of a schedule (CRuntime.call, .empty and .run report to it)."""
+
+    def __init__(self, inputs):
+        self.input_arrays = inputs
+        self.inputs = [Region("input", i, a) for i, a in enumerate(inputs)]
+        self.live = [r for r in self.inputs if r.nbytes]
+        spans = sorted((r.low, r.high) for r in self.live)
+        if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
+            self.failed = "two inputs share memory"  # a replay could not tell which one a pointer came from
+        else:
+            self.failed = None
+        self.allocs, self.calls = [], []  # calls: (fn, recorded args)
+        self.node_calls, self.node_allocs = 0, 0
+
+    def fail(self, why):
+        self.failed = self.failed or why
+
+    def allocated(self, array):
+        region = Region("alloc", len(self.allocs), array)
+        self.allocs.append(region)
+        if region.nbytes:  # memory the pool hands out again belonged to a dead array: forget that one
+            self.live = [r for r in self.live if r.high <= region.low or r.low >= region.high] + [region]
+
+    def _find(self, array):
+        """The live region `array` points into, or None."""
+        if not array.size:
+            return None
+        at = address(array)
+        for r in reversed(self.live):  # the newest first: most pointers are to what a kernel just made
+            if r.low <= at < r.high and r.array() is not None:
+                return r
+        raise NotRecordable(f"a pointer to memory the schedule neither read nor allocated ({array.shape})")
+
+    def _ref(self, array):
+        region = self._find(array)
+        if region is None:
+            return Ref(None, 0)
+        at = len(self.calls)
+        region.first = at if region.first is None else region.first
+        region.last = at
+        return Ref(region, address(array) - region.base)
+
+    def _spec(self, a):
+        if isinstance(a, np.ndarray):
+            return self._ref(a)
+        if isinstance(a, list):
+            return [self._ref(x) for x in a]
+        if isinstance(a, CStruct):
+            return CStruct(a.ctype, [self._spec(v) for v in a.fields])
+        return a
+
+    def call(self, fn, args):
+        if self.failed is None:
+            try:
+                self.calls.append((fn, [self._spec(a) for a in args]))
+            except NotRecordable as e:
+                self.fail(str(e))
+        self.node_calls += 1
+
+    def begin_kernel(self):
+        self.node_calls, self.node_allocs = 0, len(self.allocs)
+
+    def end_kernel(self, node, out):
+        """A kernel must have returned a view of something that existed before it, or an array it allocated
+        and wrote through C calls."""
+        if self.failed is not None or not out.size:
+            return
+        try:
+            region = self._find(out)
+        except NotRecordable:
+            region = None
+        made_here = region is not None and region.kind == "alloc" and region.index >= self.node_allocs
+        if not (made_here if self.node_calls else region is not None and not made_here):
+            self.fail(f"{node.op} {node.shape} ran outside C")
+
+    def program(self, runtime, schedule, outputs):
+        """The Program replaying this run (whose output values are `outputs`), or None."""
+        if self.failed is None:
+            try:
+                return Program(runtime, self, schedule, outputs)
+            except NotRecordable as e:
+                self.fail(str(e))
+        return None
+
+
+def _pack(regions):
+    """Byte offsets in one arena for regions whose lifetimes [first, last] (call indices) may overlap: the
+    largest first, each at the lowest offset clear of every placed region alive at the same time.
+    Returns the arena's size."""
+    placed, size = [], 0
+    for r in sorted(regions, key=lambda r: -r.nbytes):
+        n = -(-r.nbytes // ALIGN) * ALIGN
+        busy = sorted((o, o + m) for o, m, q in placed if q.first <= r.last and r.first <= q.last)
+        at = 0
+        for lo, hi in busy:
+            if at + n <= lo:
+                break
+            at = max(at, hi)
+        placed.append((at, n, r))
+        r.place = ("arena", at)
+        size = max(size, at + n)
+    return size
+
+
+class Program:
+    """The recorded calls of one schedule run, ready to replay (see the module's docstring)."""
+
+    def __init__(self, runtime, rec, schedule, outputs):
+        self.ffi = runtime.ffi or compiler.ffi
+        self.calls = rec.calls
+        # what the schedule returns: ("fresh", alloc, offset, shape, strides), ("input", i) or ("empty", shape)
+        self.outputs, fresh = [], {}
+        for n, v in zip(schedule.outputs, outputs):
+            if v.dtype != n.dtype.np:
+                raise NotRecordable(f"output {n.shape} changes dtype")
+            if not v.size:
+                self.outputs.append(("empty", v.shape))
+                continue
+            region = rec._find(v)
+            if region.kind == "input" and v is rec.input_arrays[region.index]:
+                self.outputs.append(("input", region.index))
+            elif region.kind == "alloc":
+                fresh.setdefault(region, len(fresh))
+                self.outputs.append(("fresh", fresh[region], address(v) - region.base, v.shape, v.strides))
+            else:
+                raise NotRecordable(f"output {n.shape} is a view of an input")
+        for region, j in fresh.items():
+            region.place = ("fresh", j)
+        self.fresh = [(r.shape, r.dtype) for r in fresh]
+        touched = [r for r in rec.allocs if r.first is not None and r.place is None]
+        self.arena_size = _pack(touched)
+        self.peak = _peak(touched, list(fresh))
+        self.inputs = sorted({ref.region.index for ref in self._refs() if ref.region and ref.region.kind == "input"})
+        self.arena = None  # allocated (and the arguments bound) on the first replay, dropped by empty_cache
+
+    def _refs(self):
+        for _, args in self.calls:
+            for a in args:
+                for x in a if isinstance(a, list) else a.fields if isinstance(a, CStruct) else [a]:
+                    if isinstance(x, Ref):
+                        yield x
+
+    def _bind(self):
+        """Allocates the arena and builds every call's C arguments: pointers into the arena for good, those
+        into inputs and returned arrays as patches (setter, C type, which per-run base, offset)."""
+        arena = np.empty(self.arena_size + ALIGN, np.uint8)
+        base = address(arena) + (-address(arena)) % ALIGN
+        ffi, patches, bound = self.ffi, [], []
+        n_inputs = len(self.inputs)
+        slot = {i: k for k, i in enumerate(self.inputs)}  # input index -> position in the per-run bases
+
+        def value(ref, ctype, setter):
+            r = ref.region
+            if r is None:
+                return ffi.NULL
+            if r.kind == "input":
+                patches.append((setter, ctype, slot[r.index], ref.offset))
+                return ffi.NULL
+            kind, at = r.place
+            if kind == "fresh":
+                patches.append((setter, ctype, n_inputs + at, ref.offset))
+                return ffi.NULL
+            return ffi.cast(ctype, base + at + ref.offset)
+
+        for fn, args in self.calls:
+            types = ffi.typeof(fn).args
+            cargs = []
+            for i, (a, t) in enumerate(zip(args, types)):
+                if isinstance(a, Ref):
+                    cargs.append(value(a, t, functools.partial(cargs.__setitem__, i)))
+                elif isinstance(a, list):
+                    argv = compiler.ffi.new("char *[]", len(a))
+                    for j, ref in enumerate(a):
+                        argv[j] = value(ref, "char *", functools.partial(argv.__setitem__, j))
+                    cargs.append(argv)
+                elif isinstance(a, CStruct):
+                    struct = ffi.new(a.ctype)
+                    for v, (name, f) in zip(a.fields, ffi.typeof(a.ctype).item.fields):
+                        setattr(struct, name, value(v, f.type, functools.partial(setattr, struct, name))
+                                if isinstance(v, Ref) else v)
+                    cargs.append(struct)
+                else:
+                    cargs.append(a)
+            bound.append((fn, cargs))
+        self.arena, self.bound, self.patches = arena, bound, patches
+
+    def run(self, runtime, schedule, inputs):
+        """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
+        runs the schedule on the normal path, which raises the error with its message."""
+        if self.arena is None:
+            self._bind()
+        made = [track(runtime.empty(shape, dtype)) for shape, dtype in self.fresh]
+        bases = [address(inputs[i]) for i in self.inputs] + [address(a) for a in made]
+        cast = self.ffi.cast
+        for setter, ctype, k, offset in self.patches:
+            setter(cast(ctype, bases[k] + offset))
+        note_peak(self.peak)
+        for fn, args in self.bound:
+            status = fn(*args)  # only the embedding kernels return a value: -1 when every index is valid
+            if status is not None and status != -1:
+                return None
+        values, storage = [], None
+        for out in self.outputs:
+            if out[0] == "fresh":
+                _, j, offset, shape, strides = out
+                a = made[j]
+                if offset or a.shape != shape or a.strides != strides:
+                    a = np.ndarray(shape, a.dtype, buffer=a, offset=offset, strides=strides)
+                values.append(a)
+            elif out[0] == "input":
+                values.append(inputs[out[1]])
+                storage = storage or {id(owner(a)) for a in inputs}
+            else:
+                values.append(np.empty(out[1], schedule.outputs[len(values)].dtype.np))
+        return runtime.output_buffers(schedule, values, storage or set())
+
+
+def _peak(arena, fresh):
+    """Bytes above what the returned arrays hold that the normal path would hold at its fullest: the arena's
+    arrays alive at each call, plus the returned arrays allocated by then (a replay allocates them first)."""
+    events = sorted({r.first for r in arena + fresh if r.first is not None})
+    best = 0
+    for t in events:
+        live = sum(r.nbytes for r in arena if r.first <= t <= r.last)
+        early = sum(r.nbytes for r in fresh if r.first is not None and r.first <= t)
+        best = max(best, live + early)
+    return max(0, best - sum(r.nbytes for r in fresh))
+
+
+def execute(runtime, schedule, vals):
+    """Runs `schedule` on the C runtime: replayed from its Program when one was recorded for inputs of this
+    layout, recorded on the second run with a layout, else on the normal path."""
+    inputs = [vals[n] for n in schedule.inputs]
+    key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
+    programs = schedule.prepared.setdefault("c programs", {})  # input layout -> runs so far, or its Program
+    got = programs.get(key, 0)
+    if isinstance(got, Program):
+        outs = got.run(runtime, schedule, inputs)
+        if outs is not None:
+            return outs
+        return runtime.run_schedule(schedule, vals)
+    if got != 1:
+        if got is not None:
+            programs[key] = got + 1
+        return runtime.run_schedule(schedule, vals)
+    rec = runtime.recorder = Recorder(inputs)
+    try:
+        outs = runtime.run_schedule(schedule, vals)
+    finally:
+        runtime.recorder = None
+    programs[key] = program = rec.program(runtime, schedule, [vals[n] for n in schedule.outputs])
+    if program is not None:
+        runtime.programs.add(program)
+    return outs
