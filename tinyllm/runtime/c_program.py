@@ -286,7 +286,7 @@ class Program:
         if self.arena is None:
             self._bind()
         made = [track(runtime.empty(shape, dtype)) for shape, dtype in self.fresh]
-        bases = [address(inputs[i]) for i in self.inputs] + [address(a) for a in made]
+        bases = [_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made]
         cast = self.ffi.cast
         for setter, ctype, k, offset in self.patches:
             setter(cast(ctype, bases[k] + offset))
@@ -309,6 +309,12 @@ class Program:
             else:
                 values.append(np.empty(out[1], schedule.outputs[len(values)].dtype.np))
         return runtime.output_buffers(schedule, values, storage or set())
+
+
+def _base(array):
+    """Where an array's first element is, to add byte offsets to: a cdata over a row-major array (five times
+    cheaper to make than reading the address from NumPy), else the address."""
+    return compiler.ffi.from_buffer(array) if array.flags.c_contiguous and array.size else address(array)
 
 
 def _peak(arena, fresh):
