@@ -5,8 +5,10 @@ inputs of one layout (shapes, strides, dtypes), a Recorder sees those calls and 
 a place in a region: an input of the schedule, or an array the schedule allocated (runtime.empty). From the third
 run on, a Program makes the same calls:
 
-  * Arrays that live only inside the schedule get fixed places in one arena, packed by their lifetimes (the first
-    and last call that touches each) as an allocator would place them. Their pointers are bound once.
+  * Arrays that live only inside the schedule get fixed places in an arena, packed by their lifetimes (the first
+    and last call that touches each) as an allocator would place them. Their pointers are bound once. The arena
+    is the runtime's scratch memory, shared by every Program (one schedule runs at a time), so what they hold
+    together is the largest one's arena, not the sum; when it grows, each Program binds its pointers again.
   * Arrays the schedule returns are allocated afresh on each run, and the inputs change from run to run: only
     those pointers are written into the prepared arguments before the calls.
 
@@ -227,7 +229,7 @@ class Program:
         self.arena_size = _pack(touched)
         self.peak = _peak(touched, list(fresh))
         self.inputs = sorted({ref.region.index for ref in self._refs() if ref.region and ref.region.kind == "input"})
-        self.arena = None  # allocated (and the arguments bound) on the first replay, dropped by empty_cache
+        self.arena = None  # the runtime's arena the arguments are bound to (see _bind)
 
     def _refs(self):
         for _, args in self.calls:
@@ -236,10 +238,9 @@ class Program:
                     if isinstance(x, Ref):
                         yield x
 
-    def _bind(self):
-        """Allocates the arena and builds every call's C arguments: pointers into the arena for good, those
-        into inputs and returned arrays as patches (setter, C type, which per-run base, offset)."""
-        arena = np.empty(self.arena_size + ALIGN, np.uint8)
+    def _bind(self, arena):
+        """Builds every call's C arguments: pointers into `arena` for good, those into inputs and returned
+        arrays as patches (setter, C type, which per-run base, offset)."""
         base = address(arena) + (-address(arena)) % ALIGN
         ffi, patches, bound = self.ffi, [], []
         n_inputs = len(self.inputs)
@@ -283,8 +284,9 @@ class Program:
     def run(self, runtime, schedule, inputs):
         """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
         runs the schedule on the normal path, which raises the error with its message."""
-        if self.arena is None:
-            self._bind()
+        arena = runtime.arena(self.arena_size + ALIGN)
+        if arena is not self.arena:
+            self._bind(arena)
         made = [track(runtime.empty(shape, dtype)) for shape, dtype in self.fresh]
         bases = [_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made]
         cast = self.ffi.cast
@@ -350,7 +352,5 @@ def execute(runtime, schedule, vals):
         outs = runtime.run_schedule(schedule, vals)
     finally:
         runtime.recorder = None
-    programs[key] = program = rec.program(runtime, schedule, [vals[n] for n in schedule.outputs])
-    if program is not None:
-        runtime.programs.add(program)
+    programs[key] = rec.program(runtime, schedule, [vals[n] for n in schedule.outputs])
     return outs

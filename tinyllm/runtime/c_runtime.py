@@ -48,7 +48,7 @@ class CRuntime(NumpyRuntime):
         self.compiles = compiler.available()
         self.replays = True  # replay schedules from their recorded C calls (c_program.py)
         self.recorder = None  # the c_program.Recorder watching this run, if any
-        self.programs = weakref.WeakSet()  # the Programs recorded, whose arenas empty_cache() frees
+        self._arena = None  # scratch memory of replayed schedules (c_program.py)
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
         if self.lib is not None:
             self.lib.tl_set_num_threads(threads)
@@ -106,10 +106,16 @@ class CRuntime(NumpyRuntime):
             untrack(value)
             self.pool.setdefault((value.shape, value.dtype), []).append(value)
 
+    def arena(self, nbytes):
+        """Scratch memory of at least nbytes for a replayed schedule: one array, shared by all (one schedule runs
+        at a time), replaced by a larger one when a schedule needs more."""
+        if self._arena is None or self._arena.nbytes < nbytes:
+            self._arena = np.empty(nbytes, np.uint8)
+        return self._arena
+
     def empty_cache(self):
         self.pool.clear()
-        for program in self.programs:
-            program.arena = None  # allocated again by the next replay
+        self._arena = None  # a replay allocates it again
 
     def _key(self, node):
         return node.arg, node.dtype.name, tuple(s.dtype.name for s in node.src)
