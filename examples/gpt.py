@@ -6,7 +6,7 @@
     python examples/gpt.py --tiny               # a seconds-long smoke run
 
 The default run trains a 3-layer, 128-wide GPT (0.6M parameters) for 800 steps of 32 x 64 characters and
-reaches a validation loss of 1.82 nats/char, in about a minute on two CPU cores (C runtime; 2¾ on numpy).
+reaches a validation loss of 1.82 nats/char, in about a minute on two CPU cores (C runtime; about 3 on numpy).
 """
 import argparse
 import dataclasses

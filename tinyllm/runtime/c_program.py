@@ -13,7 +13,8 @@ run on, a Program makes the same calls:
     those pointers are written into the prepared arguments before the calls.
 
 That replaces the per-kernel Python (handler dispatch, layout checks, the buffer pool, cffi's conversion of
-every argument) by a loop of calls: some 5 ms of a 50 ms GPT training step at 2 threads.
+every argument) by a loop of calls: the Python of a GPT training step (bench config S, 2 threads) goes from 5.3
+to 2.4 ms.
 
 A run is recorded only if every kernel either returned a view of something it read, or made C calls and returned
 an array from runtime.empty; a kernel that ran its NumPy forward (or copied with NumPy) leaves the schedule on
@@ -119,7 +120,7 @@ class Recorder:
         if region.nbytes:  # memory the pool hands out again belonged to a dead array: forget that one
             self.live = [r for r in self.live if r.high <= region.low or r.low >= region.high] + [region]
 
-    def _find(self, array):
+    def find(self, array):
         """The live region `array` points into, or None."""
         if not array.size:
             return None
@@ -130,7 +131,7 @@ class Recorder:
         raise NotRecordable(f"a pointer to memory the schedule neither read nor allocated ({array.shape})")
 
     def _ref(self, array):
-        region = self._find(array)
+        region = self.find(array)
         if region is None:
             return Ref(None, 0)
         at = len(self.calls)
@@ -164,7 +165,7 @@ class Recorder:
         if self.failed is not None or not out.size:
             return
         try:
-            region = self._find(out)
+            region = self.find(out)
         except NotRecordable:
             region = None
         made_here = region is not None and region.kind == "alloc" and region.index >= self.node_allocs
@@ -214,7 +215,7 @@ class Program:
             if not v.size:
                 self.outputs.append(("empty", v.shape))
                 continue
-            region = rec._find(v)
+            region = rec.find(v)
             if region.kind == "input" and v is rec.input_arrays[region.index]:
                 self.outputs.append(("input", region.index))
             elif region.kind == "alloc":
