@@ -170,3 +170,32 @@ def test_replays_share_one_arena_and_bind_again_when_it_changes(rt):
     np.testing.assert_array_equal(f(x + 2, 32), big[2])
     np.testing.assert_array_equal(f(x + 2, 8), small[2])
     assert rt.replayed[0] == 5
+
+
+def test_threads_running_one_schedule_at_once_get_their_own_results(rt):
+    """The arena is shared: a thread that finds another replaying runs on the normal path instead, and each
+    thread records its own runs."""
+    import threading
+    w = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
+
+    def f(i):
+        x = tl.tensor(np.full((16, 64), 0.01 * i, np.float32), device="c")
+        return ((x @ tl.tensor(w, device="c")).tanh() @ tl.tensor(w, device="c")).sum(-1).numpy()
+    want = {i: f(i) for i in range(40)}
+    got, errors = {}, []
+
+    def work(start):
+        try:
+            for i in range(start, 40, 2):
+                got[i] = f(i)
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert rt.replayed[0] > 0
+    for i in range(40):
+        np.testing.assert_array_equal(got[i], want[i], err_msg=f"call {i}")

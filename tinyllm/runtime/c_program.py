@@ -334,15 +334,20 @@ def _peak(arena, fresh):
 
 def execute(runtime, schedule, vals):
     """Runs `schedule` on the C runtime: replayed from its Program when one was recorded for inputs of this
-    layout, recorded on the second run with a layout, else on the normal path."""
+    layout, recorded on the second run with a layout, else on the normal path. Threads may run schedules at once:
+    each records its own runs, and a replay that finds the arena in use by another thread takes the normal path."""
     inputs = [vals[n] for n in schedule.inputs]
     key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
     programs = schedule.prepared.setdefault("c programs", {})  # input layout -> runs so far, or its Program
     got = programs.get(key, 0)
     if isinstance(got, Program):
-        outs = got.run(runtime, schedule, inputs)
-        if outs is not None:
-            return outs
+        if runtime.arena_lock.acquire(blocking=False):  # else another thread is replaying: the normal path
+            try:
+                outs = got.run(runtime, schedule, inputs)
+            finally:
+                runtime.arena_lock.release()
+            if outs is not None:
+                return outs
         return runtime.run_schedule(schedule, vals)
     if got != 1:
         if got is not None:

@@ -8,6 +8,7 @@ import hashlib
 import math
 import os
 import sys
+import threading
 import warnings
 import weakref
 
@@ -47,7 +48,8 @@ class CRuntime(NumpyRuntime):
         self.made = weakref.WeakValueDictionary()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
         self.replays = True  # replay schedules from their recorded C calls (c_program.py)
-        self.recorder = None  # the c_program.Recorder watching this run, if any
+        self._local = threading.local()  # .recorder: the c_program.Recorder watching this thread's run, if any
+        self.arena_lock = threading.Lock()  # one replay at a time uses the arena (c_program.execute)
         self._arena = None  # scratch memory of replayed schedules (c_program.py)
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
         if self.lib is not None:
@@ -64,6 +66,14 @@ class CRuntime(NumpyRuntime):
             if not self.replays or debug_level():  # TINYLLM_DEBUG times each kernel: no replay then
                 return self.run_schedule(schedule, vals)
             return c_program.execute(self, schedule, vals)
+
+    @property
+    def recorder(self):
+        return getattr(self._local, "recorder", None)
+
+    @recorder.setter
+    def recorder(self, rec):
+        self._local.recorder = rec
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel. An array argument is passed
