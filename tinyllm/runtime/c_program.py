@@ -103,6 +103,7 @@ class Recorder:
         self.input_arrays = inputs
         self.inputs = [Region("input", i, a) for i, a in enumerate(inputs)]
         self.live = [r for r in self.inputs if r.nbytes]
+        self.starts = {r.base: r for r in self.live}  # the live regions by their first byte: most pointers' own
         spans = sorted((r.low, r.high) for r in self.live)
         if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
             self.failed = "two inputs share memory"  # a replay could not tell which one a pointer came from
@@ -118,13 +119,23 @@ class Recorder:
         region = Region("alloc", len(self.allocs), array)
         self.allocs.append(region)
         if region.nbytes:  # memory the pool hands out again belonged to a dead array: forget that one
-            self.live = [r for r in self.live if r.high <= region.low or r.low >= region.high] + [region]
+            keep = []
+            for r in self.live:
+                if r.high <= region.low or r.low >= region.high:
+                    keep.append(r)
+                elif self.starts.get(r.base) is r:
+                    del self.starts[r.base]
+            self.live = keep + [region]
+            self.starts[region.base] = region
 
     def find(self, array):
         """The live region `array` points into, or None."""
         if not array.size:
             return None
         at = address(array)
+        r = self.starts.get(at)
+        if r is not None and r.array() is not None:
+            return r
         for r in reversed(self.live):  # the newest first: most pointers are to what a kernel just made
             if r.low <= at < r.high and r.array() is not None:
                 return r
