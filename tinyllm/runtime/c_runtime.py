@@ -86,7 +86,9 @@ class CRuntime(NumpyRuntime):
     def contiguous(self, x):
         """x if it is row-major, else a row-major copy made in C into an array from the pool (so a recorded run
         repeats it)."""
-        if x.flags.c_contiguous or self.lib is None:
+        if x.flags.c_contiguous:  # 0-d arrays too (NumPy's ascontiguousarray would make them 1-d)
+            return x
+        if self.lib is None:
             return np.ascontiguousarray(x)
         out = self.empty(x.shape, x.dtype)
         c_copy.copy_into(self, out, x)
