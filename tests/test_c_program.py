@@ -14,6 +14,8 @@ import tinyllm.nn.functional as F
 from tinyllm.runtime import c_program
 from tinyllm.runtime import get as get_runtime
 
+from helpers import tiny_gpt_steps
+
 TOL = dict(rtol=1e-4, atol=1e-5)  # float32 against torch's float32 on the CPU, sums of a few dozen terms
 
 
@@ -108,6 +110,13 @@ def test_training_replays_bit_for_bit(rt):
     assert losses == want_losses
     for p, w in zip(params, want_params):
         np.testing.assert_array_equal(p, w)
+
+
+def test_the_buffer_pool_only_shrinks_once_steps_replay(rt):
+    """Replayed schedules keep their arrays in the arena and take only their results from the pool, so the pool
+    shrinks while the steps start replaying, then stays as it is."""
+    pooled = [sum(a.nbytes for free in rt.pool.values() for a in free) for _ in tiny_gpt_steps(6, "c")]
+    assert all(b <= a for a, b in zip(pooled[1:], pooled[2:])) and pooled[4] == pooled[5], pooled
 
 
 def gather(table, idx):
