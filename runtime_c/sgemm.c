@@ -77,8 +77,9 @@ typedef struct {
 } gemm_args;
 
 // Micro-kernel: C[MR x NR] (row stride ldc) = a . b + beta * C, with the packed
-// strips a[p*MR + i] and b[p*NR + j], p < kc. beta == 0 never reads C.
-typedef void (*kernel_fn)(int kc, const float *a, const float *b, float beta, float *c, long ldc);
+// strips a[p*MR + i] and b[p*NR + j], p < kc; the in-place variants read A
+// through its row stride lda instead. beta == 0 never reads C.
+typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc);
 
 static int g_threads;    // threads for the next call
 static int g_use_avx2;   // dispatch: AVX2+FMA kernels or portable C
@@ -103,8 +104,9 @@ int tl_sgemm_uses_avx2(void) { return g_use_avx2; }
 // Portable path: plain C with compile-time trip counts, which gcc and clang
 // unroll and vectorise for the baseline ISA (SSE2 on x86-64, NEON on aarch64).
 
-static void kernel_portable(int kc, const float *restrict a, const float *restrict b,
+static void kernel_portable(int kc, const float *restrict a, long lda, const float *restrict b,
                             float beta, float *restrict c, long ldc) {
+    (void)lda;  // always packed
     // One row of C at a time: its NR accumulators fit in vector registers and
     // the j loop is a plain vectorisable loop (a 2-D accumulator over all MR
     // rows gets spilled and mis-vectorised by gcc: ~10x slower). The B strip
@@ -179,13 +181,19 @@ static void pack_b_strip(const gemm_args *g, long k0, long j0, int nr, int kc, f
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma")))
 
-AVX2 static void kernel_avx2(int kc, const float *restrict a, const float *restrict b,
-                             float beta, float *restrict c, long ldc) {
+// The micro-kernel's body, with element (i, p) of the A strip at a[i*rs + p*ks]:
+// packed (rs 1, ks MR), or read in place from a row-major A (rs lda, ks 1) or a
+// transposed one (rs 1, ks lda). Reading A in place saves packing it, which
+// costs about as much as the kernel's loads hide when A comes from L3.
+AVX2 static inline __attribute__((always_inline)) void
+kernel_avx2_body(int kc, const float *restrict a, long rs, long ks, const float *restrict b,
+                 float beta, float *restrict c, long ldc) {
     // Pull the C tile toward L1 now; it is only touched after the k loop.
     for (int i = 0; i < MR; i++) {
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + i * ldc + NR - 1), _MM_HINT_T0);
     }
+    const float *a0 = a, *a1 = a + rs, *a2 = a + 2 * rs, *a3 = a + 3 * rs, *a4 = a + 4 * rs, *a5 = a + 5 * rs;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -193,29 +201,28 @@ AVX2 static void kernel_avx2(int kc, const float *restrict a, const float *restr
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
 #pragma GCC unroll 4
-    for (int p = 0; p < kc; p++) {
+    for (long p = 0; p < kc * ks; p += ks) {
         __m256 b0 = _mm256_load_ps(b);
         __m256 b1 = _mm256_load_ps(b + 8);
         __m256 ai;
-        ai = _mm256_broadcast_ss(a + 0);
+        ai = _mm256_broadcast_ss(a0 + p);
         c00 = _mm256_fmadd_ps(ai, b0, c00);
         c01 = _mm256_fmadd_ps(ai, b1, c01);
-        ai = _mm256_broadcast_ss(a + 1);
+        ai = _mm256_broadcast_ss(a1 + p);
         c10 = _mm256_fmadd_ps(ai, b0, c10);
         c11 = _mm256_fmadd_ps(ai, b1, c11);
-        ai = _mm256_broadcast_ss(a + 2);
+        ai = _mm256_broadcast_ss(a2 + p);
         c20 = _mm256_fmadd_ps(ai, b0, c20);
         c21 = _mm256_fmadd_ps(ai, b1, c21);
-        ai = _mm256_broadcast_ss(a + 3);
+        ai = _mm256_broadcast_ss(a3 + p);
         c30 = _mm256_fmadd_ps(ai, b0, c30);
         c31 = _mm256_fmadd_ps(ai, b1, c31);
-        ai = _mm256_broadcast_ss(a + 4);
+        ai = _mm256_broadcast_ss(a4 + p);
         c40 = _mm256_fmadd_ps(ai, b0, c40);
         c41 = _mm256_fmadd_ps(ai, b1, c41);
-        ai = _mm256_broadcast_ss(a + 5);
+        ai = _mm256_broadcast_ss(a5 + p);
         c50 = _mm256_fmadd_ps(ai, b0, c50);
         c51 = _mm256_fmadd_ps(ai, b1, c51);
-        a += MR;
         b += NR;
     }
     __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
@@ -231,6 +238,19 @@ AVX2 static void kernel_avx2(int kc, const float *restrict a, const float *restr
             _mm256_storeu_ps(c + i * ldc + 8, _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + i * ldc + 8), acc[i][1]));
         }
     }
+}
+
+AVX2 static void kernel_avx2(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc) {
+    (void)lda;
+    kernel_avx2_body(kc, a, 1, MR, b, beta, c, ldc);
+}
+
+AVX2 static void kernel_avx2_rows(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc) {
+    kernel_avx2_body(kc, a, lda, 1, b, beta, c, ldc);
+}
+
+AVX2 static void kernel_avx2_cols(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc) {
+    kernel_avx2_body(kc, a, 1, lda, b, beta, c, ldc);
 }
 
 // In-register transpose of an 8 x 8 block: r[i] lane j -> r[j] lane i.
@@ -326,10 +346,10 @@ static void pack_b(const gemm_args *g, int avx2, long k0, long j0, int nc, int k
 // Partial tile at the bottom or right edge: compute the full tile into a
 // buffer (the packed zeros make the extra rows/columns harmless) and copy out
 // the part that exists.
-static void kernel_edge(kernel_fn kernel, int kc, const float *a, const float *b, float beta,
+static void kernel_edge(kernel_fn kernel, int kc, const float *a, long lda, const float *b, float beta,
                         float *c, long ldc, int mr, int nr) {
     float tile[MR * NR] __attribute__((aligned(TL_ALIGN)));
-    kernel(kc, a, b, 0.0f, tile, NR);
+    kernel(kc, a, lda, b, 0.0f, tile, NR);
     for (int i = 0; i < mr; i++) {
         for (int j = 0; j < nr; j++) {
             float *cij = c + i * ldc + j;
@@ -378,8 +398,12 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     const int avx2 = g_use_avx2;
 #if defined(__x86_64__)
     const kernel_fn kernel = avx2 ? kernel_avx2 : kernel_portable;
+    // Full strips of A read in place (kernel_avx2_body) when each is used for few B strips over a long K:
+    // there packing costs more than it saves (measured: +5-9 % at N = 128, K >= 384; -3 % at K = 128).
+    const int read_in_place = avx2 && g->N <= 256 && g->K > TL_KC;
+    const kernel_fn in_place = !read_in_place ? NULL : g->transA ? kernel_avx2_cols : kernel_avx2_rows;
 #else
-    const kernel_fn kernel = kernel_portable;
+    const kernel_fn kernel = kernel_portable, in_place = NULL;
 #endif
     long m_strips = (g->M + MR - 1) / MR;
     int tm, tn;
@@ -410,7 +434,8 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
 
             for (long ic = m0; ic < m1; ic += TL_MC) {
                 int mc = (int)tl_min(TL_MC, m1 - ic);
-                pack_a(g, avx2, ic, pc, mc, kc, apack);
+                if (!in_place) pack_a(g, avx2, ic, pc, mc, kc, apack);
+                else if (mc % MR) pack_a(g, avx2, ic + mc / MR * MR, pc, mc % MR, kc, apack + (long)(mc / MR * MR) * kc);
                 for (long q = 0; q < s1 - s0; q++) {
                     long s = s0 + (own0 - s0 + q) % (s1 - s0);  // own chunk first
                     if (ic == m0) tl_flag_wait(&sh->packed[(s - s0) / chunk * tn + tcol], round + 1);
@@ -419,10 +444,15 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
                     const float *bp = bpack + s * NR * kc;
                     for (int ir = 0; ir < mc; ir += MR) {
                         int mr = (int)tl_min(MR, mc - ir);
-                        const float *ap = apack + (long)ir * kc;
                         float *c = g->C + (ic + ir) * g->ldc + jc + jr;
-                        if (mr == MR && nr == NR) kernel(kc, ap, bp, beta, c, g->ldc);
-                        else kernel_edge(kernel, kc, ap, bp, beta, c, g->ldc, mr, nr);
+                        kernel_fn kern = kernel;
+                        const float *ap = apack + (long)ir * kc;
+                        if (in_place && mr == MR) {
+                            kern = in_place;
+                            ap = g->transA ? g->A + pc * g->lda + ic + ir : g->A + (ic + ir) * g->lda + pc;
+                        }
+                        if (mr == MR && nr == NR) kern(kc, ap, g->lda, bp, beta, c, g->ldc);
+                        else kernel_edge(kern, kc, ap, g->lda, bp, beta, c, g->ldc, mr, nr);
                     }
                 }
             }
