@@ -329,6 +329,19 @@ static void pack_a(const gemm_args *g, int avx2, long i0, long k0, int mc, int k
 // Packs strips [s0, s1) of the KC x NC panel of op(B) starting at (k0, j0).
 static void pack_b(const gemm_args *g, int avx2, long k0, long j0, int nc, int kc, long s0, long s1,
                    float *bpack) {
+    if (!g->transB) {
+        // Row by row: each row of the panel is read as one contiguous run of B (a strip at a time would
+        // stride through B once per strip).
+        long full = tl_min(s1, nc / NR);  // strips before the ragged one
+        for (int p = 0; p < kc; p++) {
+            const float *src = g->B + (k0 + p) * g->ldb + j0;
+            for (long s = s0; s < full; s++) memcpy(bpack + (s * kc + p) * NR, src + s * NR, NR * sizeof(float));
+        }
+        if (full < s0) full = s0;
+        for (long s = full; s < s1; s++) pack_b_strip(g, k0, j0 + s * NR, (int)tl_min(NR, nc - s * NR), kc,
+                                                      bpack + s * NR * kc);
+        return;
+    }
     for (long s = s0; s < s1; s++) {
         long jr = s * NR;
         int nr = (int)tl_min(NR, nc - jr);
@@ -341,6 +354,14 @@ static void pack_b(const gemm_args *g, int avx2, long k0, long j0, int nc, int k
 #endif
         pack_b_strip(g, k0, j0 + jr, nr, kc, out);
     }
+}
+
+// Asks for the MR rows of kc floats (lda apart) of a row-major A strip to be brought into L1: issued two
+// strips ahead during the first pass over an A block read in place, so its first reads do not wait on memory
+// (the strips of a transposed A are walked in k order, which the hardware prefetcher follows by itself).
+static void prefetch_strip(const float *a, long lda, int kc) {
+    for (int i = 0; i < MR; i++)
+        for (int p = 0; p < kc; p += 64 / (int)sizeof(float)) __builtin_prefetch(a + i * lda + p, 0, 3);
 }
 
 // Partial tile at the bottom or right edge: compute the full tile into a
@@ -398,9 +419,9 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     const int avx2 = g_use_avx2;
 #if defined(__x86_64__)
     const kernel_fn kernel = avx2 ? kernel_avx2 : kernel_portable;
-    // Full strips of A read in place (kernel_avx2_body) when each is used for few B strips over a long K:
-    // there packing costs more than it saves (measured: +5-9 % at N = 128, K >= 384; -3 % at K = 128).
-    const int read_in_place = avx2 && g->N <= 256 && g->K > TL_KC;
+    // Full strips of A read in place (kernel_avx2_body) when each is used for few B strips: packing them
+    // would cost more than it saves (measured on the GPT's products at N = 128: +5-15 %; at N = 384: -4 %).
+    const int read_in_place = avx2 && g->N <= 256;
     const kernel_fn in_place = !read_in_place ? NULL : g->transA ? kernel_avx2_cols : kernel_avx2_rows;
 #else
     const kernel_fn kernel = kernel_portable, in_place = NULL;
@@ -447,6 +468,8 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
                         float *c = g->C + (ic + ir) * g->ldc + jc + jr;
                         kernel_fn kern = kernel;
                         const float *ap = apack + (long)ir * kc;
+                        if (in_place && q == 0 && !g->transA && ir + 3 * MR <= mc)
+                            prefetch_strip(g->A + (ic + ir + 2 * MR) * g->lda + pc, g->lda, kc);
                         if (in_place && mr == MR) {
                             kern = in_place;
                             ap = g->transA ? g->A + pc * g->lda + ic + ir : g->A + (ic + ir) * g->lda + pc;
