@@ -251,47 +251,76 @@ class Program:
                         yield x
 
     def _bind(self, arena):
-        """Builds every call's C arguments: pointers into `arena` for good, those into inputs and returned
-        arrays as patches (setter, C type, which per-run base, offset)."""
+        """Builds every call's C arguments with pointers into `arena` for good. The pointers into inputs and
+        returned arrays change from run to run: those of the generated kernels' argument arrays (most of them)
+        are slots of one block, rewritten together by `_patch`; the few passed directly are patches
+        (setter, C type, which per-run base, offset)."""
         base = address(arena) + (-address(arena)) % ALIGN
         ffi, patches, bound = self.ffi, [], []
         n_inputs = len(self.inputs)
         slot = {i: k for k, i in enumerate(self.inputs)}  # input index -> position in the per-run bases
+        block = compiler.ffi.new("char *[]", max(1, sum(len(a) for _, args in self.calls for a in args
+                                                         if isinstance(a, list))))
+        slots, used = ([], [], []), 0  # (slot in block, which per-run base, offset) of each changing pointer
 
-        def value(ref, ctype, setter):
+        def value(ref, ctype):
+            """The pointer, or (which per-run base, offset) when it changes from run to run."""
             r = ref.region
             if r is None:
                 return ffi.NULL
             if r.kind == "input":
-                patches.append((setter, ctype, slot[r.index], ref.offset))
-                return ffi.NULL
+                return slot[r.index], ref.offset
             kind, at = r.place
             if kind == "fresh":
-                patches.append((setter, ctype, n_inputs + at, ref.offset))
-                return ffi.NULL
+                return n_inputs + at, ref.offset
             return ffi.cast(ctype, base + at + ref.offset)
+
+        def direct(ref, ctype, setter):
+            v = value(ref, ctype)
+            if isinstance(v, tuple):
+                patches.append((setter, ctype, *v))
+                return ffi.NULL
+            return v
 
         for fn, args in self.calls:
             types = ffi.typeof(fn).args
             cargs = []
             for i, (a, t) in enumerate(zip(args, types)):
                 if isinstance(a, Ref):
-                    cargs.append(value(a, t, functools.partial(cargs.__setitem__, i)))
+                    cargs.append(direct(a, t, functools.partial(cargs.__setitem__, i)))
                 elif isinstance(a, list):
-                    argv = compiler.ffi.new("char *[]", len(a))
                     for j, ref in enumerate(a):
-                        argv[j] = value(ref, "char *", functools.partial(argv.__setitem__, j))
-                    cargs.append(argv)
+                        v = value(ref, "char *")
+                        if isinstance(v, tuple):
+                            for column, x in zip(slots, (used + j, *v)):
+                                column.append(x)
+                        else:
+                            block[used + j] = v
+                    cargs.append(block + used)
+                    used += len(a)
                 elif isinstance(a, CStruct):
                     struct = ffi.new(a.ctype)
                     for v, (name, f) in zip(a.fields, ffi.typeof(a.ctype).item.fields):
-                        setattr(struct, name, value(v, f.type, functools.partial(setattr, struct, name))
+                        setattr(struct, name, direct(v, f.type, functools.partial(setattr, struct, name))
                                 if isinstance(v, Ref) else v)
                     cargs.append(struct)
                 else:
                     cargs.append(a)
             bound.append((fn, cargs))
         self.arena, self.bound, self.patches = arena, bound, patches
+        self.block, self.slots = block, np.frombuffer(compiler.ffi.buffer(block), np.uintp)
+        self.slot_at, self.slot_base, self.slot_offset = (np.array(c, t) for c, t in zip(slots, (np.intp, np.intp,
+                                                                                                np.uintp)))
+
+    def _patch(self, bases):
+        """Writes this run's pointers into the prepared arguments: the slots of the block in one vectorised
+        step (their bases' addresses read by cffi from the list at once), the direct ones one by one."""
+        if len(self.slot_at):
+            addresses = np.frombuffer(compiler.ffi.buffer(compiler.ffi.new("char *[]", bases)), np.uintp)
+            self.slots[self.slot_at] = addresses[self.slot_base] + self.slot_offset
+        cast = self.ffi.cast
+        for setter, ctype, k, offset in self.patches:
+            setter(cast(ctype, bases[k] + offset))
 
     def run(self, runtime, schedule, inputs):
         """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
@@ -300,10 +329,7 @@ class Program:
         if arena is not self.arena:
             self._bind(arena)
         made = [track(runtime.empty(shape, dtype)) for shape, dtype in self.fresh]
-        bases = [_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made]
-        cast = self.ffi.cast
-        for setter, ctype, k, offset in self.patches:
-            setter(cast(ctype, bases[k] + offset))
+        self._patch([_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made])
         note_peak(self.peak)
         for fn, args in self.bound:
             status = fn(*args)  # only the embedding kernels return a value: -1 when every index is valid
@@ -326,9 +352,11 @@ class Program:
 
 
 def _base(array):
-    """Where an array's first element is, to add byte offsets to: a cdata over a row-major array (five times
-    cheaper to make than reading the address from NumPy), else the address."""
-    return compiler.ffi.from_buffer(array) if array.flags.c_contiguous and array.size else address(array)
+    """A char pointer to an array's first element, to add byte offsets to: a cdata over a row-major array (five
+    times cheaper to make than reading the address from NumPy), else the address cast."""
+    if array.flags.c_contiguous and array.size:
+        return compiler.ffi.from_buffer(array)
+    return compiler.ffi.cast("char *", address(array))
 
 
 def _peak(arena, fresh):

@@ -3,10 +3,12 @@ owning allocation (views cost nothing) and released when Python frees it, so the
 import threading
 import weakref
 
-_lock = threading.RLock()  # re-entrant: a finalizer may run (and uncount) while this thread holds it
+_lock = threading.RLock()  # re-entrant: a release callback may run (and uncount) while this thread holds it
 _current = 0
 _peak = 0
-_tracked = {}  # id of an owning array -> [its size, whether it counts now]; a finalizer drops it when freed
+# id of an owning array -> [its size, whether it counts now, a weak reference whose callback drops the entry when
+# the array is freed (a third of weakref.finalize's cost, paid for each array a training step allocates)]
+_tracked = {}
 
 
 def owner(array):
@@ -24,8 +26,8 @@ def track(array, nbytes=None):
     with _lock:
         entry = _tracked.get(key)
         if entry is None:
-            entry = _tracked[key] = [owner_.nbytes if nbytes is None else nbytes, False]
-            weakref.finalize(owner_, _release, key)
+            entry = _tracked[key] = [owner_.nbytes if nbytes is None else nbytes, False,
+                                     weakref.ref(owner_, lambda _, key=key: _release(key))]
         if not entry[1]:
             entry[1] = True
             _current += entry[0]
@@ -35,8 +37,8 @@ def track(array, nbytes=None):
 
 def untrack(array):
     """Stop counting `array` (it goes to a runtime's pool of free buffers, as torch's caching allocator keeps
-    freed blocks reserved but not allocated); track() counts it again when the pool hands it out. Its
-    finalizer stays: making one per allocation would cost more than the kernel of a small tensor."""
+    freed blocks reserved but not allocated); track() counts it again when the pool hands it out. Its weak
+    reference stays: making one per allocation would cost more than the kernel of a small tensor."""
     global _current
     with _lock:
         entry = _tracked.get(id(array))
@@ -48,7 +50,7 @@ def untrack(array):
 def _release(key):
     global _current
     with _lock:
-        size, counted = _tracked.pop(key)
+        size, counted, _ = _tracked.pop(key)
         if counted:
             _current -= size
 
