@@ -4,6 +4,8 @@ views: a reshape that needs no copy is a NumPy view. Without the prebuilt module
 the ops' NumPy forwards run."""
 import math
 
+import numpy as np
+
 from ..views import view_strides
 
 
@@ -77,10 +79,33 @@ def pad(runtime, node, ins):
     if not _applies(runtime, x):
         return None
     out = runtime.empty(node.shape, x.dtype)
+    where = tuple(slice(*w) for w in node.arg[1])
     if math.prod(x.shape) < math.prod(node.shape):
-        runtime.call(runtime.lib.tl_zero, out, out.nbytes)
-    copy_into(runtime, out[tuple(slice(*w) for w in node.arg[1])], x)
+        _zero_outside(runtime, out, where)
+    copy_into(runtime, out[where], x)
     return out
+
+
+def _zero_outside(runtime, out, where):
+    """Zeros what the placement `where` leaves uncovered, the slabs before and after it along each axis (a pad
+    of one column, as attention's backward reads, zeros that column rather than the whole array)."""
+    if any(w.step not in (None, 1) for w in where):  # a strided placement: all of it
+        runtime.call(runtime.lib.tl_zero, out, out.nbytes)
+        return
+    zero = None
+    for axis, w in enumerate(where):
+        start, stop, _ = w.indices(out.shape[axis])
+        for lo, hi in ((0, start), (stop, out.shape[axis])):
+            slab = out[(slice(None),) * axis + (slice(lo, hi),)]
+            if not slab.size:
+                continue
+            if slab.flags.c_contiguous:
+                runtime.call(runtime.lib.tl_zero, slab, slab.nbytes)
+                continue
+            if zero is None:  # one zeroed element read through zero strides (recorded like any other array)
+                zero = runtime.empty((1,), out.dtype)
+                runtime.call(runtime.lib.tl_zero, zero, zero.nbytes)
+            copy_into(runtime, slab, np.lib.stride_tricks.as_strided(zero, slab.shape, (0,) * slab.ndim))
 
 
 HANDLERS = {"CONTIGUOUS": contiguous, "RESHAPE": reshape, "CAT": cat, "PAD": pad}
