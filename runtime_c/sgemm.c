@@ -5,14 +5,17 @@ Packed, cache-tiled, register-blocked sgemm (GotoBLAS / BLIS layout).
       for pc in K by KC:                        (one "round")
         pack B[pc:+KC, jc:+NC] into NR-wide strips (each thread packs a chunk)
         for ic in (this thread's rows) by MC:   A block  MC x KC -> L2, private
-          pack A[ic:+MC, pc:+KC] into MR-tall strips
+          pack A[ic:+MC, pc:+KC] into MR-tall strips (unless N <= 256: see below)
           for jr in (this thread's strips) by NR:   B strip KC x NR -> L1
             for ir in MC by MR:
               micro-kernel: C[MR x NR] (+)= A strip . B strip, in registers
 
 Packing reads op(A) and op(B) in whatever layout they have (plain or
 transposed), so the micro-kernel only ever sees one contiguous layout, and the
-transposed products of the backward pass cost no copies in the caller.
+transposed products of the backward pass cost no copies in the caller. When C
+has few columns (N <= 256: an A strip meets at most 16 B strips), packing A
+costs more than it saves, so the AVX2 path reads its full strips in place
+through their strides instead (a GPT's N = n_embd products, 5-15 % faster).
 
 The micro-kernel is 6 x 16: 12 ymm accumulators (6 rows x 2 vectors of 8),
 2 ymm for the B row and 1 for the broadcast A element = 15 of the 16 ymm

@@ -261,7 +261,7 @@ class Program:
         slot = {i: k for k, i in enumerate(self.inputs)}  # input index -> position in the per-run bases
         block = compiler.ffi.new("char *[]", max(1, sum(len(a) for _, args in self.calls for a in args
                                                          if isinstance(a, list))))
-        slots, used = ([], [], []), 0  # (slot in block, which per-run base, offset) of each changing pointer
+        at, which, offset, used = [], [], [], 0  # each changing pointer's slot in block, per-run base and offset
 
         def value(ref, ctype):
             """The pointer, or (which per-run base, offset) when it changes from run to run."""
@@ -292,8 +292,9 @@ class Program:
                     for j, ref in enumerate(a):
                         v = value(ref, "char *")
                         if isinstance(v, tuple):
-                            for column, x in zip(slots, (used + j, *v)):
-                                column.append(x)
+                            at.append(used + j)
+                            which.append(v[0])
+                            offset.append(v[1])
                         else:
                             block[used + j] = v
                     cargs.append(block + used)
@@ -309,8 +310,8 @@ class Program:
             bound.append((fn, cargs))
         self.arena, self.bound, self.patches = arena, bound, patches
         self.block, self.slots = block, np.frombuffer(compiler.ffi.buffer(block), np.uintp)
-        self.slot_at, self.slot_base, self.slot_offset = (np.array(c, t) for c, t in zip(slots, (np.intp, np.intp,
-                                                                                                np.uintp)))
+        self.slot_at, self.slot_base = np.array(at, np.intp), np.array(which, np.intp)
+        self.slot_offset = np.array(offset, np.uintp)
 
     def _patch(self, bases):
         """Writes this run's pointers into the prepared arguments: the slots of the block in one vectorised
