@@ -12,8 +12,8 @@ def clip_grad_norm_(parameters, max_norm, eps=1e-6):
         from ..factory import zeros
         return zeros(())
     total = sum(((p.grad * p.grad).sum() for p in params[1:]), (params[0].grad * params[0].grad).sum()).sqrt()
+    realize(total, *[p.grad for p in params])  # the gradients are kept, not computed again for what reads them
     coef = (max_norm / (total + eps)).clamp(max=1.0)
-    for p in params:
+    for p in params:  # left lazy: the scaling fuses into what reads the gradient next (the optimizer's update)
         p.grad = p.grad * coef
-    realize(total, *[p.grad for p in params])
     return total
