@@ -71,13 +71,14 @@ static float scale_max_portable(float *p, long n, float scale) {
     return mx;
 }
 
-// p[j] = exp(p[j] - shift) for j < n, and the sum of the results.
-static float exp_sum_portable(float *p, long n, float shift) {
+// p[j] = exp(p[j] - shift) for j < n and 0 for n <= j < bc, and the sum of the results.
+static float exp_sum_portable(float *p, long n, long bc, float shift) {
     float sum = 0.0f;
     for (long j = 0; j < n; j++) {
         p[j] = expf(p[j] - shift);
         sum += p[j];
     }
+    for (long j = n; j < bc; j++) p[j] = 0.0f;
     return sum;
 }
 
@@ -208,39 +209,30 @@ AVX2 static float hsum(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
+// The AVX2 row functions read and write whole vectors: a tile's rows are BC wide (a multiple of 8), so a last
+// vector that runs past n (or bc) stays inside its row, and its lanes past n hold nothing that is read.
 AVX2 static float scale_max_avx2(float *p, long n, float scale) {
-    const __m256 s = _mm256_set1_ps(scale);
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    long j = 0;
-    for (; j + 8 <= n; j += 8) {
+    const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-INFINITY);
+    __m256 mx = lo;
+    for (long j = 0; j < n; j += 8) {
         __m256 y = _mm256_mul_ps(_mm256_loadu_ps(p + j), s);
         _mm256_storeu_ps(p + j, y);
-        mx = _mm256_max_ps(mx, y);
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(lo, y, _mm256_castsi256_ps(lanes(n - j))));
     }
-    float m = hmax(mx);
-    for (; j < n; j++) {
-        p[j] *= scale;
-        m = p[j] > m ? p[j] : m;
-    }
-    return m;
+    return hmax(mx);
 }
 
-AVX2 static float exp_sum_avx2(float *p, long n, float shift) {
+AVX2 static float exp_sum_avx2(float *p, long n, long bc, float shift) {
     const __m256 s = _mm256_set1_ps(shift);
     __m256 acc = _mm256_setzero_ps();
     long j = 0;
-    for (; j + 8 <= n; j += 8) {
+    for (; j < n; j += 8) {
         __m256 y = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), s));
+        y = _mm256_and_ps(y, _mm256_castsi256_ps(lanes(n - j)));
         _mm256_storeu_ps(p + j, y);
         acc = _mm256_add_ps(acc, y);
     }
-    if (j < n) {
-        __m256i m = lanes(n - j);
-        __m256 y = exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(p + j, m), s));
-        y = _mm256_and_ps(y, _mm256_castsi256_ps(m));
-        _mm256_maskstore_ps(p + j, m, y);
-        acc = _mm256_add_ps(acc, y);
-    }
+    for (; j < bc; j += 8) _mm256_storeu_ps(p + j, _mm256_setzero_ps());
     return hsum(acc);
 }
 
@@ -257,13 +249,18 @@ AVX2 static float dot_avx2(const float *a, const float *b, long n) {
 
 AVX2 static void softmax_grad_row_avx2(float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
     const __m256 sc = _mm256_set1_ps(scale), l = _mm256_set1_ps(lse), d = _mm256_set1_ps(dl);
-    for (long j = 0; j < bc; j += 8) {  // the tile's rows are BC wide, so whole vectors stay inside them
+    long j = 0;
+    for (; j < n; j += 8) {  // the tile's rows are BC wide, so whole vectors stay inside them
         const __m256 on = _mm256_castsi256_ps(lanes(n - j));
         __m256 p = exp_avx2(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), sc, l));
         p = _mm256_and_ps(p, on);
         const __m256 ds = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)), sc);
         _mm256_storeu_ps(s + j, p);
         _mm256_storeu_ps(dp + j, _mm256_and_ps(ds, on));
+    }
+    for (; j < bc; j += 8) {  // keys the row does not see (half of them under a causal mask): no exp to take
+        _mm256_storeu_ps(s + j, _mm256_setzero_ps());
+        _mm256_storeu_ps(dp + j, _mm256_setzero_ps());
     }
 }
 // The 8 x 8 blocks of transpose() (n and d multiples of 8): unpack pairs of rows, shuffle quadruples, swap halves.
@@ -313,11 +310,11 @@ static float scale_max(int avx2, float *p, long n, float scale) {
     return scale_max_portable(p, n, scale);
 }
 
-static float exp_sum(int avx2, float *p, long n, float shift) {
+static float exp_sum(int avx2, float *p, long n, long bc, float shift) {
 #if defined(__x86_64__)
-    if (avx2) return exp_sum_avx2(p, n, shift);
+    if (avx2) return exp_sum_avx2(p, n, bc, shift);
 #endif
-    return exp_sum_portable(p, n, shift);
+    return exp_sum_portable(p, n, bc, shift);
 }
 
 static float dot(int avx2, const float *a, const float *b, long n) {
@@ -422,11 +419,13 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
             for (long r = 0; r < br; r++) {
                 float *row = s + r * BC;
                 const long n = visible(i0 + r, k0, bc, causal);
+                if (n == 0) {  // this row sees none of these keys
+                    memset(row, 0, (size_t)bc * sizeof(float));
+                    continue;
+                }
                 const float mx = scale_max(avx2, row, n, scale);
-                for (long j = n; j < bc; j++) row[j] = 0.0f;  // this row sees none of these keys
-                if (n == 0) continue;
                 const float m_new = mrow[r] > mx ? mrow[r] : mx;
-                const float sum = exp_sum(avx2, row, n, m_new);
+                const float sum = exp_sum(avx2, row, n, bc, m_new);  // and zeros past what the row sees
                 const float alpha = expf(mrow[r] - m_new);  // 0 on the first visible tile (m = -inf)
                 float *orow = o + r * ldo;
                 for (long c = 0; c < Dv; c++) orow[c] *= alpha;
@@ -461,12 +460,18 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
         float *delta = tl_scratch(2, Tq);
         for (long i = 0; i < Tq; i++) delta[i] = dot(avx2, dob + i * dos, ob + i * os, Dv) - dob[i * dos + Dv];
-        memset(dq, 0, (size_t)per_head * sizeof(float));
+        // No zeroing first: the first product into each row of dq, dk and dv writes it (accumulate 0), as the
+        // first key tile (k0 = 0) reaches every query row and a key tile's first query tile every key row.
         for (long k0 = 0; k0 < Tk; k0 += BC) {
-            const long bc = tl_min(BC, Tk - k0);
+            const long bc = tl_min(BC, Tk - k0), i_first = causal ? k0 / BR * BR : 0;
+            if (i_first >= Tq) {  // keys after every query (causal, Tk > Tq): no query sees them
+                memset(dk + k0 * D, 0, (size_t)(bc * D) * sizeof(float));
+                memset(dv + k0 * Dv, 0, (size_t)(bc * Dv) * sizeof(float));
+                continue;
+            }
             transpose(avx2, kt, BC, kb + k0 * k->st, k->st, bc, D);
             transpose(avx2, vt, BC, vb + k0 * v->st, v->st, bc, Dv);
-            for (long i0 = causal ? k0 / BR * BR : 0; i0 < Tq; i0 += BR) {
+            for (long i0 = i_first; i0 < Tq; i0 += BR) {
                 const long br = tl_min(BR, Tq - i0), off = i0 - k0;
                 const float *qt = qb + i0 * qs, *dot = dob + i0 * dos;
                 mm_causal(avx2, causal, CUT_N, off, br, bc, D, qt, qs, 1, kt, BC, p, BC, 0);      // S
@@ -474,9 +479,10 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
                 for (long r = 0; r < br; r++)  // P and dS; past what the row sees (maybe never computed), zeros
                     softmax_grad_row(avx2, p + r * BC, ds + r * BC, visible(i0 + r, k0, bc, causal), bc, scale,
                                      ob[(i0 + r) * os + Dv], delta[i0 + r]);
-                mm_causal(avx2, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, 1);  // dV += P^T dO
-                mm_causal(avx2, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, 1);  // dQ += dS K
-                mm_causal(avx2, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, 1);  // dK += dS^T Q
+                const int more_q = i0 > i_first, more_k = k0 > 0;  // accumulate into what is written already
+                mm_causal(avx2, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, more_q);  // dV += P^T dO
+                mm_causal(avx2, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, more_k);  // dQ += dS K
+                mm_causal(avx2, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, more_q);  // dK += dS^T Q
             }
         }
     }
