@@ -214,7 +214,13 @@ AVX2 static float hsum(__m256 v) {
 AVX2 static float scale_max_avx2(float *p, long n, float scale) {
     const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-INFINITY);
     __m256 mx = lo;
-    for (long j = 0; j < n; j += 8) {
+    long j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 y = _mm256_mul_ps(_mm256_loadu_ps(p + j), s);
+        _mm256_storeu_ps(p + j, y);
+        mx = _mm256_max_ps(mx, y);
+    }
+    if (j < n) {  // the last, partial vector: its lanes past n take no part in the max
         __m256 y = _mm256_mul_ps(_mm256_loadu_ps(p + j), s);
         _mm256_storeu_ps(p + j, y);
         mx = _mm256_max_ps(mx, _mm256_blendv_ps(lo, y, _mm256_castsi256_ps(lanes(n - j))));
@@ -226,11 +232,17 @@ AVX2 static float exp_sum_avx2(float *p, long n, long bc, float shift) {
     const __m256 s = _mm256_set1_ps(shift);
     __m256 acc = _mm256_setzero_ps();
     long j = 0;
-    for (; j < n; j += 8) {
+    for (; j + 8 <= n; j += 8) {
+        __m256 y = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), s));
+        _mm256_storeu_ps(p + j, y);
+        acc = _mm256_add_ps(acc, y);
+    }
+    if (j < n) {  // the last, partial vector: 0 past n
         __m256 y = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), s));
         y = _mm256_and_ps(y, _mm256_castsi256_ps(lanes(n - j)));
         _mm256_storeu_ps(p + j, y);
         acc = _mm256_add_ps(acc, y);
+        j += 8;
     }
     for (; j < bc; j += 8) _mm256_storeu_ps(p + j, _mm256_setzero_ps());
     return hsum(acc);
@@ -247,16 +259,22 @@ AVX2 static float dot_avx2(const float *a, const float *b, long n) {
     return hsum(acc);
 }
 
+AVX2 static inline __attribute__((always_inline)) void
+softmax_grad_vec(float *s, float *dp, __m256 sc, __m256 l, __m256 d, __m256 on) {
+    const __m256 p = _mm256_and_ps(exp_avx2(_mm256_fmsub_ps(_mm256_loadu_ps(s), sc, l)), on);
+    const __m256 ds = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp), d)), sc);
+    _mm256_storeu_ps(s, p);
+    _mm256_storeu_ps(dp, _mm256_and_ps(ds, on));
+}
+
 AVX2 static void softmax_grad_row_avx2(float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
     const __m256 sc = _mm256_set1_ps(scale), l = _mm256_set1_ps(lse), d = _mm256_set1_ps(dl);
+    const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     long j = 0;
-    for (; j < n; j += 8) {  // the tile's rows are BC wide, so whole vectors stay inside them
-        const __m256 on = _mm256_castsi256_ps(lanes(n - j));
-        __m256 p = exp_avx2(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), sc, l));
-        p = _mm256_and_ps(p, on);
-        const __m256 ds = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)), sc);
-        _mm256_storeu_ps(s + j, p);
-        _mm256_storeu_ps(dp + j, _mm256_and_ps(ds, on));
+    for (; j + 8 <= n; j += 8) softmax_grad_vec(s + j, dp + j, sc, l, d, all);
+    if (j < n) {  // the last, partial vector (the tile's rows are BC wide, so it stays inside its row): 0 past n
+        softmax_grad_vec(s + j, dp + j, sc, l, d, _mm256_castsi256_ps(lanes(n - j)));
+        j += 8;
     }
     for (; j < bc; j += 8) {  // keys the row does not see (half of them under a causal mask): no exp to take
         _mm256_storeu_ps(s + j, _mm256_setzero_ps());
@@ -426,10 +444,14 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
                 const float mx = scale_max(avx2, row, n, scale);
                 const float m_new = mrow[r] > mx ? mrow[r] : mx;
                 const float sum = exp_sum(avx2, row, n, bc, m_new);  // and zeros past what the row sees
-                const float alpha = expf(mrow[r] - m_new);  // 0 on the first visible tile (m = -inf)
-                float *orow = o + r * ldo;
-                for (long c = 0; c < Dv; c++) orow[c] *= alpha;
-                lrow[r] = lrow[r] * alpha + sum;
+                if (mrow[r] == -INFINITY) {  // the row's first visible tile: O and l are still 0
+                    lrow[r] = sum;
+                } else {
+                    const float alpha = expf(mrow[r] - m_new);
+                    float *orow = o + r * ldo;
+                    for (long c = 0; c < Dv; c++) orow[c] *= alpha;
+                    lrow[r] = lrow[r] * alpha + sum;
+                }
                 mrow[r] = m_new;
             }
             mm_causal(avx2, causal, CUT_K, i0 - k0, br, Dv, bc, s, BC, 1, vb + k0 * v->st, v->st, o, ldo, 1);
