@@ -123,9 +123,10 @@ def test_sgemm_random_shapes(config, m, n, k, ta, tb, beta, pad, seed):
 # Shapes that cross every blocking boundary (MR 6, NR 16, KC 256, MC 144, NC 4096) and the thread
 # splits: many rows (threads split M), one row (threads split N), panels wider than NC.
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (6, 16, 256), (7, 17, 257), (145, 33, 513), (289, 300, 100),
-                                   (1, 5000, 70), (3, 4113, 40), (600, 1, 300), (128, 128, 128), (129, 127, 65)])
+                                   (1, 5000, 70), (3, 4113, 40), (600, 1, 300), (128, 128, 128), (129, 127, 65),
+                                   (128, 300, 1024), (5, 290, 41)])  # these two: computed as C^T, then transposed
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
-@pytest.mark.parametrize("beta", [0.0, 1.0])
+@pytest.mark.parametrize("beta", [0.0, 1.0, -0.5])
 def test_sgemm_block_edges(config, m, n, k, ta, tb, beta):
     c, ref, tol = run_sgemm(np.random.default_rng(m * n * k), ta, tb, m, n, k, beta, pad=(3, 1, 2))
     assert_close(c, ref, tol)
