@@ -9,6 +9,8 @@ from .cstyle import CStyleLanguage, merge_dims, output_strides
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char"}
 PARALLEL_MIN = 1 << 15  # below this many iterations a kernel runs on one thread: waking threads costs more
+SLICES = 4  # a reduction over the outermost axis runs as this many slices of it, in parallel (see _sliced)
+SLICED_MAX_OUT = 1 << 13  # ... when its partial results fit on the stack (SLICES x this many values)
 
 UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
          "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})"}
@@ -104,6 +106,9 @@ def render(name, kernel, out_dtype, src_dtypes):
         loops, parallel = dims[:n_kept], True
     else:
         n_out = math.prod(s for i, s in enumerate(kernel.shape) if i not in reduced)
+        if dims[0][2] and dims[0][0] >= SLICES and n_out <= SLICED_MAX_OUT \
+                and math.prod(kernel.shape) >= PARALLEL_MIN and ot in ("float", "double"):
+            return _sliced(lines, dims, iv, body, value, offset, red_op, ot, init, keep_max, n_out)
         lines.append(f"  for (long o = 0; o < {n_out}; o++) out[o] = {init};")
         target = f"out[{offset(0)}]"
         update = f"{target} += {value};" if red_op == "SUM" else keep_max.format(v=value, a=target)
@@ -120,4 +125,32 @@ def render(name, kernel, out_dtype, src_dtypes):
         lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def _sliced(lines, dims, iv, body, value, offset, red_op, ot, init, keep_max, n_out):
+    """A reduction whose outermost axis is reduced (a bias's gradient: the sum of dY over the rows), which one
+    thread would otherwise run alone, since threads must own their outputs: each of SLICES slices of that axis
+    reduces into its own partial result, the slices run on the threads, and the partials are combined in order.
+    The slices are fixed, not one per thread, so the result is the same on any number of threads."""
+    n0 = dims[0][0]
+    target = f"p[{offset(0)}]"
+    update = f"{target} += {value};" if red_op == "SUM" else keep_max.format(v=value, a=target)
+    lines += [f"  {ot} part[{SLICES}][{n_out}];",
+              "  #pragma omp parallel for schedule(static)",
+              f"  for (long slice = 0; slice < {SLICES}; slice++) {{",
+              f"    {ot} *restrict p = part[slice];",
+              f"    for (long o = 0; o < {n_out}; o++) p[o] = {init};",
+              f"    for (long {iv[0]} = {n0} * slice / {SLICES}; {iv[0]} < {n0} * (slice + 1) / {SLICES}; {iv[0]}++) {{"]
+    for k, d in enumerate(dims[1:], 1):
+        lines.append("  " * (k + 2) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
+    lines += ["  " * (len(dims) + 2) + b for b in [*body, update]]
+    lines += ["  " * (k + 2) + "}" for k in reversed(range(len(dims)))]
+    lines.append("  }")
+    if red_op == "SUM":
+        total = " + ".join(f"part[{j}][o]" for j in range(SLICES))
+        lines.append(f"  for (long o = 0; o < {n_out}; o++) out[o] = {total};")
+    else:
+        lines += [f"  for (long o = 0; o < {n_out}; o++) {{", "    out[o] = part[0][o];",
+                  *[f"    {keep_max.format(v=f'part[{j}][o]', a='out[o]')}" for j in range(1, SLICES)], "  }"]
     return "\n".join(lines + ["}"]) + "\n"
