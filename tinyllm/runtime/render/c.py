@@ -106,12 +106,12 @@ def render(name, kernel, out_dtype, src_dtypes):
         loops, parallel = dims[:n_kept], True
     else:
         n_out = math.prod(s for i, s in enumerate(kernel.shape) if i not in reduced)
+        combine = (lambda a, v: f"{a} += {v};") if red_op == "SUM" else (lambda a, v: keep_max.format(v=v, a=a))
         if dims[0][2] and dims[0][0] >= SLICES and n_out <= SLICED_MAX_OUT \
                 and math.prod(kernel.shape) >= PARALLEL_MIN and ot in ("float", "double"):
-            return _sliced(lines, dims, iv, body, value, offset, red_op, ot, init, keep_max, n_out)
+            return _sliced(lines, dims, iv, [*body, combine(f"p[{offset(0)}]", value)], combine, ot, init, n_out)
         lines.append(f"  for (long o = 0; o < {n_out}; o++) out[o] = {init};")
-        target = f"out[{offset(0)}]"
-        update = f"{target} += {value};" if red_op == "SUM" else keep_max.format(v=value, a=target)
+        update = combine(f"out[{offset(0)}]", value)
         loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
     threads = parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1
     for k, d in enumerate(loops):
@@ -128,29 +128,22 @@ def render(name, kernel, out_dtype, src_dtypes):
     return "\n".join(lines + ["}"]) + "\n"
 
 
-def _sliced(lines, dims, iv, body, value, offset, red_op, ot, init, keep_max, n_out):
+def _sliced(lines, dims, iv, inner, combine, ot, init, n_out):
     """A reduction whose outermost axis is reduced (a bias's gradient: the sum of dY over the rows), which one
     thread would otherwise run alone, since threads must own their outputs: each of SLICES slices of that axis
-    reduces into its own partial result, the slices run on the threads, and the partials are combined in order.
+    reduces into its own partial result p, the slices run on the threads, and the partials are combined in order.
     The slices are fixed, not one per thread, so the result is the same on any number of threads."""
-    n0 = dims[0][0]
-    target = f"p[{offset(0)}]"
-    update = f"{target} += {value};" if red_op == "SUM" else keep_max.format(v=value, a=target)
+    n0, i0 = dims[0][0], iv[0]
     lines += [f"  {ot} part[{SLICES}][{n_out}];",
               "  #pragma omp parallel for schedule(static)",
               f"  for (long slice = 0; slice < {SLICES}; slice++) {{",
               f"    {ot} *restrict p = part[slice];",
               f"    for (long o = 0; o < {n_out}; o++) p[o] = {init};",
-              f"    for (long {iv[0]} = {n0} * slice / {SLICES}; {iv[0]} < {n0} * (slice + 1) / {SLICES}; {iv[0]}++) {{"]
+              f"    for (long {i0} = {n0} * slice / {SLICES}; {i0} < {n0} * (slice + 1) / {SLICES}; {i0}++) {{"]
     for k, d in enumerate(dims[1:], 1):
         lines.append("  " * (k + 2) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
-    lines += ["  " * (len(dims) + 2) + b for b in [*body, update]]
+    lines += ["  " * (len(dims) + 2) + s for s in inner]
     lines += ["  " * (k + 2) + "}" for k in reversed(range(len(dims)))]
-    lines.append("  }")
-    if red_op == "SUM":
-        total = " + ".join(f"part[{j}][o]" for j in range(SLICES))
-        lines.append(f"  for (long o = 0; o < {n_out}; o++) out[o] = {total};")
-    else:
-        lines += [f"  for (long o = 0; o < {n_out}; o++) {{", "    out[o] = part[0][o];",
-                  *[f"    {keep_max.format(v=f'part[{j}][o]', a='out[o]')}" for j in range(1, SLICES)], "  }"]
+    lines += ["  }", f"  for (long o = 0; o < {n_out}; o++) {{", "    out[o] = part[0][o];",
+              *[f"    {combine('out[o]', f'part[{j}][o]')}" for j in range(1, SLICES)], "  }"]
     return "\n".join(lines + ["}"]) + "\n"
