@@ -15,9 +15,8 @@ transposed), so the micro-kernel only ever sees one contiguous layout, and the
 transposed products of the backward pass cost no copies in the caller. When C
 has few columns (N <= 256: an A strip meets at most 16 B strips), packing A
 costs more than it saves, so the AVX2 path reads its full strips in place
-through their strides instead (a GPT's N = n_embd products, 5-15 % faster).
-A product with few rows, many columns and a long sum is computed as its
-transpose and transposed into C (as_transpose).
+through their strides instead (a GPT's N = n_embd products, 5-15 % faster);
+one with few rows and many columns runs as its transpose (as_transpose).
 
 The micro-kernel is 6 x 16: 12 ymm accumulators (6 rows x 2 vectors of 8),
 2 ymm for the B row and 1 for the broadcast A element = 15 of the 16 ymm
@@ -504,37 +503,23 @@ static int useful_threads(long M, long N, long K, int nt) {
     return (int)tl_max(1, tl_min(tl_min(nt, TL_MAX_THREADS), tl_min(n, tiles)));
 }
 
-// C = t^T + beta * C, t being N x M row-major (beta == 0 never reads C).
+// C = t^T + beta * C, t being N x M row-major (beta == 0 never reads C); 8 rows of C at a time: t read in runs of 8.
 static void transpose_into_c(const gemm_args *g, const float *t, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (long i0 = 0; i0 < g->M; i0 += 8) {  // 8 rows of C at a time: t's reads are runs of 8
-        const long rows = tl_min(8, g->M - i0);
-        for (long j = 0; j < g->N; j++) {
-            const float *src = t + j * g->M + i0;
-            float *dst = g->C + i0 * g->ldc + j;
-            for (long r = 0; r < rows; r++)
-                dst[r * g->ldc] = g->beta == 0.0f ? src[r] : src[r] + g->beta * dst[r * g->ldc];
-        }
-    }
+    for (long i0 = 0; i0 < g->M; i0 += 8)
+        for (long j = 0; j < g->N; j++)
+            for (long i = i0; i < tl_min(i0 + 8, g->M); i++) {
+                float *c = g->C + i * g->ldc + j;
+                *c = g->beta == 0.0f ? t[j * g->M + i] : t[j * g->M + i] + g->beta * *c;
+            }
 }
 
-static void gemm(const gemm_args *g, int nt);
-
-// A product with few rows, many columns and a long sum (the GPT's weight gradients X^T dY, M = n_embd = 128,
-// N = 4 n_embd, K = batch x block) computed as its transpose C^T = op(B)^T op(A)^T and transposed into C: that
-// product has M columns, so the AVX2 path reads its A strips in place, and its shared panel is M wide rather
-// than N, so the threads pack K M floats instead of K (M + N). The transpose costs a pass over M N floats, which
-// pays when K is long: measured at M = 128, N = 512 (2 threads, cold operands), K = 1024 and 2048 went from
-// about 155 to 180 GFLOP/s; at K = 4 M, or M = 160 or more, it was slower. The scratch is kept under 4 MiB.
+// A product with few rows, many columns and a long sum (the GPT's weight gradients X^T dY: M = n_embd, N = 4 n_embd,
+// K = batch x block) runs as its transpose C^T = op(B)^T op(A)^T: with M columns, its A strips are read in place
+// and the threads pack K M floats instead of K (M + N), which pays for the transpose into C when K is long (M 128,
+// N 512, K 1024-2048: 155 -> 180 GFLOP/s; slower at K = 4 M, or M >= 160). The scratch stays under 4 MiB.
 static int as_transpose(const gemm_args *g) {
     return g_use_avx2 && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M && g->M * g->N <= (1L << 20);
-}
-
-static void gemm_transposed(const gemm_args *g, int nt) {
-    float *t = tl_scratch(SLOT_T, (size_t)g->M * g->N);
-    gemm_args gt = {!g->transB, !g->transA, g->N, g->M, g->K, g->B, g->ldb, g->A, g->lda, 0.0f, t, g->M};
-    gemm(&gt, nt);
-    transpose_into_c(g, t, nt);
 }
 
 static void gemm(const gemm_args *g, int nt) {
@@ -544,7 +529,10 @@ static void gemm(const gemm_args *g, int nt) {
         return;
     }
     if (as_transpose(g)) {
-        gemm_transposed(g, nt);
+        float *t = tl_scratch(SLOT_T, (size_t)g->M * g->N);
+        gemm_args gt = {!g->transB, !g->transA, g->N, g->M, g->K, g->B, g->ldb, g->A, g->lda, 0.0f, t, g->M};
+        gemm(&gt, nt);  // its M is over 256: not transposed again
+        transpose_into_c(g, t, nt);
         return;
     }
     size_t panel = (size_t)(tl_min(g->K, TL_KC) * tl_round_up(tl_min(g->N, TL_NC), NR));
