@@ -5,16 +5,16 @@ equal subexpressions are shared and a node can key any cache. Shape and dtype co
 `tinyllm.ops`, which raises a clear error for bad input when the node is built, long before anything runs.
 """
 import math
-import weakref
 
 from . import dtype as dt
+from .weak import WeakValues
 
 OPS = {}  # op name -> its definition class (filled by tinyllm.ops)
 
 
 class Node:
     __slots__ = ("op", "src", "arg", "shape", "dtype", "buffer", "_strides", "__weakref__")
-    _cache = weakref.WeakValueDictionary()
+    _cache = WeakValues()
 
     def __new__(cls, op, src, arg, shape, dtype):
         # -0.0 == 0.0 in Python, but they are different constants (1/-0.0 is -inf): key floats by their sign too

@@ -1,7 +1,6 @@
 """Tensor: the user's API, with PyTorch's names and semantics. It only builds graph nodes; values are computed
 when something needs them (.numpy(), .item(), .backward(), an optimizer step, or tinyllm.realize)."""
 import math
-import weakref
 from collections import namedtuple
 
 import numpy as np
@@ -13,9 +12,10 @@ from .graph import Node, build, const, toposort
 from .realize import realize
 from .runtime import get as get_runtime
 from .views import is_contiguous, strides_of, view_strides
+from .weak import WeakValues
 
 _grad_enabled = [True]
-_grad_leaves = weakref.WeakValueDictionary()  # LOAD node of a leaf that requires grad -> its Tensor
+_grad_leaves = WeakValues()  # LOAD node of a leaf that requires grad -> its Tensor
 MaxResult = namedtuple("MaxResult", "values indices")
 
 

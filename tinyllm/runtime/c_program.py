@@ -14,7 +14,7 @@ run on, a Program makes the same calls:
 
 That replaces the per-kernel Python (handler dispatch, layout checks, the buffer pool, cffi's conversion of
 every argument) by a loop of calls: the Python of a GPT training step (bench config S, 2 threads) goes from 5.3
-to 1.7 ms.
+to 1.3 ms.
 
 A run is recorded only if every kernel either returned a view of something it read, or made C calls and returned
 an array from runtime.empty; a kernel that ran its NumPy forward (or copied with NumPy) leaves the schedule on
@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 
 from . import compiler
+from .base import Buffer
 from .c_views import address
 from .memory import note_peak, owner, track
 
@@ -218,7 +219,8 @@ class Program:
     def __init__(self, runtime, rec, schedule, outputs):
         self.ffi = runtime.ffi or compiler.ffi
         self.calls = rec.calls
-        # what the schedule returns: ("fresh", alloc, offset, shape, strides), ("input", i) or ("empty", shape)
+        # what the schedule returns: ("fresh", alloc, None or the view (offset, shape, strides)), ("input", i) or
+        # ("empty", shape)
         self.outputs, fresh = [], {}
         for n, v in zip(schedule.outputs, outputs):
             if v.dtype != n.dtype.np:
@@ -231,7 +233,9 @@ class Program:
                 self.outputs.append(("input", region.index))
             elif region.kind == "alloc":
                 fresh.setdefault(region, len(fresh))
-                self.outputs.append(("fresh", fresh[region], address(v) - region.base, v.shape, v.strides))
+                whole = v.base is None and v.flags.c_contiguous  # the allocation itself, not a view of it
+                self.outputs.append(("fresh", fresh[region], None if whole else (address(v) - region.base,
+                                                                                  v.shape, v.strides)))
             else:
                 raise NotRecordable(f"output {n.shape} is a view of an input")
         for region, j in fresh.items():
@@ -329,7 +333,9 @@ class Program:
         arena = runtime.arena(self.arena_size + ALIGN)
         if arena is not self.arena:
             self._bind(arena)
-        made = [track(runtime.empty(shape, dtype)) for shape, dtype in self.fresh]
+        # the returned arrays, made here rather than by runtime.empty: no pool could hand one out (a replay frees
+        # nothing), and runtime.empty's bookkeeping of what it made costs more than the allocation
+        made = [track(np.empty(shape, dtype)) for shape, dtype in self.fresh]
         self._patch([_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made])
         note_peak(self.peak)
         for fn, args in self.bound:
@@ -339,9 +345,9 @@ class Program:
         values, storage = [], None
         for out in self.outputs:
             if out[0] == "fresh":
-                _, j, offset, shape, strides = out
-                a = made[j]
-                if offset or a.shape != shape or a.strides != strides:
+                a, view = made[out[1]], out[2]
+                if view is not None:
+                    offset, shape, strides = view
                     a = np.ndarray(shape, a.dtype, buffer=a, offset=offset, strides=strides)
                 values.append(a)
             elif out[0] == "input":
@@ -349,7 +355,9 @@ class Program:
                 storage = storage or {id(owner(a)) for a in inputs}
             else:
                 values.append(np.empty(out[1], schedule.outputs[len(values)].dtype.np))
-        return runtime.output_buffers(schedule, values, storage or set())
+        if storage is None:  # every value is an array made here, of the output's dtype (checked when recorded)
+            return [Buffer(runtime, v, n.shape, n.dtype) for n, v in zip(schedule.outputs, values)]
+        return runtime.output_buffers(schedule, values, storage)
 
 
 def _base(array):

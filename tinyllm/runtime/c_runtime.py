@@ -10,13 +10,13 @@ import os
 import sys
 import threading
 import warnings
-import weakref
 
 import numpy as np
 
 from ..env import debug_level
 from ..ops.index import check_index
 from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
+from ..weak import WeakValues
 from . import c_attention, c_copy, c_program, compiler
 from .c_views import batch_runs, matrix_layout
 from .memory import track, untrack
@@ -45,7 +45,7 @@ class CRuntime(NumpyRuntime):
         self.ffi, self.lib = _load_prebuilt()
         self.kernels = {}  # (Kernel, dtypes) -> compiled function
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
-        self.made = weakref.WeakValueDictionary()  # id -> array, for the arrays empty() allocated
+        self.made = WeakValues()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
         self.replays = True  # replay schedules from their recorded C calls (c_program.py)
         self._local = threading.local()  # .recorder: the c_program.Recorder watching this thread's run, if any

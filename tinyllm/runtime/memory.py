@@ -13,8 +13,9 @@ _tracked = {}
 
 def owner(array):
     """The array that owns `array`'s memory (itself unless it is a view)."""
-    while getattr(array, "base", None) is not None and hasattr(array.base, "nbytes"):
-        array = array.base
+    base = getattr(array, "base", None)
+    while base is not None and hasattr(base, "nbytes"):
+        array, base = base, getattr(base, "base", None)
     return array
 
 
