@@ -7,8 +7,9 @@ import weakref
 
 
 def _forget(refs, key, ref):
-    if refs.get(key) is ref:  # not a newer value stored under the same key since
-        del refs[key]
+    # always the entry's current reference: one replaced by a newer value is freed with its entry, and a freed
+    # reference never calls back
+    refs.pop(key, None)
 
 
 class WeakValues:
