@@ -21,14 +21,17 @@ TOL = dict(rtol=1e-4, atol=1e-5)  # float32 against torch's float32 on the CPU, 
 
 @pytest.fixture
 def rt(monkeypatch):
-    """The C runtime, with a count of the replays made (rt.replayed[0])."""
+    """The C runtime, with a count of the replays made (rt.replayed[0]) and of the runs of generated kernels
+    they made as one call each (rt.kernel_runs[0])."""
     runtime = get_runtime("c")
-    runtime.replayed = [0]
+    runtime.replayed, runtime.kernel_runs = [0], [0]
     run = c_program.Program.run
 
     def counted(self, *args):
         runtime.replayed[0] += 1
-        return run(self, *args)
+        out = run(self, *args)
+        runtime.kernel_runs[0] += sum(fn is runtime.lib.tl_run_kernels for fn, _ in self.bound)
+        return out
     monkeypatch.setattr(c_program.Program, "run", counted)
     monkeypatch.setattr(runtime, "replays", True)
     return runtime
@@ -106,6 +109,7 @@ def test_training_replays_bit_for_bit(rt):
         return losses, [p.numpy() for p in model.parameters()]
     losses, params = train(True)
     assert rt.replayed[0] >= 3, rt.replayed[0]
+    assert rt.kernel_runs[0] > 0, "no replay ran its generated kernels in runs (tl_run_kernels)"
     want_losses, want_params = train(False)
     assert losses == want_losses
     for p, w in zip(params, want_params):
