@@ -1,6 +1,7 @@
 """tinyllm.jit: a replayed step must leave exactly what an eager step leaves (the same kernels run on the same
 inputs), and both must track torch. What a replay cannot repeat is refused with a clear error."""
 import importlib
+import weakref
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 import tinyllm as tl
 from tinyllm.capture import Unreplayable
 from tinyllm.models.gpt import GPT, GPTConfig
+from tinyllm.runtime.base import EXACT_REFCOUNTS
 
 from helpers import SEEDS, reference_runtime  # noqa: F401  (fixture: hypothesis runs on the NumPy reference)
 import torch_nanogpt as ref
@@ -91,6 +93,85 @@ def test_replayed_training_equals_eager_and_tracks_torch(device, monkeypatch):
     drift = max(abs(a - b) / abs(b) for a, b in zip(jitted, reference))
     assert drift <= DRIFT_RTOL, f"jitted training drifted {drift:.2e} from torch's losses"
     assert reference[-1] < reference[0] - 0.1  # it trains, so agreeing losses say something
+
+
+def c_training(steps):
+    """A tiny GPT trained for `steps` jitted steps on the C runtime: (model, optimizer, the step)."""
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(**CFG)).to(device="c")
+    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=3e-3, betas=(0.9, 0.95))
+
+    def step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    fn = tl.jit(step)
+    rng = np.random.default_rng(1)
+
+    def call():
+        x = rng.integers(0, CFG["vocab_size"], (4, CFG["block_size"]))
+        return fn(tl.tensor(x, device="c"), tl.tensor((7 * x + 3) % CFG["vocab_size"], device="c")).item()
+    for _ in range(steps):
+        call()
+    assert len(fn.plans) == 1
+    return model, opt, call
+
+
+def state(model, opt):
+    return [t for p in model.parameters() for t in (p, opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"])]
+
+
+def same_nodes(tensors, call):
+    """Whether every tensor keeps its node through call() (watched weakly: holding a node would hold its value,
+    as a pending graph does, and keep the replay from writing over it)."""
+    refs = [weakref.ref(t.node) for t in tensors]
+    call()
+    return all(r() is t.node for r, t in zip(refs, tensors))
+
+
+in_place = pytest.mark.skipif(not EXACT_REFCOUNTS, reason="this Python's reference counts cannot prove a value "
+                              "unshared, so replays do not update in place (tinyllm/runtime/c_program.py)")
+
+
+@in_place
+def test_replays_update_parameters_and_moments_in_place():
+    """On the C runtime a replay writes the optimizer's results over the values they replace, as torch's
+    optimizers do: every parameter and moment keeps its node and its memory from replay to replay (the values
+    equal eager's: test_replayed_training_equals_eager_and_tracks_torch)."""
+    model, opt, call = c_training(5)
+    tensors = state(model, opt)
+    values = [t.numpy().copy() for t in tensors]
+    assert same_nodes(tensors, call), "a replay made new arrays for the state"
+    assert all((t.numpy() != v).any() for t, v in zip(tensors, values)), "the state did not change"
+
+
+@in_place
+def test_values_held_elsewhere_are_not_overwritten():
+    """A replay writes over an old value only when nothing else can read it. An array from .numpy(), a view of one,
+    a pending graph over a parameter and a detached view keep the values they had, and once they are gone the
+    updates are in place again."""
+    model, opt, call = c_training(5)
+    p, q, r, w = list(model.parameters())[:4]
+    held_array = p.numpy()
+    before_p, before_q, before_r, before_w = held_array.copy(), q.numpy().copy(), r.numpy().copy(), w.numpy().copy()
+    pending = q * 2.0
+    detached = r.detach()
+    part = w.numpy()[1:]  # a view of the memory, not the array a Buffer holds
+    moment = opt.state[p]["exp_avg"].numpy()
+    before_m = moment.copy()
+    call()
+    np.testing.assert_array_equal(held_array, before_p)
+    np.testing.assert_array_equal(moment, before_m)
+    np.testing.assert_array_equal(pending.numpy(), before_q * 2.0)
+    np.testing.assert_array_equal(detached.numpy(), before_r)
+    np.testing.assert_array_equal(part, before_w[1:])
+    for t, before in ((p, before_p), (q, before_q), (r, before_r), (w, before_w)):
+        assert (t.numpy() != before).any(), "the replay did not update the parameter"
+    del held_array, moment, pending, detached, part
+    call()
+    assert same_nodes(state(model, opt), call)
 
 
 @settings(max_examples=15, deadline=None)

@@ -25,6 +25,7 @@ that and records fn again instead of replaying the old values (capture.py: watch
 """
 import functools
 import itertools
+import sys
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from . import capture
 from .graph import Node
 from .realize import realize
 from .runtime import get as get_runtime
+from .runtime.base import EXACT_REFCOUNTS
 from .tensor import Tensor
 
 _buffer = capture._buffer
@@ -119,6 +121,7 @@ class Plan:
         self.outputs = [(source(_buffer(t.node)), t.device) for _, t in _leaves(result)]
         self.targets = list({t: None for _, t, _, _ in rec.assigns})
         self._free_after_last_use()
+        self._donations()
         self.stale = False  # set when a tensor it reads as a constant is given another value (capture.replaced)
         capture.watch(self, {id(s[1]) for _, _, srcs in self.steps for s in srcs if s[0] == "const"})
 
@@ -137,6 +140,27 @@ class Plan:
         for (k, j), at in last.items():
             if at < len(self.steps):
                 self.frees[at].append((k, j))
+
+    def _donations(self):
+        """self.donatable[k]: [(feed position, tensor)] of the tensors whose value at the start of the call step k
+        reads for the last time and that are assigned right after it (an optimizer's parameters and moments). If
+        nothing else holds such a value, step k may write its results over it (Runtime.execute's donate): the
+        update happens in place, as torch's optimizers do, with no new arrays, Buffers or nodes for it."""
+        uses = {}
+        for k, (_, _, srcs) in enumerate(self.steps):
+            for p, s in enumerate(srcs):
+                if s[0] == "start":
+                    uses.setdefault(s[1], []).append((k, p))
+        late = [s for after in self.assigns for _, s in after] + [s for _, s in self.grads if s is not None]
+        late += [s for s, _ in self.outputs]
+        kept = {s[1] for s in late if s[0] == "start"}
+        self.donatable = [[] for _ in self.steps]
+        for k, after in enumerate(self.assigns[1:] if EXACT_REFCOUNTS else ()):
+            for t, s in after:
+                feeds = uses.get(t, [])
+                if s[0] == "out" and s[1] == k and t not in kept and len(feeds) and feeds[-1][0] == k \
+                        and sum(1 for kk, _ in feeds if kk == k) == 1:
+                    self.donatable[k].append((feeds[-1][1], t))
 
     def disagreement(self, other):
         """Why two Plans of one function would not replay alike, or None when they agree."""
@@ -197,7 +221,8 @@ class Plan:
 
         self._assign(self.assigns[0], value)
         for k, (runtime, schedule, srcs) in enumerate(self.steps):
-            outs.append(runtime.execute(schedule, [value(s) for s in srcs]))
+            donate = [p for p, t in self.donatable[k] if _unshared(t)]
+            outs.append(runtime.execute(schedule, [value(s) for s in srcs], donate))
             self._assign(self.assigns[k + 1], value)
             for kk, j in self.frees[k]:
                 outs[kk][j] = None
@@ -209,6 +234,8 @@ class Plan:
     def _assign(pairs, value):
         for t, src in pairs:
             buf = value(src)
+            if t.node.op == "LOAD" and t.node.arg.data is buf.data:  # updated in place (donated): keep its node
+                continue
             t.node = Node("LOAD", (), buf, buf.shape, buf.dtype)
 
 
@@ -218,6 +245,12 @@ def _all_same(xs, ys):
     return len(xs) == len(ys) and all(len(x) == len(y) and all(
         u is v or (isinstance(u, (int, str)) and type(u) is type(v) and u == v) for u, v in zip(x, y))
         for x, y in zip(xs, ys))
+
+
+def _unshared(t):
+    """Nothing refers to t's node but t (and, for a leaf that requires grad, the index of such leaves: its key and
+    its weak reference's callback): no other tensor, no pending graph reads t's current value."""
+    return sys.getrefcount(t.node) == (4 if t.requires_grad and t.is_leaf else 2)  # counting getrefcount's argument
 
 
 def _loaded(buf, device):

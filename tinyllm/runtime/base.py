@@ -1,4 +1,11 @@
 """What a runtime provides: buffers it owns, copies to and from NumPy, and running a schedule of kernels."""
+import sys
+
+# Whether sys.getrefcount counts every reference, as the checks before a donation (Runtime.execute) assume:
+# CPython 3.11-3.13 with the GIL. Later versions may skip counting references they borrow, so a count could
+# look right while something else holds the value: there, nothing is donated (updates are not made in place).
+EXACT_REFCOUNTS = sys.implementation.name == "cpython" and sys.version_info < (3, 14) \
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class Buffer:
@@ -43,7 +50,8 @@ class Runtime:
                 vals[n] = self.constant(n.arg, n.shape, n.dtype)
         return vals
 
-    def execute(self, schedule, feeds=()):
+    def execute(self, schedule, feeds=(), donate=()):
         """Run `schedule` (see tinyllm/schedule.py) with feeds[i] the Buffer for its i-th SLOT input; return
-        one Buffer per output node."""
+        one Buffer per output node. `donate`: positions of feeds the caller will not read again and nothing else
+        refers to; a runtime may write outputs over their memory (the C runtime's replays do, see c_program)."""
         raise NotImplementedError

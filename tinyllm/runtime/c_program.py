@@ -10,7 +10,10 @@ run on, a Program makes the same calls:
     is the runtime's scratch memory, shared by every Program (one schedule runs at a time), so what they hold
     together is the largest one's arena, not the sum; when it grows, each Program binds its pointers again.
   * Arrays the schedule returns are allocated afresh on each run, and the inputs change from run to run: only
-    those pointers are written into the prepared arguments before the calls.
+    those pointers are written into the prepared arguments before the calls. A returned array may instead take
+    over inputs the caller donated (tinyllm.jit: an optimizer's old parameter and moments), when the one kernel
+    that writes it reads them element by element in step and nothing else holds them (Program._take): the
+    optimizer then updates in place.
 
 That replaces the per-kernel Python (handler dispatch, layout checks, the buffer pool, cffi's conversion of
 every argument) by a loop of calls: the Python of a GPT training step (bench config S, 2 threads) goes from 5.3
@@ -23,6 +26,7 @@ an array from runtime.empty; a kernel that ran its NumPy forward (or copied with
 the normal path. Views cost nothing to replay: their offsets and strides are in the recorded arguments.
 """
 import functools
+import sys
 import weakref
 
 import numpy as np
@@ -113,6 +117,7 @@ class Recorder:
         else:
             self.failed = None
         self.allocs, self.calls = [], []  # calls: (fn, recorded args)
+        self.in_steps, self.next_in_step = {}, frozenset()  # call index -> c_runtime.in_step of its kernel
         self.node_calls, self.node_allocs = 0, 0
 
     def fail(self, why):
@@ -162,12 +167,20 @@ class Recorder:
             return CStruct(a.ctype, [self._spec(v) for v in a.fields])
         return a
 
+    def in_step(self, positions):
+        """The next call's kernel reads the inputs at these positions of its argument only at the element it
+        stores (c_runtime.in_step)."""
+        self.next_in_step = positions
+
     def call(self, fn, args):
         if self.failed is None:
             try:
+                if self.next_in_step:
+                    self.in_steps[len(self.calls)] = self.next_in_step
                 self.calls.append((fn, [self._spec(a) for a in args]))
             except NotRecordable as e:
                 self.fail(str(e))
+        self.next_in_step = frozenset()
         self.node_calls += 1
 
     def begin_kernel(self):
@@ -243,6 +256,9 @@ class Program:
         for region, j in fresh.items():
             region.place = ("fresh", j)
         self.fresh = [(r.shape, r.dtype) for r in fresh]
+        self.donors = _donors(rec, fresh, self.outputs, self.ffi)
+        self.places = {}  # see _places
+        self.feeds = {n.arg: i for i, n in enumerate(schedule.inputs) if n.op == "SLOT"}  # feed position -> input
         touched = [r for r in rec.allocs if r.first is not None and r.place is None]
         self.arena_size = _pack(touched)
         self.peak = _peak(touched, list(fresh))
@@ -330,15 +346,18 @@ class Program:
         for setter, ctype, k, offset in self.patches:
             setter(cast(ctype, bases[k] + offset))
 
-    def run(self, runtime, schedule, inputs):
+    def run(self, runtime, schedule, inputs, donated=()):
         """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
-        runs the schedule on the normal path, which raises the error with its message."""
+        runs the schedule on the normal path, which raises the error with its message. `donated`: indices of
+        inputs the caller no longer needs, whose memory a returned array may take over (see _take)."""
         arena = runtime.arena(self.arena_size + ALIGN)
         if arena is not self.arena:
             self._bind(arena)
+        taken = self._take(inputs, donated) if donated and self.donors else {}
         # the returned arrays, made here rather than by runtime.empty: no pool could hand one out (a replay frees
         # nothing), and runtime.empty's bookkeeping of what it made costs more than the allocation
-        made = [track(np.empty(shape, dtype)) for shape, dtype in self.fresh]
+        made = [taken[j][0] if j in taken else track(np.empty(shape, dtype))
+                for j, (shape, dtype) in enumerate(self.fresh)]
         self._patch([_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made])
         note_peak(self.peak)
         for fn, args in self.bound:
@@ -349,7 +368,10 @@ class Program:
         for out in self.outputs:
             if out[0] == "fresh":
                 a, view = made[out[1]], out[2]
-                if view is not None:
+                same = taken[out[1]][1].get(view) if out[1] in taken else None
+                if same is not None:  # the very input array it was written over: the caller sees it unchanged
+                    a = same
+                elif view is not None:
                     offset, shape, strides = view
                     a = np.ndarray(shape, a.dtype, buffer=a, offset=offset, strides=strides)
                 values.append(a)
@@ -361,6 +383,85 @@ class Program:
         if storage is None:  # every value is an array made here, of the output's dtype (checked when recorded)
             return [Buffer(runtime, v, n.shape, n.dtype) for n, v in zip(schedule.outputs, values)]
         return runtime.output_buffers(schedule, values, storage)
+
+
+    def _take(self, inputs, donated):
+        """{position of a returned array: (the array it takes over, {its view (offset, shape, strides): the input
+        that is that view})}. A returned array written by one elementwise kernel over inputs it reads in step
+        (_donors) takes over their memory when the caller donated them all and they are views of one array of its
+        size that nothing else holds: no view of it but theirs, and no holder of them but the caller's Buffer."""
+        taken = {}
+        for j, candidates in self.donors.items():
+            arrays = [inputs[i] for i in candidates if i in donated]
+            base = arrays[0].base if arrays else None
+            shape, dtype = self.fresh[j]
+            if not (type(base) is np.ndarray and base.base is None and base.shape == shape and base.dtype == dtype
+                    and base.flags.c_contiguous and base.flags.writeable):
+                continue
+            # each view holds its base; here `base` and getrefcount's argument do too
+            if sys.getrefcount(base) != len(arrays) + 2:
+                continue
+            for a in arrays:
+                # held by the feed's Buffer, the runtime's input values, `inputs`, `arrays`, `a` and the argument
+                if sys.getrefcount(a) != HELD_BY_CALLERS:
+                    break
+            else:
+                places = self._places(j, base, arrays)
+                if places is not None:
+                    taken[j] = (base, {view: arrays[k] for view, k in places.items()})
+        return taken
+
+    def _places(self, j, base, arrays):
+        """{(offset, shape, strides): k} of arrays[k], views of `base`, or None unless each is row-major at the
+        place of one of the kernel's outputs (a multiple of its size): the kernel then reads each element where
+        the same iteration writes it, or not at all. Remembered for the same objects (watched weakly: an array's
+        place never changes), as the arrays a replay took over come back on the next. A Program may serve several
+        realizes of a step (an optimizer's chunks of one shape), so it remembers each base it has seen."""
+        key = (j, id(base))
+        known = self.places.get(key)
+        if known is not None and len(known[0]) == len(arrays) and all(r() is a for r, a in zip(known[0], arrays)):
+            return known[1]
+        at, places = address(base), {}
+        for k, a in enumerate(arrays):
+            offset = address(a) - at
+            if a.base is not base or not a.flags.c_contiguous or offset % a.nbytes:
+                return None
+            places[(offset, a.shape, a.strides)] = k
+        gone = weakref.ref(base, functools.partial(_forget, self.places, key))  # the entry goes with the base
+        self.places[key] = ([weakref.ref(a) for a in arrays], places, gone)
+        return places
+
+
+def _forget(places, key, _):
+    places.pop(key, None)
+
+
+HELD_BY_CALLERS = 6  # references to a donated input array on the way to Program._take (checked by its test)
+
+
+def _donors(rec, fresh, outputs, ffi):
+    """{position of a returned allocation: indices of the inputs whose memory it may take over}. The allocation
+    must be written by one generated elementwise kernel and read by no other call; an input qualifies if that
+    kernel reads it only at the element it stores (c_runtime.in_step), no later call reads it, and the schedule
+    does not return it. A program whose calls report bad input (the embedding kernels) takes nothing over: the
+    caller then runs the schedule again on the normal path, which needs its inputs unchanged."""
+    if any(ffi.typeof(fn).result.cname != "void" for fn, _ in rec.calls):
+        return {}
+    returned = {out[1] for out in outputs if out[0] == "input"}
+    donors = {}
+    for region, j in fresh.items():
+        at = region.first
+        if at is None or region.last != at or at not in rec.in_steps:
+            continue
+        argv = rec.calls[at][1][0]
+        if argv[0].region is not region or argv[0].offset:
+            continue
+        candidates = [ref.region.index for ref in (argv[q] for q in sorted(rec.in_steps[at]))
+                      if ref.region is not None and ref.region.kind == "input" and not ref.offset
+                      and ref.region.last == at and ref.region.index not in returned]
+        if candidates:
+            donors[j] = candidates
+    return donors
 
 
 def _kernel_runs(run_kernels, bound):
@@ -410,10 +511,11 @@ def _peak(arena, fresh):
     return max(0, best - sum(r.nbytes for r in fresh))
 
 
-def execute(runtime, schedule, vals):
+def execute(runtime, schedule, vals, donate=()):
     """Runs `schedule` on the C runtime: replayed from its Program when one was recorded for inputs of this
     layout, recorded on the second run with a layout, else on the normal path. Threads may run schedules at once:
-    each records its own runs, and a replay that finds the arena in use by another thread takes the normal path."""
+    each records its own runs, and a replay that finds the arena in use by another thread takes the normal path.
+    `donate`: feed positions (SLOT args) whose memory a replay may write its results over (Runtime.execute)."""
     inputs = [vals[n] for n in schedule.inputs]
     key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
     programs = schedule.prepared.setdefault("c programs", {})  # input layout -> runs so far, or its Program
@@ -421,7 +523,7 @@ def execute(runtime, schedule, vals):
     if isinstance(got, Program):
         if runtime.arena_lock.acquire(blocking=False):  # else another thread is replaying: the normal path
             try:
-                outs = got.run(runtime, schedule, inputs)
+                outs = got.run(runtime, schedule, inputs, {got.feeds[p] for p in donate} if donate else ())
             finally:
                 runtime.arena_lock.release()
             if outs is not None:

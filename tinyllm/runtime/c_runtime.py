@@ -16,6 +16,7 @@ import numpy as np
 from ..env import debug_level
 from ..ops.index import check_index
 from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
+from ..views import contiguous_strides
 from ..weak import WeakValues
 from . import c_attention, c_copy, c_program, compiler
 from .c_views import batch_runs, matrix_layout
@@ -57,7 +58,7 @@ class CRuntime(NumpyRuntime):
         if threads > 0:
             _set_omp_threads(threads)
 
-    def execute(self, schedule, feeds=()):
+    def execute(self, schedule, feeds=(), donate=()):
         if self.name not in schedule.prepared:
             schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"])
         self._fns = schedule.prepared[self.name]
@@ -65,7 +66,7 @@ class CRuntime(NumpyRuntime):
             vals = self.input_values(schedule, feeds)
             if not self.replays or debug_level():  # TINYLLM_DEBUG times each kernel: no replay then
                 return self.run_schedule(schedule, vals)
-            return c_program.execute(self, schedule, vals)
+            return c_program.execute(self, schedule, vals, donate)
 
     @property
     def recorder(self):
@@ -168,6 +169,8 @@ class CRuntime(NumpyRuntime):
             return run_kernel(node.arg, *ins, out_dtype=node.dtype.np)
         out = self.empty(node.shape, node.dtype.np)
         if out.size and math.prod(node.arg.shape):
+            if self.recorder is not None:
+                self.recorder.in_step(in_step(node.arg, ins))
             self.call(fn, [out, *ins])
         elif out.size:
             self.unrecorded("an empty reduction")
@@ -224,6 +227,21 @@ class CRuntime(NumpyRuntime):
         if bad >= 0:
             check_index(idx, n, node.op, axis, x.shape)  # raises, naming the index and the shapes
         return out
+
+
+def in_step(kernel, ins):
+    """Positions (in the kernel's argument, the output at 0) of the inputs an elementwise kernel reads only at the
+    element it is storing, each as its whole self: output j's element x is computed from their element x alone.
+    The output may be written over such an input (at the place of one of its outputs, see fuse_outputs): each
+    element is read before the same element is written, and by no other iteration."""
+    if kernel.reduce is not None:
+        return frozenset()
+    size, own = math.prod(kernel.shape), contiguous_strides(kernel.shape)
+    aligned = {i for i, x in enumerate(ins) if x.size == size}
+    for i, strides, offset in kernel.ins:
+        if tuple(strides) != own or offset:
+            aligned.discard(i)
+    return frozenset(1 + i for i in aligned)
 
 
 CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,

@@ -41,7 +41,7 @@ class NumpyRuntime(Runtime):
         op = OPS[node.op]
         return op.forward(*ins, arg=node.arg) if op.takes_arg else op.forward(*ins)
 
-    def execute(self, schedule, feeds=()):
+    def execute(self, schedule, feeds=(), donate=()):
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
             return self.run_schedule(schedule, self.input_values(schedule, feeds))
 

@@ -180,7 +180,7 @@ class WGSLRuntime(Runtime):
         return min(len(self.index_ops), ERROR_SLOTS) - 1
 
     # ---- running a schedule ---------------------------------------------------------------------------------
-    def execute(self, schedule, feeds=()):
+    def execute(self, schedule, feeds=(), donate=()):
         vals = self.input_values(schedule, feeds)
         protected = {id(v.storage) for v in vals.values()}
         users = {}  # storage id -> live values on it: a storage goes back to the pool when none is left
