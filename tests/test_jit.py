@@ -95,27 +95,16 @@ def test_replayed_training_equals_eager_and_tracks_torch(device, monkeypatch):
     assert reference[-1] < reference[0] - 0.1  # it trains, so agreeing losses say something
 
 
-def c_training(steps):
-    """A tiny GPT trained for `steps` jitted steps on the C runtime: (model, optimizer, the step)."""
-    tl.manual_seed(0)
-    model = GPT(GPTConfig(**CFG)).to(device="c")
-    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=3e-3, betas=(0.9, 0.95))
-
-    def step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    fn = tl.jit(step)
-    rng = np.random.default_rng(1)
+def c_training():
+    """A tiny GPT after tinyllm_run's jitted steps on the C runtime (the last seven replays): (model, optimizer,
+    a call of one more step)."""
+    _, model, opt, fn = tinyllm_run(True, "c")
+    assert len(fn.plans) == 1
+    rng = np.random.default_rng(2)
 
     def call():
         x = rng.integers(0, CFG["vocab_size"], (4, CFG["block_size"]))
         return fn(tl.tensor(x, device="c"), tl.tensor((7 * x + 3) % CFG["vocab_size"], device="c")).item()
-    for _ in range(steps):
-        call()
-    assert len(fn.plans) == 1
     return model, opt, call
 
 
@@ -140,7 +129,7 @@ def test_replays_update_parameters_and_moments_in_place():
     """On the C runtime a replay writes the optimizer's results over the values they replace, as torch's
     optimizers do: every parameter and moment keeps its node and its memory from replay to replay (the values
     equal eager's: test_replayed_training_equals_eager_and_tracks_torch)."""
-    model, opt, call = c_training(5)
+    model, opt, call = c_training()
     tensors = state(model, opt)
     values = [t.numpy().copy() for t in tensors]
     assert same_nodes(tensors, call), "a replay made new arrays for the state"
@@ -152,7 +141,7 @@ def test_values_held_elsewhere_are_not_overwritten():
     """A replay writes over an old value only when nothing else can read it. An array from .numpy(), a view of one,
     a pending graph over a parameter and a detached view keep the values they had, and once they are gone the
     updates are in place again."""
-    model, opt, call = c_training(5)
+    model, opt, call = c_training()
     p, q, r, w = list(model.parameters())[:4]
     held_array = p.numpy()
     before_p, before_q, before_r, before_w = held_array.copy(), q.numpy().copy(), r.numpy().copy(), w.numpy().copy()
