@@ -137,6 +137,41 @@ def test_replays_update_parameters_and_moments_in_place():
 
 
 @in_place
+def test_plain_sgd_updates_in_place_as_eager():
+    """With one output per parameter (SGD without momentum) the kernel's result takes over the parameter's own array,
+    and the values stay eager's."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    w0 = rng.standard_normal((8, 8)).astype(np.float32)
+
+    def run(use_jit):
+        w = tl.tensor(w0, device="c", requires_grad=True)
+        opt = tl.optim.SGD([w], lr=0.1)
+
+        def step(x):
+            loss = (x @ w).tanh().sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        fn = tl.jit(step) if use_jit else step
+        xt = tl.tensor(x, device="c")
+        losses = [fn(xt).item() for _ in range(5)]
+        kept = same_nodes([w], lambda: losses.append(fn(xt).item()))
+        return losses, w, kept, lambda: fn(xt)
+    losses, w, kept, call = run(True)
+    assert kept, "the replay made a new array for the parameter"
+    want_losses, want_w, _, _ = run(False)
+    assert losses == want_losses
+    np.testing.assert_array_equal(w.numpy(), want_w.numpy())
+    held = w.numpy()  # now the replay must leave this array alone
+    before = held.copy()
+    call()
+    np.testing.assert_array_equal(held, before)
+    assert (w.numpy() != before).any()
+
+
+@in_place
 def test_values_held_elsewhere_are_not_overwritten():
     """A replay writes over an old value only when nothing else can read it. An array from .numpy(), a view of one,
     a pending graph over a parameter and a detached view keep the values they had, and once they are gone the

@@ -384,26 +384,34 @@ class Program:
             return [Buffer(runtime, v, n.shape, n.dtype) for n, v in zip(schedule.outputs, values)]
         return runtime.output_buffers(schedule, values, storage)
 
-
     def _take(self, inputs, donated):
-        """{position of a returned array: (the array it takes over, {its view (offset, shape, strides): the input
-        that is that view})}. A returned array written by one elementwise kernel over inputs it reads in step
-        (_donors) takes over their memory when the caller donated them all and they are views of one array of its
-        size that nothing else holds: no view of it but theirs, and no holder of them but the caller's Buffer."""
+        """{position of a returned array: (the array it takes over, {its view (offset, shape, strides), or None for
+        the whole of it: the input that is that view})}. A returned array written by one elementwise kernel over
+        inputs it reads in step (_donors) takes over their memory when the caller donated them all and they are one
+        array of its size (a single output's input), or views of one (a parameter and its moments), that nothing
+        else holds: no view of it but theirs, and no holder of them but the caller's."""
         taken = {}
         for j, candidates in self.donors.items():
             arrays = [inputs[i] for i in candidates if i in donated]
-            base = arrays[0].base if arrays else None
+            if not arrays:
+                continue
             shape, dtype = self.fresh[j]
+            whole = arrays[0].base is None
+            base = arrays[0] if whole else arrays[0].base
             if not (type(base) is np.ndarray and base.base is None and base.shape == shape and base.dtype == dtype
                     and base.flags.c_contiguous and base.flags.writeable):
+                continue
+            if whole:
+                # held by the callers, `arrays`, `base` and getrefcount's argument
+                if len(arrays) == 1 and sys.getrefcount(base) == CALLERS_REFS + 3:
+                    taken[j] = (base, {None: base})
                 continue
             # each view holds its base; here `base` and getrefcount's argument do too
             if sys.getrefcount(base) != len(arrays) + 2:
                 continue
             for a in arrays:
-                # held by the feed's Buffer, the runtime's input values, `inputs`, `arrays`, `a` and the argument
-                if sys.getrefcount(a) != HELD_BY_CALLERS:
+                # held by the callers, `arrays`, `a` and getrefcount's argument
+                if sys.getrefcount(a) != CALLERS_REFS + 3:
                     break
             else:
                 places = self._places(j, base, arrays)
@@ -436,7 +444,9 @@ def _forget(places, key, _):
     places.pop(key, None)
 
 
-HELD_BY_CALLERS = 6  # references to a donated input array on the way to Program._take (checked by its test)
+# References to a donated input array held by the callers of Program._take: the feed's Buffer, the runtime's input
+# values and execute's `inputs` (the tests of in-place updates fail if this is off either way)
+CALLERS_REFS = 3
 
 
 def _donors(rec, fresh, outputs, ffi):
