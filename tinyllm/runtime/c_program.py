@@ -452,8 +452,8 @@ CALLERS_REFS = 3
 def _donors(rec, fresh, outputs, ffi):
     """{position of a returned allocation: indices of the inputs whose memory it may take over}. The allocation
     must be written by one generated elementwise kernel and read by no other call; an input qualifies if that
-    kernel reads it only at the element it stores (c_runtime.in_step), no later call reads it, and the schedule
-    does not return it. A program whose calls report bad input (the embedding kernels) takes nothing over: the
+    kernel reads it only at the element it stores (c_runtime.in_step) and through no other argument, no later
+    call reads it, and the schedule does not return it. A program whose calls report bad input (the embedding kernels) takes nothing over: the
     caller then runs the schedule again on the normal path, which needs its inputs unchanged."""
     if any(ffi.typeof(fn).result.cname != "void" for fn, _ in rec.calls):
         return {}
@@ -466,9 +466,11 @@ def _donors(rec, fresh, outputs, ffi):
         argv = rec.calls[at][1][0]
         if argv[0].region is not region or argv[0].offset:
             continue
+        read = [ref.region for ref in argv]
         candidates = [ref.region.index for ref in (argv[q] for q in sorted(rec.in_steps[at]))
                       if ref.region is not None and ref.region.kind == "input" and not ref.offset
-                      and ref.region.last == at and ref.region.index not in returned]
+                      and ref.region.last == at and ref.region.index not in returned
+                      and sum(r is ref.region for r in read) == 1]  # read through no other argument
         if candidates:
             donors[j] = candidates
     return donors
