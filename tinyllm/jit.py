@@ -157,10 +157,10 @@ class Plan:
         self.donatable = [[] for _ in self.steps]
         for k, after in enumerate(self.assigns[1:] if EXACT_REFCOUNTS else ()):
             for t, s in after:
-                feeds = uses.get(t, [])
-                if s[0] == "out" and s[1] == k and t not in kept and len(feeds) and feeds[-1][0] == k \
-                        and sum(1 for kk, _ in feeds if kk == k) == 1:
-                    self.donatable[k].append((feeds[-1][1], t))
+                at = [p for kk, p in uses.get(t, []) if kk == k]  # where step k reads it
+                last = uses.get(t, [(None, None)])[-1][0]
+                if s[0] == "out" and s[1] == k and t not in kept and last == k and len(at) == 1:
+                    self.donatable[k].append((at[0], t))
 
     def disagreement(self, other):
         """Why two Plans of one function would not replay alike, or None when they agree."""
