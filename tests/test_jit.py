@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 import tinyllm as tl
 from tinyllm.capture import Unreplayable
 from tinyllm.models.gpt import GPT, GPTConfig
+from tinyllm.runtime import get as get_runtime
 from tinyllm.runtime.base import EXACT_REFCOUNTS
 
 from helpers import SEEDS, reference_runtime  # noqa: F401  (fixture: hypothesis runs on the NumPy reference)
@@ -120,6 +121,17 @@ def same_nodes(tensors, call):
     return all(r() is t.node for r, t in zip(refs, tensors))
 
 
+def chained(call):
+    """Whether call() ran as a chain of C calls: no schedule went through the runtime."""
+    runtime = get_runtime("c")
+    executes = []
+    execute = type(runtime).execute
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(type(runtime), "execute", lambda self, *a: executes.append(1) or execute(self, *a))
+        call()
+    return not executes
+
+
 in_place = pytest.mark.skipif(not EXACT_REFCOUNTS, reason="this Python's reference counts cannot prove a value "
                               "unshared, so replays do not update in place (tinyllm/runtime/c_program.py)")
 
@@ -169,6 +181,9 @@ def test_plain_sgd_updates_in_place_as_eager():
     call()
     np.testing.assert_array_equal(held, before)
     assert (w.numpy() != before).any()
+    del held
+    call()  # a normal replay, in place again: the next call is chained
+    assert chained(call)
 
 
 @in_place
@@ -196,6 +211,68 @@ def test_values_held_elsewhere_are_not_overwritten():
     del held_array, moment, pending, detached, part
     call()
     assert same_nodes(state(model, opt), call)
+
+
+@in_place
+def test_replays_run_as_one_chain_of_c_calls():
+    """Once a replay has updated the state in place, a call makes the step's C calls from a chain
+    (tinyllm/runtime/c_chain.py): no schedule goes through the runtime (the values are eager's:
+    test_replayed_training_equals_eager_and_tracks_torch, whose last six calls are chained). A value held elsewhere,
+    each kind alone, sends a call back to the normal replay, which leaves the value alone; once it is released,
+    calls chain again."""
+    model, opt, call = c_training()
+    assert chained(call), "a chained call ran its schedules through the runtime"
+    p = model.parameters()[2]
+    holders = {"an array from .numpy()": lambda: p.numpy(), "a view of one": lambda: p.numpy()[1:],
+               "a moment's array": lambda: opt.state[p]["exp_avg"].numpy(), "a pending graph": lambda: p * 2.0,
+               "a detached tensor": lambda: p.detach()}
+    for what, hold in holders.items():
+        held = hold()
+        before = np.array(held.numpy() if isinstance(held, tl.Tensor) else held)
+        assert not chained(call), f"the chain ran while {what} was held"
+        np.testing.assert_array_equal(held.numpy() if isinstance(held, tl.Tensor) else held, before, err_msg=what)
+        del held
+        call()  # a normal replay that updates everything in place: the step is chained again
+        assert chained(call), what
+    # a parameter given a new value outside the step while a pending graph reads its old one: the call reads
+    # the new value (a normal replay), and the old one stays as it was
+    pending = p * 1.0
+    before = p.numpy().copy()
+    p.copy_(tl.zeros(p.shape, device="c"))
+    assert not chained(call)
+    np.testing.assert_array_equal(pending.numpy(), before)
+    assert np.abs(p.numpy()).max() < 0.1, "the step did not start from the parameter's new value"
+
+
+@in_place
+def test_chained_calls_leave_memory_allocated_flat_and_count_their_arrays_in_the_peak():
+    """The arrays a chain passes between schedules (the gradients) stay with it between calls, uncounted, as torch's
+    caching allocator keeps freed blocks; while a call runs they count in the peak beside each schedule's own."""
+    _, model, opt, fn = tinyllm_run(True, "c")
+    plan = next(iter(fn.plans.values()))
+    x = np.random.default_rng(3).integers(0, CFG["vocab_size"], (4, CFG["block_size"]))
+    call = lambda: fn(tl.tensor(x, device="c"), tl.tensor(x, device="c")).item()  # noqa: E731
+    assert chained(call)
+    tl.reset_peak_memory_stats()
+    before = tl.memory_allocated()
+    assert chained(call)
+    assert tl.memory_allocated() == before
+    busiest = max(program.peak for program, _ in plan.chain.steps)
+    assert plan.chain.nbytes > 0 and busiest > 0
+    assert tl.max_memory_allocated() >= before + plan.chain.nbytes + busiest
+
+
+@in_place
+def test_a_bad_index_in_a_chained_step_raises_and_leaves_the_parameters():
+    """A chained call whose embedding reads an index out of range stops before any parameter changes, and the
+    normal replay raises the error with its message."""
+    _, model, opt, fn = tinyllm_run(True, "c")
+    before = [p.numpy().copy() for p in model.parameters()]
+    x = np.full((4, CFG["block_size"]), CFG["vocab_size"])
+    with pytest.raises(IndexError, match="GATHER: index 65 is out of range"):
+        fn(tl.tensor(x, device="c"), tl.tensor(x - 1, device="c"))
+    for p, b in zip(model.parameters(), before):
+        np.testing.assert_array_equal(p.numpy(), b)
 
 
 @settings(max_examples=15, deadline=None)

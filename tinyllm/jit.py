@@ -10,7 +10,10 @@ and CUDA graphs do:
     calls 4…    the two Plans agreed, so the second is replayed: each schedule runs on its runtime with inputs
                 from the call's arguments, from earlier schedules of the same call, from the tensors the step
                 assigns (parameters, moments: their values at the start of the call), from host values computed
-                afresh (an optimizer's learning rate and bias corrections), or from buffers that do not change.
+                afresh (an optimizer's learning rate and bias corrections), or from buffers that do not change;
+    later       once a replay updated every tensor the step assigns in place, a runtime that chains (C) makes
+                the whole call one chain of C calls over arrays that stay put (tinyllm/runtime/c_chain.py), for
+                as long as nothing else holds a value the step writes over.
 
 What fn may do: take tensors (and other arguments that stay equal) and return a tensor, None, or tuples, lists and
 dicts of them; realize, backpropagate, step optimizers (tinyllm.optim) and write .grad. Replays return new
@@ -26,6 +29,7 @@ that and records fn again instead of replaying the old values (capture.py: watch
 import functools
 import itertools
 import sys
+import weakref
 
 import numpy as np
 
@@ -123,6 +127,13 @@ class Plan:
         self._free_after_last_use()
         self._donations()
         self.stale = False  # set when a tensor it reads as a constant is given another value (capture.replaced)
+        # every schedule at once (Runtime.chains), once a replay has updated each assigned tensor in place; the
+        # chain holds for as long as each keeps its node (watched weakly) and nothing else holds that node
+        self.chain, self.chain_targets = None, []
+        runtimes = {rt for rt, _, _ in self.steps}
+        self.chainable = len(runtimes) == 1 and runtimes.pop().chains and not self.assigns[0] \
+            and all(s[0] != "grad" for _, _, srcs in self.steps for s in srcs) \
+            and all(s[0] == "out" for s, _ in self.outputs) and all(s is None or s[0] == "out" for _, s in self.grads)
         capture.watch(self, {id(s[1]) for _, _, srcs in self.steps for s in srcs if s[0] == "const"})
 
     def _free_after_last_use(self):
@@ -193,16 +204,16 @@ class Plan:
         return x is not None and y is not None and x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)
 
     def replay(self, args):
+        if self.chain is not None:
+            if all(t.node is ref() and _unshared(t) for t, ref in self.chain_targets):
+                made = self.chain.run([_buffer(a.node) for a in args], self._host_values)
+                if made is not None:
+                    return self._finish(made.__getitem__)
+            self.chain = None  # something else holds a value the step writes over: replay (and chain again later)
         start = {t: _buffer(t.node) for t in self.targets}
         grads = {t: (None if t.grad is None else _buffer(t.grad.node)) for t, _ in self.grads}
-        host = []
-        for fn, metas in self.hooks:
-            values = [v for v, _ in fn().values()]
-            if len(values) != len(metas):
-                raise RuntimeError(f"jit: the optimizer computed {len(values)} host values where the recording had "
-                                   f"{len(metas)}: its parameters no longer step together; call the function "
-                                   "without jit")
-            host.append([rt.from_numpy(np.asarray(v, dtype.np), dtype) for v, (dtype, rt) in zip(values, metas)])
+        host = [[rt.from_numpy(np.asarray(v, dtype.np), dtype) for v, (dtype, rt) in zip(values, metas)]
+                for values, (_, metas) in zip(self._host_values(), self.hooks)]
         outs = []
 
         def value(src):
@@ -219,24 +230,55 @@ class Plan:
                 return host[src[1]][src[2]]
             return src[1]
 
-        self._assign(self.assigns[0], value)
-        for k, (runtime, schedule, srcs) in enumerate(self.steps):
+        runtime = self.steps[0][0] if self.chainable else None
+        observed = [] if runtime is not None else None
+        moved = self._assign(self.assigns[0], value)
+        for k, (runtime_k, schedule, srcs) in enumerate(self.steps):
             donate = [p for p, t in self.donatable[k] if _unshared(t)]
-            outs.append(runtime.execute(schedule, [value(s) for s in srcs], donate))
-            self._assign(self.assigns[k + 1], value)
+            if runtime is not None:
+                runtime.observed = observed
+            try:
+                outs.append(runtime_k.execute(schedule, [value(s) for s in srcs], donate))
+            finally:
+                if runtime is not None:
+                    runtime.observed = None
+            moved += self._assign(self.assigns[k + 1], value)
             for kk, j in self.frees[k]:
                 outs[kk][j] = None
+        if runtime is not None and not moved:
+            self.chain = runtime.chain(self, observed)
+            self.chain_targets = [(t, weakref.ref(t.node)) for t in self.targets]
+        return self._finish(value)
+
+    def _host_values(self):
+        """Each hook's host values, computed afresh (see host_values)."""
+        out = []
+        for fn, metas in self.hooks:
+            values = [v for v, _ in fn().values()]
+            if len(values) != len(metas):
+                raise RuntimeError(f"jit: the optimizer computed {len(values)} host values where the recording had "
+                                   f"{len(metas)}: its parameters no longer step together; call the function "
+                                   "without jit")
+            out.append(values)
+        return out
+
+    def _finish(self, value):
+        """What the call leaves in .grad and returns, with value(source) the Buffer each source has now."""
         for t, src in self.grads:
             t.grad = None if src is None else _loaded(value(src), t.device)
         return _rebuild(self.result, iter(_loaded(value(src), device) for src, device in self.outputs))
 
     @staticmethod
     def _assign(pairs, value):
+        """Gives each tensor its new value; returns how many got a new node (the others were updated in place)."""
+        moved = 0
         for t, src in pairs:
             buf = value(src)
             if t.node.op == "LOAD" and t.node.arg.data is buf.data:  # updated in place (donated): keep its node
                 continue
             t.node = Node("LOAD", (), buf, buf.shape, buf.dtype)
+            moved += 1
+        return moved
 
 
 def _all_same(xs, ys):

@@ -50,6 +50,10 @@ class Runtime:
                 vals[n] = self.constant(n.arg, n.shape, n.dtype)
         return vals
 
+    # Whether chain(plan, observed) can make something that replays all of a jit Plan's schedules at once, from
+    # what the replay that just ran reported to `observed` (a list, set while it ran): the C runtime's c_chain
+    chains = False
+
     def execute(self, schedule, feeds=(), donate=()):
         """Run `schedule` (see tinyllm/schedule.py) with feeds[i] the Buffer for its i-th SLOT input; return
         one Buffer per output node. `donate`: positions of feeds the caller will not read again and nothing else

@@ -256,7 +256,10 @@ class Program:
         for region, j in fresh.items():
             region.place = ("fresh", j)
         self.fresh = [(r.shape, r.dtype) for r in fresh]
-        self.donors = _donors(rec, fresh, self.outputs, self.ffi)
+        # A program whose calls report bad input (the embedding kernels) takes nothing over: the caller then runs
+        # the schedule again on the normal path, which needs its inputs unchanged.
+        self.checks = any(self.ffi.typeof(fn).result.cname != "void" for fn, _ in self.calls)
+        self.donors = {} if self.checks else _donors(rec, fresh, self.outputs)
         self.places = {}  # see _places
         self.feeds = {n.arg: i for i, n in enumerate(schedule.inputs) if n.op == "SLOT"}  # feed position -> input
         touched = [r for r in rec.allocs if r.first is not None and r.place is None]
@@ -264,6 +267,7 @@ class Program:
         self.peak = _peak(touched, list(fresh))
         self.inputs = sorted({ref.region.index for ref in self._refs() if ref.region and ref.region.kind == "input"})
         self.arena = None  # the runtime's arena the arguments are bound to (see _bind)
+        self.patched = None  # who last wrote the per-run pointers: None for run(), else a c_chain.Chain
         self.run_kernels = getattr(runtime.lib, "tl_run_kernels", None)
 
     def _refs(self):
@@ -332,6 +336,7 @@ class Program:
                     cargs.append(a)
             bound.append((fn, cargs))
         self.arena, self.bound, self.patches = arena, _kernel_runs(self.run_kernels, bound), patches
+        self.patched = None
         self.block, self.slots = block, np.frombuffer(compiler.ffi.buffer(block), np.uintp)
         self.slot_at, self.slot_base = np.array(at, np.intp), np.array(which, np.intp)
         self.slot_offset = np.array(offset, np.uintp)
@@ -346,24 +351,39 @@ class Program:
         for setter, ctype, k, offset in self.patches:
             setter(cast(ctype, bases[k] + offset))
 
-    def run(self, runtime, schedule, inputs, donated=()):
-        """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
-        runs the schedule on the normal path, which raises the error with its message. `donated`: indices of
-        inputs the caller no longer needs, whose memory a returned array may take over (see _take)."""
+    def prepare(self, runtime, arrays, owner):
+        """Binds the calls to the runtime's arena and points them at `arrays()` (the inputs the calls read, then
+        the returned arrays), unless `owner` did so last."""
         arena = runtime.arena(self.arena_size + ALIGN)
         if arena is not self.arena:
             self._bind(arena)
+        if owner is None or self.patched is not owner:
+            self._patch([_base(a) for a in arrays()])
+            self.patched = owner
+
+    def call(self, held=0):
+        """Makes the calls; False when a kernel reported bad input (an index out of range). `held`: bytes held
+        meanwhile that memory_allocated does not count (a c_chain.Chain's arrays)."""
+        note_peak(self.peak + held)
+        for fn, args in self.bound:
+            status = fn(*args)  # only the embedding kernels return a value: -1 when every index is valid
+            if status is not None and status != -1:
+                return False
+        return True
+
+    def run(self, runtime, schedule, inputs, donated=(), seen=None):
+        """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
+        runs the schedule on the normal path, which raises the error with its message. `donated`: indices of
+        inputs the caller no longer needs, whose memory a returned array may take over (see _take). `seen`, a
+        list, gets (self, inputs, returned arrays, what was taken over, output values) (see c_chain.py)."""
         taken = self._take(inputs, donated) if donated and self.donors else {}
         # the returned arrays, made here rather than by runtime.empty: no pool could hand one out (a replay frees
         # nothing), and runtime.empty's bookkeeping of what it made costs more than the allocation
         made = [taken[j][0] if j in taken else track(np.empty(shape, dtype))
                 for j, (shape, dtype) in enumerate(self.fresh)]
-        self._patch([_base(inputs[i]) for i in self.inputs] + [_base(a) for a in made])
-        note_peak(self.peak)
-        for fn, args in self.bound:
-            status = fn(*args)  # only the embedding kernels return a value: -1 when every index is valid
-            if status is not None and status != -1:
-                return None
+        self.prepare(runtime, lambda: [inputs[i] for i in self.inputs] + made, None)
+        if not self.call():
+            return None
         values, storage = [], None
         for out in self.outputs:
             if out[0] == "fresh":
@@ -380,6 +400,9 @@ class Program:
                 storage = storage or {id(owner(a)) for a in inputs}
             else:
                 values.append(np.empty(out[1], schedule.outputs[len(values)].dtype.np))
+        if seen is not None:  # the fed inputs weakly: a later schedule of the step may take an old value over
+            fed = set(self.feeds.values())
+            seen.append((self, [weakref.ref(a) if i in fed else a for i, a in enumerate(inputs)], made, taken, values))
         if storage is None:  # every value is an array made here, of the output's dtype (checked when recorded)
             return [Buffer(runtime, v, n.shape, n.dtype) for n, v in zip(schedule.outputs, values)]
         return runtime.output_buffers(schedule, values, storage)
@@ -449,14 +472,11 @@ def _forget(places, key, _):
 CALLERS_REFS = 3
 
 
-def _donors(rec, fresh, outputs, ffi):
+def _donors(rec, fresh, outputs):
     """{position of a returned allocation: indices of the inputs whose memory it may take over}. The allocation
     must be written by one generated elementwise kernel and read by no other call; an input qualifies if that
     kernel reads it only at the element it stores (c_runtime.in_step) and through no other argument, no later
-    call reads it, and the schedule does not return it. A program whose calls report bad input (the embedding kernels) takes nothing over: the
-    caller then runs the schedule again on the normal path, which needs its inputs unchanged."""
-    if any(ffi.typeof(fn).result.cname != "void" for fn, _ in rec.calls):
-        return {}
+    call reads it, and the schedule does not return it."""
     returned = {out[1] for out in outputs if out[0] == "input"}
     donors = {}
     for region, j in fresh.items():
@@ -535,7 +555,8 @@ def execute(runtime, schedule, vals, donate=()):
     if isinstance(got, Program):
         if runtime.arena_lock.acquire(blocking=False):  # else another thread is replaying: the normal path
             try:
-                outs = got.run(runtime, schedule, inputs, {got.feeds[p] for p in donate} if donate else ())
+                outs = got.run(runtime, schedule, inputs, {got.feeds[p] for p in donate} if donate else (),
+                               runtime.observed)
             finally:
                 runtime.arena_lock.release()
             if outs is not None:

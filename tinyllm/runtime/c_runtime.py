@@ -18,7 +18,7 @@ from ..ops.index import check_index
 from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
 from ..views import contiguous_strides
 from ..weak import WeakValues
-from . import c_attention, c_copy, c_program, compiler
+from . import c_attention, c_chain, c_copy, c_program, compiler
 from .c_views import batch_runs, matrix_layout
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
@@ -37,6 +37,7 @@ def _load_prebuilt():
 
 class CRuntime(NumpyRuntime):
     name = "c"
+    chains = True
     passes = (("fusion", fuse), ("fuse_outputs", fuse_outputs))
     # op -> fn(runtime, node, inputs) running its C kernel; it returns None where the kernel does not apply
     # (float64, or no prebuilt module), and the op's NumPy forward runs instead
@@ -75,6 +76,18 @@ class CRuntime(NumpyRuntime):
     @recorder.setter
     def recorder(self, rec):
         self._local.recorder = rec
+
+    @property
+    def observed(self):
+        """A list that each Program.run on this thread reports to (c_program.execute), or None."""
+        return getattr(self._local, "observed", None)
+
+    @observed.setter
+    def observed(self, seen):
+        self._local.observed = seen
+
+    def chain(self, plan, observed):
+        return c_chain.build(self, plan, observed)
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel. An array argument is passed
