@@ -205,7 +205,8 @@ class Plan:
 
     def replay(self, args):
         if self.chain is not None:
-            if all(t.node is ref() and _unshared(t) for t, ref in self.chain_targets):
+            # (_unshared, with each count taken when the chain was made: a tensor whose flags changed since fails)
+            if all(t._node is ref() and sys.getrefcount(t._node) == n for t, ref, n in self.chain_targets):
                 made = self.chain.run([_buffer(a.node) for a in args], self._host_values)
                 if made is not None:
                     return self._finish(made.__getitem__)
@@ -247,7 +248,7 @@ class Plan:
                 outs[kk][j] = None
         if runtime is not None and not moved:
             self.chain = runtime.chain(self, observed)
-            self.chain_targets = [(t, weakref.ref(t.node)) for t in self.targets]
+            self.chain_targets = [(t, weakref.ref(t.node), _own_refs(t)) for t in self.targets]
         return self._finish(value)
 
     def _host_values(self):
@@ -290,9 +291,14 @@ def _all_same(xs, ys):
 
 
 def _unshared(t):
-    """Nothing refers to t's node but t (and, for a leaf that requires grad, the index of such leaves: its key and
-    its weak reference's callback): no other tensor, no pending graph reads t's current value."""
-    return sys.getrefcount(t.node) == (4 if t.requires_grad and t.is_leaf else 2)  # counting getrefcount's argument
+    """Nothing refers to t's node but t: no other tensor, no pending graph reads t's current value."""
+    return sys.getrefcount(t.node) == _own_refs(t)
+
+
+def _own_refs(t):
+    """getrefcount(t.node) when nothing but t refers to it: t, getrefcount's argument and, for a leaf that requires
+    grad, the index of such leaves (its key and its weak reference's callback)."""
+    return 4 if t.requires_grad and t.is_leaf else 2
 
 
 def _loaded(buf, device):
