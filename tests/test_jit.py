@@ -242,6 +242,11 @@ def test_replays_run_as_one_chain_of_c_calls():
     assert not chained(call)
     np.testing.assert_array_equal(pending.numpy(), before)
     assert np.abs(p.numpy()).max() < 0.1, "the step did not start from the parameter's new value"
+    call()
+    assert chained(call)
+    with pytest.MonkeyPatch.context() as m:  # replays turned off (as TINYLLM_DEBUG does): no chain either
+        m.setattr(get_runtime("c"), "replays", False)
+        assert not chained(call)
 
 
 @in_place

@@ -28,6 +28,7 @@ import weakref
 
 import numpy as np
 
+from ..env import debug_level
 from .base import Buffer
 from .memory import owner, track, untrack
 
@@ -96,11 +97,13 @@ class Chain:
 
     def run(self, args, host_values):
         """{source: Buffer} of what the step returns and leaves in .grad, or None when the normal replay must run
-        instead: a value the step writes over is held elsewhere, another thread is replaying, or a kernel
-        reported bad input (the normal replay then raises the error). `args`: the arguments' Buffers;
+        instead: replays are off, a value the step writes over is held elsewhere, another thread is replaying, or a
+        kernel reported bad input (the normal replay then raises the error). `args`: the arguments' Buffers;
         `host_values()`: each hook's host values, called once, when the chain can no longer fail."""
         runtime = self.runtime
-        if not self._alone() or not runtime.arena_lock.acquire(blocking=False):
+        if not runtime.replays or debug_level() or not self._alone():  # (TINYLLM_DEBUG times each kernel)
+            return None
+        if not runtime.arena_lock.acquire(blocking=False):
             return None
         try:
             for array, i in self.args:

@@ -35,6 +35,12 @@ def _load_prebuilt():
         return None, None
 
 
+def _per_thread(name, doc):
+    """A property each thread sets for itself (in the runtime's threading.local)."""
+    return property(lambda self: getattr(self._local, name, None),
+                    lambda self, value: setattr(self._local, name, value), doc=doc)
+
+
 class CRuntime(NumpyRuntime):
     name = "c"
     chains = True
@@ -50,7 +56,7 @@ class CRuntime(NumpyRuntime):
         self.made = WeakValues()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
         self.replays = True  # replay schedules from their recorded C calls (c_program.py)
-        self._local = threading.local()  # .recorder: the c_program.Recorder watching this thread's run, if any
+        self._local = threading.local()  # .recorder, .observed (below)
         self.arena_lock = threading.Lock()  # one replay at a time uses the arena (c_program.execute)
         self._arena = None  # scratch memory of replayed schedules (c_program.py)
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
@@ -69,22 +75,9 @@ class CRuntime(NumpyRuntime):
                 return self.run_schedule(schedule, vals)
             return c_program.execute(self, schedule, vals, donate)
 
-    @property
-    def recorder(self):
-        return getattr(self._local, "recorder", None)
-
-    @recorder.setter
-    def recorder(self, rec):
-        self._local.recorder = rec
-
-    @property
-    def observed(self):
-        """A list that each Program.run on this thread reports to (c_program.execute), or None."""
-        return getattr(self._local, "observed", None)
-
-    @observed.setter
-    def observed(self, seen):
-        self._local.observed = seen
+    recorder = _per_thread("recorder", "The c_program.Recorder watching this thread's run, or None.")
+    observed = _per_thread("observed", "A list that each Program.run on this thread reports to (c_program.execute), "
+                           "or None.")
 
     def chain(self, plan, observed):
         return c_chain.build(self, plan, observed)
