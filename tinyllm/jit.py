@@ -231,21 +231,21 @@ class Plan:
                 return host[src[1]][src[2]]
             return src[1]
 
-        runtime = self.steps[0][0] if self.chainable else None
+        runtime = self.steps[0][0] if self.chainable else None  # (the one runtime of every step)
         observed = [] if runtime is not None else None
-        moved = self._assign(self.assigns[0], value)
-        for k, (runtime_k, schedule, srcs) in enumerate(self.steps):
-            donate = [p for p, t in self.donatable[k] if _unshared(t)]
-            if runtime is not None:
-                runtime.observed = observed
-            try:
+        if runtime is not None:
+            runtime.observed = observed  # what each schedule's run saw, for Runtime.chain
+        try:
+            moved = self._assign(self.assigns[0], value)
+            for k, (runtime_k, schedule, srcs) in enumerate(self.steps):
+                donate = [p for p, t in self.donatable[k] if _unshared(t)]
                 outs.append(runtime_k.execute(schedule, [value(s) for s in srcs], donate))
-            finally:
-                if runtime is not None:
-                    runtime.observed = None
-            moved += self._assign(self.assigns[k + 1], value)
-            for kk, j in self.frees[k]:
-                outs[kk][j] = None
+                moved += self._assign(self.assigns[k + 1], value)
+                for kk, j in self.frees[k]:
+                    outs[kk][j] = None
+        finally:
+            if runtime is not None:
+                runtime.observed = None
         if runtime is not None and not moved:
             self.chain = runtime.chain(self, observed)
             self.chain_targets = [(t, weakref.ref(t.node), _own_refs(t)) for t in self.targets]
