@@ -268,6 +268,26 @@ def test_chained_calls_leave_memory_allocated_flat_and_count_their_arrays_in_the
 
 
 @in_place
+def test_a_jitted_eval_between_chained_steps_reads_the_new_parameters():
+    """An evaluation jitted beside the training step (examples/gpt.py does this) reads the parameters the chained
+    step updates in place: its chain holds them, so the next training call takes the normal replay once and
+    makes new arrays, and the evaluation, stale then, is recorded again. Its losses stay eager's."""
+    _, model, opt, fn = tinyllm_run(True, "c")
+    x = np.random.default_rng(4).integers(0, CFG["vocab_size"], (4, CFG["block_size"]))
+    batch = lambda: (tl.tensor(x, device="c"), tl.tensor(x, device="c"))  # noqa: E731
+    evaluate = tl.jit(lambda a, b: model(a, b)[1])
+    for _ in range(3):
+        losses = []
+        for _ in range(4):
+            losses.append(evaluate(*batch()).item())
+        assert chained(lambda: losses.append(evaluate(*batch()).item()))  # the evaluation is chained too
+        assert losses == [model(*batch())[1].item()] * 5
+        for _ in range(3):
+            fn(*batch()).item()
+    assert chained(lambda: fn(*batch()).item())
+
+
+@in_place
 def test_a_bad_index_in_a_chained_step_raises_and_leaves_the_parameters():
     """A chained call whose embedding reads an index out of range stops before any parameter changes, and the
     normal replay raises the error with its message."""
