@@ -417,7 +417,10 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
     const int avx2 = tl_sgemm_uses_avx2();
     const long BH = B0 * B1, tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
     const int nt = threads_for(BH * Tq * Tk * (D + Dv), BH * tiles);
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    // Static, in order: each thread takes whole heads of the same batch rows as the kernels before and after
+    // it, so it reads and writes what its own core holds in cache (the two cores may share none). The
+    // causal tiles of a head differ in work, but each thread's share holds whole heads (as when BH is even).
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (long task = 0; task < BH * tiles; task++) {
         const long bh = task / tiles, i0 = task % tiles * BR, br = tl_min(BR, Tq - i0);
         const float *qt = head(q, bh, B1) + i0 * q->st, *kb = head(k, bh, B1), *vb = head(v, bh, B1);
@@ -473,7 +476,8 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
     const int avx2 = tl_sgemm_uses_avx2();
     const long BH = B0 * B1, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
     const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    // Static, as in the forward: one task per head, all of equal work.
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (long bh = 0; bh < BH; bh++) {
         const float *qb = head(q, bh, B1), *kb = head(k, bh, B1), *vb = head(v, bh, B1);
         const float *ob = head(out, bh, B1), *dob = head(dout, bh, B1);

@@ -384,8 +384,11 @@ static void kernel_edge(kernel_fn kernel, int kc, const float *a, long lda, cons
 }
 
 // The threads form a tm x tn grid over C: thread rows split M, thread columns
-// split each B panel's strips. Splitting M is preferred on a tie, because
-// threads that split N must each pack the same A block.
+// split each B panel's strips. Splitting M is kept unless splitting N saves
+// more than 1/16 of the work: the kernels before and after a product split the
+// same rows (a GPT's tokens) the same way, so with M split each thread reads
+// and writes rows its own core wrote and holds in cache, which matters when the
+// two cores share no cache; and threads that split N must each pack the same A.
 static void thread_grid(int nt, long m_strips, long n_strips, int *tm, int *tn) {
     long best = -1;
     *tm = nt;
@@ -393,7 +396,7 @@ static void thread_grid(int nt, long m_strips, long n_strips, int *tm, int *tn) 
     for (int d = nt; d >= 1; d--) {
         if (nt % d != 0) continue;
         long work = (m_strips + d - 1) / d * ((n_strips + nt / d - 1) / (nt / d));
-        if (best < 0 || work < best) {
+        if (best < 0 || 16 * work < 15 * best) {
             best = work;
             *tm = d;
             *tn = nt / d;
