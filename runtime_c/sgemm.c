@@ -29,7 +29,9 @@ Threads (OpenMP) split C into a grid: normally M in halves (each thread packs
 its own A blocks and half of the shared B panel), N when M is too short. They
 hand the B panel over with per-thread flags and two panel buffers instead of
 barriers (see gemm_thread). Batched products of small matrices run one matrix
-per thread instead.
+per thread instead. A long sum over rows that both operands store (a weight
+gradient X^T dY, summed over the tokens) runs as two halves of K instead, each
+on the thread that holds its rows, added at the end (split_k).
 */
 
 #include "common.h"
@@ -66,7 +68,7 @@ per thread instead.
 _Static_assert(TL_MC % MR == 0, "MC must be a multiple of MR");
 _Static_assert(TL_NC % NR == 0, "NC must be a multiple of NR");
 
-enum { SLOT_A, SLOT_B, SLOT_T };  // per-thread scratch slots (common.h)
+enum { SLOT_A, SLOT_B, SLOT_T, SLOT_P };  // per-thread scratch slots (common.h)
 
 typedef struct {
     int transA, transB;
@@ -525,16 +527,11 @@ static int as_transpose(const gemm_args *g) {
     return g_use_avx2 && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M && g->M * g->N <= (1L << 20);
 }
 
-static void gemm(const gemm_args *g, int nt) {
-    if (g->M <= 0 || g->N <= 0) return;
-    if (g->K <= 0) {
-        scale_c(g);
-        return;
-    }
+static void gemm_blocked(const gemm_args *g, int nt) {
     if (as_transpose(g)) {
         float *t = tl_scratch(SLOT_T, (size_t)g->M * g->N);
         gemm_args gt = {!g->transB, !g->transA, g->N, g->M, g->K, g->B, g->ldb, g->A, g->lda, 0.0f, t, g->M};
-        gemm(&gt, nt);  // its M is over 256: not transposed again
+        gemm_blocked(&gt, nt);  // its M is over 256: not transposed again
         transpose_into_c(g, t, nt);
         return;
     }
@@ -554,6 +551,62 @@ static void gemm(const gemm_args *g, int nt) {
     // work is split by the actual team size.
 #pragma omp parallel num_threads(nt)
     gemm_thread(g, &sh, tl_omp_thread_num(), tl_omp_num_threads());
+}
+
+// A weight gradient X^T dY sums over the tokens, which both operands store as rows (K the long axis, M and N
+// the features), and which the other kernels of a step split among the threads in halves: thread 0 writes the
+// first half of the rows, thread 1 the second. Split by M or N, every thread would read every row, half of them
+// out of the other core's cache, slow when the two cores share no cache (as this machine's do at times); and
+// the next kernel to write those rows would have to take them back. So the sum runs as two halves of K, each
+// on the thread that wrote its rows, into C and into a partial that is then added to C. Always two halves, on
+// any number of threads, so the result does not depend on the thread count.
+static int split_k(const gemm_args *g) {
+    return g->transA && !g->transB && g->K >= 2 * TL_KC && g->K >= g->M && g->K >= g->N;
+}
+
+// Rows [r0, r1) of C += part (M x N, row-major).
+static void add_partial(const gemm_args *g, const float *part, long r0, long r1) {
+    for (long i = r0; i < r1; i++) {
+        float *c = g->C + i * g->ldc;
+        const float *p = part + i * g->N;
+        for (long j = 0; j < g->N; j++) c[j] += p[j];
+    }
+}
+
+static void gemm(const gemm_args *g, int nt) {
+    if (g->M <= 0 || g->N <= 0) return;
+    if (g->K <= 0) {
+        scale_c(g);
+        return;
+    }
+    if (!split_k(g)) {
+        gemm_blocked(g, nt);
+        return;
+    }
+    float *part = tl_scratch(SLOT_P, (size_t)g->M * g->N);
+    const long k = g->K / 2;
+    gemm_args half[2] = {*g, *g};
+    half[0].K = k;
+    half[1].K = g->K - k;
+    half[1].A = g->A + k * g->lda;
+    half[1].B = g->B + k * g->ldb;
+    half[1].C = part;
+    half[1].ldc = g->N;
+    half[1].beta = 0.0f;
+    if (nt != 2) {  // one thread, or enough for each half to split M or N
+        gemm_blocked(&half[0], nt);
+        gemm_blocked(&half[1], nt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (long i = 0; i < g->M; i++) add_partial(g, part, i, i + 1);
+        return;
+    }
+#pragma omp parallel num_threads(2)
+    {
+        const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
+        for (int h = t; h < 2; h += n) gemm_blocked(&half[h], 1);
+#pragma omp barrier
+        add_partial(g, part, g->M * t / n, g->M * (t + 1) / n);
+    }
 }
 
 void tl_sgemm(int transA, int transB, int M, int N, int K, const float *A, long lda, const float *B,

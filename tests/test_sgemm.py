@@ -151,6 +151,29 @@ def test_sgemm_threads_many_rounds(threads, m, n, k):
         lib.tl_set_num_threads(0)
 
 
+# A weight gradient (A^T B, both storing the long K as rows) sums the two halves of K apart, each on the thread
+# that holds its rows, and adds them: in two halves on any number of threads, so the bits do not change with it.
+@pytest.mark.parametrize("m,n,k", [(128, 384, 1024), (145, 33, 513), (512, 128, 1024)])
+def test_sgemm_split_k_same_bits_on_any_thread_count(m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    ref, tol = reference(1, 0, a, b, 0.5, c0)
+    results = []
+    try:
+        for threads in (1, 2, 3, 4):
+            lib.tl_set_num_threads(threads)
+            c = c0.copy()
+            lib.tl_sgemm(1, 0, m, n, k, ptr(a), m, ptr(b), n, 0.5, ptr(c), n)
+            assert_close(c, ref, tol)
+            results.append(c)
+    finally:
+        lib.tl_set_num_threads(0)
+    for c in results[1:]:
+        np.testing.assert_array_equal(c, results[0])
+
+
 def test_sgemm_empty_dims(config):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((5, 4)).astype(np.float32)
