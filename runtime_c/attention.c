@@ -22,8 +22,9 @@ Backward, one task per (batch x head), so dQ, dK and dV of a head have a single 
 
 All the products are small GEMMs C (+)= A B with A read through strides (plain or transposed) and B row-major:
 the AVX2+FMA path does them 6 rows x 16 columns at a time in registers (masked loads at a ragged right edge),
-skips the blocks a causal mask zeroes (mm_causal), and computes exp with a vectorised polynomial; the portable path is plain C. The AVX2 path follows the sgemm's
-dispatch (tl_sgemm_uses_avx2: TINYLLM_NO_AVX2=1 or tl_force_portable(1) turn it off).
+skips the blocks a causal mask zeroes (mm_causal), and computes exp with a vectorised polynomial; the portable
+path is plain C. The AVX2 path follows the sgemm's dispatch (tl_sgemm_uses_avx2: TINYLLM_NO_AVX2=1 or
+tl_force_portable(1) turn it off).
 */
 #include <math.h>
 

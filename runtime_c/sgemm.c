@@ -15,23 +15,23 @@ transposed), so the micro-kernel only ever sees one contiguous layout, and the
 transposed products of the backward pass cost no copies in the caller. When C
 has few columns (N <= 256: an A strip meets at most 16 B strips), packing A
 costs more than it saves, so the AVX2 path reads its full strips in place
-through their strides instead (a GPT's N = n_embd products, 5-15 % faster);
-one with few rows and many columns runs as its transpose (as_transpose).
+through their strides instead; one with few rows and many columns runs as its
+transpose (as_transpose).
 
 The micro-kernel is 6 x 16: 12 ymm accumulators (6 rows x 2 vectors of 8),
 2 ymm for the B row and 1 for the broadcast A element = 15 of the 16 ymm
 registers. Each k step issues 12 FMAs against 2 loads and 6 broadcasts,
 enough independent FMAs to keep both FMA pipes busy through their 4-cycle
-latency: 95 % of a Zen 4 core's FMA peak, operands in cache (110 of 116 GF/s).
-AVX-512 would not be faster on Zen 4, which splits 512-bit FMAs in two.
+latency. AVX-512 would not be faster on Zen 4, which splits 512-bit FMAs in two.
 
-Threads (OpenMP) split C into a grid: normally M in halves (each thread packs
-its own A blocks and half of the shared B panel), N when M is too short. They
-hand the B panel over with per-thread flags and two panel buffers instead of
-barriers (see gemm_thread). Batched products of small matrices run one matrix
-per thread instead. A long sum over rows that both operands store (a weight
-gradient X^T dY, summed over the tokens) runs as two halves of K instead, each
-on the thread that holds its rows, added at the end (split_k).
+Threads (OpenMP) split C into a grid: normally M (each thread packs its own A
+blocks and a chunk of the shared B panel), N where that saves over 1/16 of the
+work (thread_grid). They hand the B panel over with per-thread flags and two
+panel buffers instead of barriers (see gemm_thread). Batched products of small
+matrices run one matrix per thread instead. A long sum over rows that both
+operands store (a weight gradient X^T dY, summed over the tokens) runs as two
+halves of K instead, each on the thread that holds its rows, added at the end
+(split_k).
 */
 
 #include "common.h"
@@ -115,10 +115,9 @@ static void kernel_portable(int kc, const float *restrict a, long lda, const flo
     (void)lda;  // always packed
     // One row of C at a time: its NR accumulators fit in vector registers and
     // the j loop is a plain vectorisable loop (a 2-D accumulator over all MR
-    // rows gets spilled and mis-vectorised by gcc: ~10x slower). The B strip
-    // is re-read per row, from L1. Pointer increments rather than p*NR + j
-    // indexing: with Python's -fwrapv, int index arithmetic may wrap, and gcc
-    // then gives up on vectorising.
+    // rows gets spilled and mis-vectorised by gcc). The B strip is re-read per
+    // row, from L1. Pointer increments rather than p*NR + j indexing keep the
+    // loop vectorisable even under -fwrapv (Python's CFLAGS; build.py undoes it).
     for (int i = 0; i < MR; i++) {
         float acc[NR] = {0};
         const float *ap = a + i, *bp = b;
@@ -428,8 +427,7 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     const int avx2 = g_use_avx2;
 #if defined(__x86_64__)
     const kernel_fn kernel = avx2 ? kernel_avx2 : kernel_portable;
-    // Full strips of A read in place (kernel_avx2_body) when each is used for few B strips: packing them
-    // would cost more than it saves (measured on the GPT's products at N = 128: +5-15 %; at N = 384: -4 %).
+    // Full strips of A read in place (kernel_avx2_body) when each meets few B strips (see the top of the file).
     const int read_in_place = avx2 && g->N <= 256;
     const kernel_fn in_place = !read_in_place ? NULL : g->transA ? kernel_avx2_cols : kernel_avx2_rows;
 #else
@@ -521,8 +519,8 @@ static void transpose_into_c(const gemm_args *g, const float *t, int nt) {
 
 // A product with few rows, many columns and a long sum (the GPT's weight gradients X^T dY: M = n_embd, N = 4 n_embd,
 // K = batch x block) runs as its transpose C^T = op(B)^T op(A)^T: with M columns, its A strips are read in place
-// and the threads pack K M floats instead of K (M + N), which pays for the transpose into C when K is long (M 128,
-// N 512, K 1024-2048: 155 -> 180 GFLOP/s; slower at K = 4 M, or M >= 160). The scratch stays under 4 MiB.
+// and the threads pack K M floats instead of K (M + N), which pays for the transpose into C when K is long and M
+// small (bench/RESULTS.md, "Figures moved from code comments"). The scratch stays under 4 MiB.
 static int as_transpose(const gemm_args *g) {
     return g_use_avx2 && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M && g->M * g->N <= (1L << 20);
 }
@@ -556,7 +554,7 @@ static void gemm_blocked(const gemm_args *g, int nt) {
 // A weight gradient X^T dY sums over the tokens, which both operands store as rows (K the long axis, M and N
 // the features), and which the other kernels of a step split among the threads in halves: thread 0 writes the
 // first half of the rows, thread 1 the second. Split by M or N, every thread would read every row, half of them
-// out of the other core's cache, slow when the two cores share no cache (as this machine's do at times); and
+// out of the other core's cache, slow when the two cores share no cache (as a VM's two vCPUs at times do); and
 // the next kernel to write those rows would have to take them back. So the sum runs as two halves of K, each
 // on the thread that wrote its rows, into C and into a partial that is then added to C. Always two halves, on
 // any number of threads, so the result does not depend on the thread count.

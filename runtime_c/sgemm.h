@@ -19,7 +19,7 @@ The batched form runs `batch` independent products, matrix b starting at
 A + b*strideA, B + b*strideB and C + b*strideC.
 
 This header is also the cffi cdef: keep it to plain declarations (lines
-starting with '#' are dropped by runtime_c/build_sgemm.py).
+starting with '#' are dropped by runtime_c/build.py).
 */
 #ifndef TINYLLM_SGEMM_H
 #define TINYLLM_SGEMM_H

@@ -8,7 +8,6 @@ C runtime compiles without FMA contraction, so a recomputed value rounds like th
 may contract a·b + c into one FMA, and the kernels' boundaries move with checkpointing, so there the values may
 differ in their last bit: 1e-6 relative.
 """
-import importlib
 import math
 
 import numpy as np
@@ -25,7 +24,7 @@ from tinyllm.rewrite.checkpoint import POLICIES
 import torch_nanogpt as ref
 
 pytestmark = pytest.mark.usefixtures("each_runtime")
-realize_module = importlib.import_module("tinyllm.realize")
+import tinyllm.realizer as realize_module
 RTOL, GRAD_RTOL = 1e-5, 1e-4
 PLANS = []  # every Schedule built in this module, in order
 
@@ -40,7 +39,7 @@ def spy_on_plans():
         return PLANS[-1]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(realize_module, "Schedule", spy)
-        mp.setattr(realize_module, "CACHE_PLANS", False)
+        mp.setattr(realize_module, "CACHE_SCHEDULES", False)
         yield
     PLANS.clear()
 

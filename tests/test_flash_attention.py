@@ -1,7 +1,6 @@
 """The FlashAttention rewrite (tinyllm/rewrite/flash.py) and its kernels (ops/attention.py, runtime_c/attention.c),
 on every runtime: attention written the plain way must become one FLASH_ATTN node, and its values and gradients
 must match torch's scaled_dot_product_attention and the unrewritten graph; near misses must stay as written."""
-import importlib
 import math
 
 import numpy as np
@@ -255,7 +254,7 @@ def test_inference_graphs_are_rewritten_at_realize():
 
 
 def test_graphs_without_attention_are_skipped_by_structure(monkeypatch):
-    realize = importlib.import_module("tinyllm.realize")
+    import tinyllm.realizer as realize
     calls = []
     monkeypatch.setattr(flash, "_plain", set())
     original = flash.graph_rewrite

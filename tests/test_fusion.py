@@ -24,8 +24,12 @@ import tinyllm as tl
 import tinyllm.nn.functional as F
 from tinyllm.autograd import gradients
 from tinyllm.graph import toposort
-from tinyllm.realize import PASSES, run_passes
-from tinyllm.rewrite.fusion import ELEMENTWISE, REDUCE, fuse, fuse_outputs
+from tinyllm.ops import Group
+from tinyllm.rewrite.fusion import fuse, fuse_outputs
+from tinyllm.rewrite.pipeline import PASSES, run_passes
+
+ELEMENTWISE, REDUCE = Group.ELEMENTWISE, Group.REDUCE
+SCHEDULE = PASSES["schedule"]
 from tinyllm.runtime import get as get_runtime
 from tinyllm.schedule import Schedule
 
@@ -65,7 +69,7 @@ def same(got, want, tol, what):
 
 # ---- the NumPy interpreter check of the pass -----------------------------------------------------------
 
-FUSION_PASSES = PASSES + [("fusion", fuse)]
+FUSION_PASSES = SCHEDULE + [("fusion", fuse)]
 
 
 def inlined_producers(roots):
@@ -86,7 +90,7 @@ def check_fused_interpreter(roots, dtype_name):
     """Run `roots` unfused and fused on the NumPy runtime; values must agree and fusion must have happened.
     Returns the fused schedule."""
     numpy_rt = get_runtime("numpy")
-    plain = run_passes(roots)
+    plain = run_passes(roots, SCHEDULE)
     fused = run_passes(plain, [("fusion", fuse)])
     assert fused == run_passes(roots, FUSION_PASSES)
     s_plain, s_fused = Schedule(plain), Schedule(fused)
@@ -139,7 +143,7 @@ class ConstSites:
 
     def __call__(self, a):
         if self.recording:
-            nodes = toposort(run_passes([a.node]), stop=lambda n: n.buffer is not None)
+            nodes = toposort(run_passes([a.node], SCHEDULE), stop=lambda n: n.buffer is not None)
             self.flags.append(not any(n.op == "LOAD" or n.buffer is not None for n in nodes))
         self.at += 1
         return self.flags[self.at - 1]
@@ -694,7 +698,7 @@ def test_max_inputs_bounds_every_kernel(n, limit, seed):
     y = xs[0].tanh()
     for i, x in enumerate(xs[1:]):  # a chain where every step brings a new input
         y = (y * x).exp() if i % 2 else y + x.tanh()
-    roots = run_passes([y.node], PASSES)
+    roots = run_passes([y.node], SCHEDULE)
     bounded, free = fuse(roots, max_inputs=limit), fuse(roots)
     widest = max(len(k.src) for k in toposort(bounded) if k.op == "FUSED")
     assert widest <= limit
@@ -740,11 +744,11 @@ def test_fuse_outputs_keeps_an_adam_update_and_its_gradients(shape, seed, c_sche
 def test_fuse_outputs_leaves_dependent_or_unrelated_outputs_alone():
     """Outputs that read nothing in common, or where one reads the other, stay separate kernels."""
     a, b = rand(4, 8, seed=1, device="numpy"), rand(4, 8, seed=2, device="numpy")
-    roots = fuse(run_passes([(a.exp()).node, (b * 2.0).node], PASSES))
+    roots = fuse(run_passes([(a.exp()).node, (b * 2.0).node], SCHEDULE))
     assert fuse_outputs(roots) == roots
     first = a
     for _ in range(8):  # too long to recompute in its user: the second output reads the first one's buffer
         first = (first * 0.5).tanh()
-    roots = fuse(run_passes([first.node, (first * a).node], PASSES))
+    roots = fuse(run_passes([first.node, (first * a).node], SCHEDULE))
     assert roots[0] in roots[1].src
     assert fuse_outputs(roots) == roots

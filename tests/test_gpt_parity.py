@@ -308,7 +308,7 @@ def test_generate_replays_the_forward_after_three_tokens(monkeypatch):
     tl.manual_seed(22)
     out = model.generate(tl.tensor(prompt), 12).numpy()
     assert len(calls) == 3
-    monkeypatch.setattr(sys.modules["tinyllm.jit"], "jit", lambda fn: fn)  # every token through the model's Python
+    monkeypatch.setattr(sys.modules["tinyllm.replay.jit"], "jit", lambda fn: fn)  # every token through the model's Python
     tl.manual_seed(22)
     np.testing.assert_array_equal(model.generate(tl.tensor(prompt), 12).numpy(), out)
     assert len(calls) == 3 + 12

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tinyllm as tl
-from tinyllm.capture import Unreplayable
+from tinyllm.replay.record import Unreplayable
 from tinyllm.models.gpt import GPT, GPTConfig
 from tinyllm.runtime import get as get_runtime
 from tinyllm.runtime.base import EXACT_REFCOUNTS
@@ -82,7 +82,7 @@ def test_replayed_training_equals_eager_and_tracks_torch(device, monkeypatch):
     monkeypatch.setattr(tensor_module, "gradients", lambda *a: walks.append(1) or walk(*a))
     jitted, model_j, opt_j, fn = tinyllm_run(True, device)
     assert len(walks) == 3, f"autograd ran {len(walks)} times in {STEPS} jitted steps: the replays ran Python"
-    assert len(fn.plans) == 1
+    assert len(fn.tapes) == 1
     assert jitted == eager, "a replay must run the same kernels on the same inputs as the eager step"
     for (name, p), q in zip(model_e.named_parameters(), model_j.parameters()):
         np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)
@@ -100,7 +100,7 @@ def c_training():
     """A tiny GPT after tinyllm_run's jitted steps on the C runtime (the last seven replays): (model, optimizer,
     a call of one more step)."""
     _, model, opt, fn = tinyllm_run(True, "c")
-    assert len(fn.plans) == 1
+    assert len(fn.tapes) == 1
     rng = np.random.default_rng(2)
 
     def call():
@@ -133,7 +133,7 @@ def chained(call):
 
 
 in_place = pytest.mark.skipif(not EXACT_REFCOUNTS, reason="this Python's reference counts cannot prove a value "
-                              "unshared, so replays do not update in place (tinyllm/runtime/c_program.py)")
+                              "unshared, so replays do not update in place (tinyllm/runtime/c_donate.py)")
 
 
 @in_place
@@ -254,7 +254,7 @@ def test_chained_calls_leave_memory_allocated_flat_and_count_their_arrays_in_the
     """The arrays a chain passes between schedules (the gradients) stay with it between calls, uncounted, as torch's
     caching allocator keeps freed blocks; while a call runs they count in the peak beside each schedule's own."""
     _, model, opt, fn = tinyllm_run(True, "c")
-    plan = next(iter(fn.plans.values()))
+    tape = next(iter(fn.tapes.values()))
     x = np.random.default_rng(3).integers(0, CFG["vocab_size"], (4, CFG["block_size"]))
     call = lambda: fn(tl.tensor(x, device="c"), tl.tensor(x, device="c")).item()  # noqa: E731
     assert chained(call)
@@ -262,9 +262,9 @@ def test_chained_calls_leave_memory_allocated_flat_and_count_their_arrays_in_the
     before = tl.memory_allocated()
     assert chained(call)
     assert tl.memory_allocated() == before
-    busiest = max(program.peak for program, _ in plan.chain.steps)
-    assert plan.chain.nbytes > 0 and busiest > 0
-    assert tl.max_memory_allocated() >= before + plan.chain.nbytes + busiest
+    busiest = max(program.peak for program, _ in tape.chain.programs)
+    assert tape.chain.nbytes > 0 and busiest > 0
+    assert tl.max_memory_allocated() >= before + tape.chain.nbytes + busiest
 
 
 @in_place
@@ -354,7 +354,7 @@ def test_shapes_get_their_own_recordings():
         for n in (1, 4):
             x = np.arange(3 * n, dtype=np.float32).reshape(n, 3) + i
             assert fn(tl.tensor(x)).item() == pytest.approx(float((x @ np.ones((3, 2))).sum()))
-    assert len(fn.plans) == 2
+    assert len(fn.tapes) == 2
 
 
 def test_host_read_inside_is_refused():

@@ -1,7 +1,6 @@
 """The rewrite engine and its passes: pattern matching, fixed points, loop detection, tracing; and, on random
 expression graphs, that every pass keeps forward values and gradients (bit for bit, up to the summation order
 of reductions whose input layout a rewrite changed), and that both agree with torch. Also the graph export."""
-import importlib
 import math
 import os
 import stat
@@ -17,12 +16,15 @@ from tinyllm.graph import OPS, build, const, toposort
 from tinyllm.rewrite import Pat, PatternMatcher, graph_rewrite, tracing
 from tinyllm.rewrite import engine
 from tinyllm.rewrite.cse import cse
-from tinyllm.rewrite.simplify import ELEMENTWISE, simplify
+from tinyllm.ops import Group
+from tinyllm.rewrite.simplify import FOLDABLE, simplify
 from tinyllm.rewrite.viz import save_graph, to_dot
 from tinyllm.runtime import get as get_runtime
 from tinyllm.schedule import Schedule
 
-R = importlib.import_module("tinyllm.realize")  # `tinyllm.realize` the attribute is the function
+import tinyllm.realizer as R
+from tinyllm.rewrite import pipeline as P
+from tinyllm.rewrite.layout import layout
 SETTINGS = settings(deadline=None, max_examples=30)
 
 
@@ -52,16 +54,16 @@ def fired_rules(fired, pass_name=None):
 
 
 class with_passes:
-    """Run realize with these passes (a list of names from realize.PASSES)."""
+    """Run realize with only these passes of the schedule stage (names from the pipeline's PASSES["schedule"])."""
     def __init__(self, names):
-        self.passes = [p for p in R.PASSES if p[0] in names]
+        self.passes = [p for p in P.PASSES["schedule"] if p[0] in names]
 
     def __enter__(self):
-        self.saved, R.PASSES = R.PASSES, self.passes
-        self.cached, R.CACHE_PLANS = R.CACHE_PLANS, False
+        self.saved, P.PASSES["schedule"] = P.PASSES["schedule"], self.passes
+        self.cached, R.CACHE_SCHEDULES = R.CACHE_SCHEDULES, False
 
     def __exit__(self, *exc):
-        R.PASSES, R.CACHE_PLANS = self.saved, self.cached
+        P.PASSES["schedule"], R.CACHE_SCHEDULES = self.saved, self.cached
 
 
 # ---- the engine ---------------------------------------------------------------------------------------------
@@ -310,11 +312,11 @@ def _elementwise_case(op, draw):
 
 def test_every_elementwise_op_is_folded():
     module_ops = {n for n, c in OPS.items() if c.__module__.endswith(".elementwise")}
-    assert module_ops - {"DETACH"} <= ELEMENTWISE, "an elementwise op has no constant folding"
+    assert module_ops - {"DETACH"} <= FOLDABLE, "an elementwise op has no constant folding"
 
 
 @SETTINGS
-@given(st.sampled_from(sorted(ELEMENTWISE)), st.data())
+@given(st.sampled_from(sorted(FOLDABLE)), st.data())
 def test_constant_folding_is_exact_and_keeps_dtype(op, data):
     op, srcs, arg = _elementwise_case(op, data.draw)
     node = build(op, *srcs, arg=arg)
@@ -493,10 +495,10 @@ def test_each_pass_reaches_a_fixed_point(expr, wrapper):
     env = {k: tl.tensor(np.ones(s, np.float32)) for k, s in (("x", S), ("y", S), ("z", (1, 3, 1)))}
     out = WRAPPERS[wrapper][1](build_expr(expr, env, tl) + env["x"], env["x"], tl)
     roots = [out.node]
-    for name, pass_ in R.PASSES:
-        roots = R.run_passes(roots, [(name, pass_)])
+    for name, pass_ in P.PASSES["schedule"]:
+        roots = P.run_passes(roots, [(name, pass_)])
         with tracing() as fired:
-            assert R.run_passes(roots, [(name, pass_)]) == roots
+            assert P.run_passes(roots, [(name, pass_)]) == roots
         assert fired == [], f"{name} fired again on its own output: {fired}"
 
 
@@ -514,7 +516,7 @@ def test_cse_makes_commuted_ops_one_node():
 
 
 def _kernels(*tensors):
-    return Schedule(R.run_passes([t.node for t in tensors])).kernels
+    return Schedule(P.pipeline([t.node for t in tensors], "schedule")).kernels
 
 
 def test_shared_subexpressions_are_computed_once():
@@ -650,7 +652,7 @@ def test_cat_of_merged_heads_is_one_copy(batch, heads, t, d, strided, seed):
 def test_cat_of_reshapes_that_do_not_merge_at_its_axis_is_left_alone():
     a, b = leaf(2, 3, 4, seed=1), leaf(2, 3, 4, seed=2)
     split = build("CAT", a.reshape((6, 4)), b.reshape((6, 4)), arg=1)  # merges axes 0..1, joins along 1
-    out = graph_rewrite([split], R.PASSES[[n for n, _ in R.PASSES].index("pads")][1], "pads")[0]
+    out = graph_rewrite([split], P.pads, "pads")[0]
     assert out is split
     np.testing.assert_array_equal(evaluate(out), np.concatenate([evaluate(a).reshape(6, 4),
                                                                  evaluate(b).reshape(6, 4)], axis=1))
@@ -662,11 +664,11 @@ def test_adjacent_pads_added_are_one_cat():
     pads = [build("PAD", a, arg=((2, 8), place(0, 3))), build("PAD", b, arg=((2, 8), place(3, 4))),
             build("PAD", c, arg=((2, 8), place(4, 8)))]
     total = build("ADD", build("ADD", pads[2], pads[0]), pads[1])  # any order of the adds
-    (out,) = graph_rewrite([total], R.PASSES[[n for n, _ in R.PASSES].index("pads")][1], "pads")
+    (out,) = graph_rewrite([total], P.pads, "pads")
     assert out.op == "CAT" and out.src == (a, b, c)
     np.testing.assert_array_equal(evaluate(out), evaluate(total))
     gap = build("ADD", pads[0], build("PAD", c, arg=((2, 8), place(4, 8))))  # columns 3:4 stay zero: no CAT
-    assert graph_rewrite([gap], R.PASSES[[n for n, _ in R.PASSES].index("pads")][1], "pads")[0].op != "CAT"
+    assert graph_rewrite([gap], P.pads, "pads")[0].op != "CAT"
 
 
 # ---- layout: a transposed product is the product of the transposes ---------------------------------------
@@ -701,10 +703,10 @@ def test_transposed_product_leaves_a_shared_product_alone():
     a, b = leaf(3, 4, seed=1), leaf(4, 5, seed=2)
     p = build("MATMUL", a, b)
     t = build("PERMUTE", p, arg=(1, 0))
-    (out,) = R.run_passes([t], [("layout", R.layout)])
+    (out,) = P.run_passes([t], [("layout", layout)])
     assert out.op == "MATMUL" and out.src[0].op == "PERMUTE"
     shared = build("ADD", build("RESHAPE", t, arg=(15,)), build("RESHAPE", p, arg=(15,)))
-    (same,) = R.run_passes([shared], [("layout", R.layout)])
+    (same,) = P.run_passes([shared], [("layout", layout)])
     assert same is shared
 
 
@@ -712,7 +714,7 @@ def test_transposed_product_folds_a_transposed_operand():
     """(a bᵀ)ᵀ is b aᵀ: the transpose of bᵀ folds to b itself rather than running as two views."""
     a, b = leaf(3, 4, seed=1), leaf(5, 4, seed=2)
     t = build("PERMUTE", build("MATMUL", a, build("PERMUTE", b, arg=(1, 0))), arg=(1, 0))
-    (out,) = R.run_passes([t], [("layout", R.layout)])
+    (out,) = P.run_passes([t], [("layout", layout)])
     assert out.op == "MATMUL" and out.src[0] is b and out.src[1].op == "PERMUTE" and out.src[1].src[0] is a
     np.testing.assert_allclose(evaluate(out), evaluate(t), rtol=1e-6)
 

@@ -185,9 +185,9 @@ def test_pass_keeps_the_graph_exact():
     loss = (h.softmax(-1) * h.log_softmax(-1)).sum()
     from tinyllm.autograd import gradients
     from tinyllm.graph import const
-    from tinyllm.realize import run_passes
+    from tinyllm.rewrite.pipeline import pipeline
     grads = gradients(loss.node, const(1.0), [x.node, w.node])
-    roots = run_passes([loss.node, grads[x.node], grads[w.node]])  # the passes before the runtime's
+    roots = pipeline([loss.node, grads[x.node], grads[w.node]], "schedule")  # the passes before the runtime's
 
     def run(nodes):
         vals = {}

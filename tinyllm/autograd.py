@@ -3,50 +3,32 @@
 Walks the graph once in reverse topological order. Broadcasting needs no care here: the front end broadcasts
 only through EXPAND, whose rule sums the gradient back (ops/movement.py), so it is undone in that one place.
 
-Some rewrites must happen before the walk, because they change what the backward graph keeps: FlashAttention
-replaces softmax(q kᵀ) v by a node whose own rule recomputes the scores, so the T×T probabilities are never
-stored for the backward pass. `prepare` runs them; `Tensor.backward` computes the loss through its result.
+Some rewrites must see the graph before the walk, because they change what the backward graph keeps
+(FlashAttention's node recomputes the scores in its own rule). Autograd knows none of them: it runs the hooks
+registered with `register_prepare_hook` (the pipeline's differentiate stage, tinyllm/rewrite/pipeline.py).
 """
-import time
-import weakref
-
-from .env import debug_level
 from .graph import toposort
 from .ops import rule_of
-from .rewrite import flash
-from .rewrite.engine import trace, tracing
 
-_prepared = weakref.WeakKeyDictionary()  # root -> its rewritten graph (a backward with retain_graph reuses it)
-_final = weakref.WeakSet()  # rewritten graphs: preparing one again changes nothing
+_prepare_hooks = []
+
+
+def register_prepare_hook(fn):
+    """fn(root) -> root's graph rewritten for differentiation (the same node when nothing applies)."""
+    _prepare_hooks.append(fn)
 
 
 def prepare(root):
-    """`root`'s graph after the rewrites that run before differentiation (the same node when none applies)."""
-    if not flash.ENABLED:
-        return root
-    if root in _final:
-        return root
-    done = _prepared.get(root)
-    if done is None:
-        start, mark = time.perf_counter(), len(trace)
-        with tracing() as fired:
-            done = flash.attention_pass([root])[0]
-        _prepared[root] = done  # (not done -> done: a value that holds its own key keeps it alive forever)
-        _final.add(done)
-        if debug_level():
-            del trace[mark:]  # printed here: the next realize prints only its own rewrites
-        if debug_level() and fired:
-            counts = {}
-            for f in fired:
-                counts[f"{f.pass_name}.{f.rule}"] = counts.get(f"{f.pass_name}.{f.rule}", 0) + 1
-            print(f"[tinyllm] before autograd, {(time.perf_counter() - start) * 1e3:.1f} ms; rewrites: "
-                  + ", ".join(f"{r}×{c}" for r, c in counts.items()))
-    return done
+    """`root`'s graph after the prepare hooks. Tensor.backward computes the loss through it, or the forward runs
+    twice."""
+    for hook in _prepare_hooks:
+        root = hook(root)
+    return root
 
 
 def gradients(root, root_grad, targets):
     """d root / d t for each node t in `targets`, as graph nodes (None where root does not depend on t).
-    The walk starts from `prepare(root)`: compute root's value through that node too, or the forward runs twice."""
+    The walk starts from `prepare(root)`."""
     root = prepare(root)
     targets = set(targets)
     order = toposort([root], stop=lambda n: n.op == "DETACH")

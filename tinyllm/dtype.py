@@ -22,6 +22,7 @@ float64 = DType("float64", np.float64)
 int64 = DType("int64", np.int64)
 bool_ = DType("bool", np.bool_)
 ALL = (float16, float32, float64, int64, bool_)
+PROMOTION = (bool_, int64, float16, float32, float64)  # result_type takes the later of two
 _BY_NP = {d.np: d for d in ALL}
 _ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64}
 
@@ -59,5 +60,4 @@ def result_type(a, b):
     """Type promotion for two tensors, as torch does it for the dtypes we have."""
     if a is b:
         return a
-    order = [bool_, int64, float16, float32, float64]
-    return max(a, b, key=order.index)
+    return max(a, b, key=PROMOTION.index)

@@ -121,11 +121,12 @@ def toposort(roots, stop=lambda node: False, sources=lambda node: node.src):
 
 
 def consumers(order):
-    """For each node, the nodes in `order` that read it."""
+    """For each node of `order`, the distinct nodes of `order` that read it, in the order of `order`."""
     users = {n: [] for n in order}
     for n in order:
-        for s in n.src:
-            users[s].append(n)
+        for s in dict.fromkeys(n.src):
+            if s in users:
+                users[s].append(n)
     return users
 
 

@@ -3,8 +3,8 @@ parameter as graph and realizes it in a few chunks (C runtime: one kernel per pa
 import math
 
 from .factory import zeros_like
-from .jit import host_values
-from .realize import assign
+from .replay.jit import host_values
+from .realizer import assign
 from .tensor import Tensor
 
 

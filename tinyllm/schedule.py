@@ -11,11 +11,12 @@ The order decides how much memory is held at once. Two rules, both deterministic
     walk. The output is held to the end anyway. A recomputed value (a CHECKPOINT "recompute" marker) is never
     pulled early: moving it forward would undo the checkpointing.
 """
-from .graph import toposort
+from .graph import consumers, toposort
+from .ops import Group
 
 
 def _is_input(node):
-    return node.buffer is not None or node.op in ("LOAD", "CONST", "SLOT")  # a FUSED node may have no sources
+    return node.buffer is not None or node.op in Group.SOURCE  # (not `not node.src`: a FUSED node may have none)
 
 
 def _heights(nodes):
@@ -46,13 +47,8 @@ def order(outputs):
     # depth-first postorder, a node's sources visited deepest first (stable sort: equal heights keep their order)
     deepest_first = toposort(outputs, stop=_is_input, sources=lambda n: sorted(n.src, key=lambda s: -height[s]))
     walk = [n for n in deepest_first if not _is_input(n)]
-    users = {n: [] for n in walk}
-    pending = {}
-    for n in walk:
-        srcs = {s for s in n.src if not _is_input(s)}
-        pending[n] = len(srcs)
-        for s in srcs:
-            users[s].append(n)
+    users = consumers(walk)
+    pending = {n: len({s for s in n.src if not _is_input(s)}) for n in walk}
     early = _output_work(walk, outputs, users)
     kernels, placed = [], set()
 

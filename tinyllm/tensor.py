@@ -5,11 +5,11 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import capture
+from .replay import record
 from . import dtype as dt
 from .autograd import gradients, prepare
 from .graph import Node, build, const, toposort
-from .realize import realize
+from .realizer import realize
 from .runtime import get as get_runtime
 from .views import is_contiguous, strides_of, view_strides
 from .weak import WeakValues
@@ -60,8 +60,8 @@ class Tensor:
         runtime = get_runtime(device)
         array = np.array(array, dtype=dtype.np, copy=True)
         buf = runtime.from_numpy(array, dtype)
-        if capture.active is not None:
-            capture.active.host_made(buf, array)
+        if record.active is not None:
+            record.active.made_from_host(buf, array)
         self._init(Node("LOAD", (), buf, buf.shape, dtype), runtime.name, requires_grad, leaf=True)
 
     def _init(self, node, device, requires_grad=False, leaf=True):
@@ -83,8 +83,8 @@ class Tensor:
 
     @node.setter
     def node(self, node):
-        if capture.watchers:  # a jit plan that read the old value as a constant must not replay it
-            capture.replaced(self._node)
+        if record.watchers:  # a jit Tape that read the old value as a constant must not replay it
+            record.replaced(self._node)
         if self.requires_grad and self.is_leaf:
             if _grad_leaves.get(self._node) is self:
                 del _grad_leaves[self._node]  # the old node (and the buffer it holds) must not outlive its use
@@ -97,8 +97,8 @@ class Tensor:
 
     @grad.setter
     def grad(self, grad):
-        if capture.active is not None:  # tinyllm.jit replays where each .grad ends up
-            capture.active.grad_written(self, self._grad)
+        if record.active is not None:  # tinyllm.jit replays where each .grad ends up
+            record.active.grad_written(self, self._grad)
         self._grad = grad
 
     def requires_grad_(self, requires_grad=True):
@@ -142,7 +142,7 @@ class Tensor:
         return self
 
     def numpy(self):
-        capture.refuse_host_read(f"numpy() of a {self.shape} tensor")
+        record.refuse_host_read(f"numpy() of a {self.shape} tensor")
         realize(self)
         buf = self._node.buffer if self._node.op != "LOAD" else self._node.arg
         return buf.numpy()
@@ -269,8 +269,8 @@ class Tensor:
             if dtype is None:
                 kind = dt.bool_ if isinstance(x, (bool, np.bool_)) else dt.int64 if isinstance(x, (int, np.integer)) else dt.float32
                 # a Python scalar never widens a tensor's dtype, as in torch
-                order = [dt.bool_, dt.int64, dt.float16, dt.float32, dt.float64]
-                dtype = self.dtype if order.index(self.dtype) >= order.index(kind) or self.dtype.is_float else kind
+                order = dt.PROMOTION.index
+                dtype = self.dtype if order(self.dtype) >= order(kind) or self.dtype.is_float else kind
             # a scalar meeting a tensor of its dtype is a constant of the tensor's shape straight away
             return Tensor._from_node(const(x, self.shape if dtype is self.dtype else (), dtype), self.device)
         return Tensor(x, device=self.device)

@@ -2,6 +2,8 @@
 contiguous. A node's strides follow from its movement ops over a row-major base."""
 import math
 
+from .ops import Group
+
 
 def contiguous_strides(shape):
     strides, acc = [], 1
@@ -47,9 +49,6 @@ def _own_strides(node, src_strides):
     return src_strides  # DETACH, CHECKPOINT
 
 
-VIEW_OPS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH", "CHECKPOINT"}
-
-
 def strides_of(node):
     """Element strides of `node`'s value as a CPU runtime lays it out (cached on the node)."""
     chain = []
@@ -57,7 +56,7 @@ def strides_of(node):
         data = getattr(node.buffer or (node.arg if node.op == "LOAD" else None), "data", None)
         if data is not None and hasattr(data, "strides"):
             node._strides = tuple(s // max(data.itemsize, 1) for s in data.strides)
-        elif node.op in VIEW_OPS:
+        elif node.op in Group.VIEW:
             chain.append(node)
             node = node.src[0]
         else:

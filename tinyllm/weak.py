@@ -6,7 +6,7 @@ import functools
 import weakref
 
 
-def _forget(refs, key, ref):
+def forget(refs, key, ref):
     # always the entry's current reference: one replaced by a newer value is freed with its entry, and a freed
     # reference never calls back
     refs.pop(key, None)
@@ -24,7 +24,7 @@ class WeakValues:
         return None if ref is None else ref()
 
     def __setitem__(self, key, value):
-        self._refs[key] = weakref.ref(value, functools.partial(_forget, self._refs, key))
+        self._refs[key] = weakref.ref(value, functools.partial(forget, self._refs, key))
 
     def __delitem__(self, key):
         del self._refs[key]

@@ -3,28 +3,18 @@
 // Delta = rowsum(dO * O) - dL and dQ = scale * sum_j dS_ij k_j. PART 1 (dispatched after it) runs one per key:
 // dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i, with dS = P * (dO v^T - Delta). Each invocation owns
 // its output row, so nothing is added atomically. grads [BH, TQ*D + TK*D + TK*DV] = [dq | dk | dv] per (b, h).
+// o and dout are the forward's [O | L] and its gradient; q, k, v, the sizes and qk() are flash_attention.wgsl's.
 @group(0) @binding(0) var<storage, read_write> grads: array<{{T}}>;
-@group(0) @binding(1) var<storage, read> q: array<{{T}}>;
-@group(0) @binding(2) var<storage, read> k: array<{{T}}>;
-@group(0) @binding(3) var<storage, read> v: array<{{T}}>;
 @group(0) @binding(4) var<storage, read> o: array<{{T}}>;
 @group(0) @binding(5) var<storage, read> dout: array<{{T}}>;
 @group(0) @binding(6) var<storage, read_write> delta: array<f32>;
 
-const BH: u32 = {{BH}}u;
-const TQ: u32 = {{TQ}}u;
-const TK: u32 = {{TK}}u;
-const D: u32 = {{D}}u;
-const DV: u32 = {{DV}}u;
-const CAUSAL: bool = {{CAUSAL}};
 const PART: u32 = {{PART}}u;
 const PER_HEAD: u32 = TQ * D + TK * D + TK * DV;
 
 // (P_ij, dS_ij) for query row `qr` = bh*TQ + i and key row `kr` = bh*TK + j.
 fn scores(qr: u32, kr: u32, dl: f32, scale: f32) -> vec2<f32> {
-  var dot = 0.0;
-  for (var d = 0u; d < D; d++) { dot += f32(q[qr * D + d]) * f32(k[kr * D + d]); }
-  let p = exp(dot * scale - f32(o[qr * (DV + 1u) + DV]));
+  let p = exp(qk(qr, kr) * scale - f32(o[qr * (DV + 1u) + DV]));
   var dp = 0.0;
   for (var c = 0u; c < DV; c++) { dp += f32(dout[qr * (DV + 1u) + c]) * f32(v[kr * DV + c]); }
   return vec2<f32>(p, p * (dp - dl) * scale);

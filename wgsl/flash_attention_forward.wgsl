@@ -2,18 +2,9 @@
 // may see in tiles of BC scores held in registers, with an online softmax: a running max m and denominator l,
 // the output accumulated in f32 and rescaled by e^(m_old - m_new) when the max grows. The T x T scores never
 // exist. out[row] = [O | L]: the row's output and its log-sum-exp L = m + log l, which the backward reuses.
-// q [BH, TQ, D], k [BH, TK, D], v [BH, TK, DV], out [BH, TQ, DV + 1], contiguous. Causal keeps key j <= i.
+// out [BH, TQ, DV + 1]; q, k, v, the sizes and qk() are flash_attention.wgsl's.
 @group(0) @binding(0) var<storage, read_write> out: array<{{T}}>;
-@group(0) @binding(1) var<storage, read> q: array<{{T}}>;
-@group(0) @binding(2) var<storage, read> k: array<{{T}}>;
-@group(0) @binding(3) var<storage, read> v: array<{{T}}>;
 
-const BH: u32 = {{BH}}u;
-const TQ: u32 = {{TQ}}u;
-const TK: u32 = {{TK}}u;
-const D: u32 = {{D}}u;
-const DV: u32 = {{DV}}u;
-const CAUSAL: bool = {{CAUSAL}};
 const BC: u32 = 16u;
 const LOWEST: f32 = -3.4028234e38;  // stands for -inf (WGSL has no infinity literal): exp(LOWEST - m) = 0
 
@@ -34,9 +25,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n = min(BC, kend - k0);
     var mx = LOWEST;
     for (var j = 0u; j < n; j++) {
-      var dot = 0.0;
-      for (var d = 0u; d < D; d++) { dot += f32(q[row * D + d]) * f32(k[(bh * TK + k0 + j) * D + d]); }
-      s[j] = dot * scale;
+      s[j] = qk(row, bh * TK + k0 + j) * scale;
       mx = max(mx, s[j]);
     }
     let m_new = max(m, mx);

@@ -1,9 +1,16 @@
 // Math helpers for generated kernels. WGSL's builtins have no erf, and implementations may compute tanh as
-// sinh/cosh (inf/inf = NaN for large inputs) and may fold `x != x` to false, so NaN is tested on the bits.
+// sinh/cosh (inf/inf = NaN for large inputs). WGSL also lets a shader compiler assume floats are never NaN: it
+// may fold `x != x` to false, and Mesa's OpenGL path turns `select(b, a, a < b)` into a min that returns the
+// operand that is not NaN. So NaN is tested on the bits, and every float comparison and max answers for NaN
+// operands by those tests, never by what a comparison with NaN gives.
 fn tl_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 
-// NaN in either operand wins, as NumPy's maximum
-fn tl_max(a: f32, b: f32) -> f32 { return select(b, a, tl_isnan(a) || a > b); }
+// NumPy's comparisons: false where either operand is NaN
+fn tl_lt(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && a < b; }
+fn tl_eq(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && a == b; }
+
+// NumPy's maximum: a NaN operand wins (a's first), else the larger, b on a tie
+fn tl_max(a: f32, b: f32) -> f32 { return select(select(select(b, a, a > b), b, tl_isnan(b)), a, tl_isnan(a)); }
 
 // small |x|: x + x·z·P(z) with z = x² (no cancellation, tanh(-0) = -0); else 1 - 2 / (e^{2|x|} + 1) with x's sign
 fn tl_tanh(x: f32) -> f32 {

@@ -1,11 +1,7 @@
 // y = zeros(outer {{OUTER}}, {{N}}, inner {{INNER}}); y[o, idx[i], c] += x[o, i, c] for i < {{N_IDX}}. One invocation
 // per column (o, c) walks every index in order, so no two invocations write one element and the sums are
-// deterministic (no atomics, which WGSL has for integers only). Indices wrap and flag as in gather.wgsl.
-@group(0) @binding(0) var<storage, read_write> out: array<{{T}}>;
-@group(0) @binding(1) var<storage, read> x: array<{{T}}>;
-@group(0) @binding(2) var<storage, read> idx: array<i32>;
-@group(0) @binding(3) var<storage, read_write> errors: array<u32>;
-
+// deterministic (no atomics, which WGSL has for integers only). An index out of range adds nothing (index.wgsl:
+// the bindings, position()).
 @compute @workgroup_size({{WORKGROUP}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let e = gid.x + gid.y * {{ROW}}u;
@@ -14,12 +10,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let o = e / {{INNER}}u;
   for (var j = 0u; j < {{N}}u; j++) { out[(o * {{N}}u + j) * {{INNER}}u + c] = {{T}}(0); }
   for (var i = 0u; i < {{N_IDX}}u; i++) {
-    var k = idx[i];
-    k = select(k, k + {{N}}, k < 0);
-    if (k < 0 || k >= {{N}}) {
-      errors[{{SLOT}}] = 1u;
-      continue;
-    }
+    let k = position(i);
+    if (k < 0) { continue; }
     let at = (o * {{N}}u + u32(k)) * {{INNER}}u + c;
     out[at] = out[at] + x[(o * {{N_IDX}}u + i) * {{INNER}}u + c];
   }

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import factory, nn
 from ..nn import functional as F
-from ..checkpoint import checkpoint
+from ..utils.checkpoint import checkpoint
 from ..tensor import no_grad
 
 
@@ -79,8 +79,8 @@ class GPT(nn.Module):
         self.lm_head.weight = self.transformer.wte.weight  # weight tying, as GPT-2
 
     def _init_weights(self):
-        """GPT-2's init: N(0, 0.02) for weights, zeros for biases, and residual projections scaled by
-        1/√(2·n_layer) so the residual stream's variance does not grow with depth."""
+        """GPT-2's init: N(0, 0.02) for weights (1 for the layer norms'), 0 for biases, and residual projections
+        scaled by 1/√(2·n_layer) so the residual stream's variance does not grow with depth."""
         rng = factory.generator()
         for name, p in self.named_parameters():
             if name.endswith("bias"):
@@ -126,7 +126,7 @@ class GPT(nn.Module):
         the model on a full block, the context padded on the right: causal attention keeps the padding out of
         the last real position's logits, and one shape means one cached plan and one set of compiled kernels
         for the whole generation instead of one per context length."""
-        from ..jit import jit
+        from ..replay.jit import jit
         from ..tensor import Tensor
         ids, block, device = idx.numpy(), self.config.block_size, idx.device
 

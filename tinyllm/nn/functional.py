@@ -73,7 +73,8 @@ def one_hot(idx, num_classes):
 
 
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """-log softmax(logits)[target], averaged over targets that are not `ignore_index`.
+    """-log softmax(logits)[target], 0 where target is `ignore_index`, averaged over the other targets (or their
+    sum, or each: reduction 'sum', 'none'; label_smoothing as torch).
     logits (N, C) or (N, C, d...) as torch, or (..., C) with target (...) of int64 class indices."""
     if target.dtype is not dt.int64:
         raise TypeError(f"cross_entropy: target must hold int64 class indices, got {target.dtype.name}: use .long()")

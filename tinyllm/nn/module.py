@@ -4,7 +4,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..factory import zeros_like
-from ..realize import realize
+from ..realizer import realize
 from ..tensor import Tensor
 
 

@@ -1,4 +1,4 @@
-from ..realize import realize
+from ..realizer import realize
 from ..tensor import Tensor
 
 

@@ -25,10 +25,8 @@ def _check_arg(arg):
 
 
 def _check_qkv(q, k, v):
-    if len(q.shape) < 2 or len(k.shape) != len(q.shape) or len(v.shape) != len(q.shape):
-        raise ValueError(f"q, k, v have shapes {fmt(q.shape, k.shape, v.shape)}: need (..., Tq, D), (..., Tk, D) "
-                         "and (..., Tk, Dv) with equal batch axes")
-    if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2] or q.shape[-1] != k.shape[-1] \
+    if len(q.shape) < 2 or len(k.shape) != len(q.shape) or len(v.shape) != len(q.shape) \
+            or q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2] or q.shape[-1] != k.shape[-1] \
             or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"q, k, v have shapes {fmt(q.shape, k.shape, v.shape)}: need (..., Tq, D), (..., Tk, D) "
                          "and (..., Tk, Dv) with equal batch axes")
@@ -48,20 +46,26 @@ def _masked(s, r0, k0, causal):
     return s
 
 
+def _tiles(tq, tk, tile, causal):
+    """(r0, k0, k1) per tile of keys k0:k1. Causal (top-left), rows before r0 = k0 see none of it: they are
+    skipped, and the walk ends at the first tile no row sees."""
+    for k0 in range(0, tk, tile):
+        r0 = k0 if causal else 0
+        if r0 >= tq:
+            return
+        yield r0, k0, min(k0 + tile, tk)
+
+
 def attention_forward(q, k, v, scale, causal, tile=None):
     """The tiled reference. For each tile of keys: m' = max(m, rowmax s), p = e^(s - m'), l = l·e^(m - m') + Σp,
-    acc = acc·e^(m - m') + p v. Then O = acc / l and L = m + log l. Rows before a tile's first key see none of
-    it when causal (top-left), so they are skipped; every row sees key 0, so m is finite after the first tile."""
+    acc = acc·e^(m - m') + p v. Then O = acc / l and L = m + log l. Every row sees key 0, so m is finite after the
+    first tile."""
     *batch, tq, _ = q.shape
     tk, dv, tile = k.shape[-2], v.shape[-1], tile or TILE
     acc = np.zeros((*batch, tq, dv), q.dtype)
     m = np.full((*batch, tq, 1), -np.inf, q.dtype)
     l = np.zeros((*batch, tq, 1), q.dtype)
-    for k0 in range(0, tk, tile):
-        r0 = k0 if causal else 0
-        if r0 >= tq:
-            break
-        k1 = min(k0 + tile, tk)
+    for r0, k0, k1 in _tiles(tq, tk, tile, causal):
         s = _masked(np.matmul(q[..., r0:, :], np.swapaxes(k[..., k0:k1, :], -1, -2)) * scale, r0, k0, causal)
         m_new = np.maximum(m[..., r0:, :], s.max(-1, keepdims=True))
         p = np.exp(s - m_new)
@@ -81,11 +85,7 @@ def attention_backward(q, k, v, out, dout, scale, causal, tile=None):
     do, dl = dout[..., :dv], dout[..., dv:]
     delta = np.sum(do * o, axis=-1, keepdims=True) - dl
     dq, dk, dvv = np.zeros(q.shape, q.dtype), np.zeros(k.shape, q.dtype), np.zeros(v.shape, q.dtype)
-    for k0 in range(0, tk, tile):
-        r0 = k0 if causal else 0
-        if r0 >= tq:
-            break
-        k1 = min(k0 + tile, tk)
+    for r0, k0, k1 in _tiles(tq, tk, tile, causal):
         kt, vt, qr, dor = k[..., k0:k1, :], v[..., k0:k1, :], q[..., r0:, :], do[..., r0:, :]
         s = _masked(np.matmul(qr, np.swapaxes(kt, -1, -2)) * scale, r0, k0, causal)
         p = np.exp(s - lse[..., r0:, :])

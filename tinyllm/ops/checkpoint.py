@@ -1,12 +1,12 @@
 """The marker of gradient checkpointing: an identity that tells the checkpoint pass (rewrite/checkpoint.py) where a
 region starts and ends, and keeps a recomputed copy of a region apart from the original (equal nodes are one node)."""
-from .base import Op, register
+from .base import Identity, register
 
 ROLES = ("enter", "exit", "recompute")  # a region's input, its output, the input of its recomputed copy
 
 
 @register
-class CHECKPOINT(Op):
+class CHECKPOINT(Identity):
     """y = x, marked: `arg` is (role, policy name) with role one of ROLES  ⇒  dx = dy"""
     def infer(src, arg):
         (x,) = src

@@ -5,13 +5,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..graph import const
-from .base import Op, register, fmt
-
-
-class Unary(Op):
-    def infer(src, arg):
-        (x,) = src
-        return x.shape, x.dtype
+from .base import Binary, Identity, Op, Ternary, Unary, register
 
 
 class FloatUnary(Unary):
@@ -77,7 +71,7 @@ class ERF(FloatUnary):
 
 
 @register
-class CAST(Op):
+class CAST(Unary):
     """y = x converted to dtype `arg`  ⇒  dx = dy converted back (no gradient reaches integers or bools)"""
     def infer(src, arg):
         (x,) = src
@@ -91,31 +85,25 @@ class CAST(Op):
 
 
 @register
-class DETACH(Unary):
+class DETACH(Identity):
     """y = x, but no gradient flows back through it (torch's .detach())."""
+    infer = Unary.infer
     def forward(x): return x
     def backward(dy, y): return (None,)
 
 
 @register
-class CONTIGUOUS(Unary):
+class CONTIGUOUS(Op):
     """y = x copied into a fresh row-major buffer  ⇒  dx = dy"""
+    infer = Unary.infer
     def forward(x): return np.ascontiguousarray(x)
     def backward(dy, y): return (dy,)
-
-
-class Binary(Op):
-    def infer(src, arg):
-        x, z = src
-        if x.shape != z.shape or x.dtype is not z.dtype:
-            raise ValueError(f"elementwise op on {fmt(x.shape, z.shape)}, dtypes {x.dtype.name} and {z.dtype.name}: "
-                             "the graph needs equal shapes and dtypes (the Tensor front end broadcasts and promotes)")
-        return x.shape, x.dtype
 
 
 @register
 class ADD(Binary):
     """y = x + z  ⇒  dx = dy, dz = dy"""
+    commutative = True
     def forward(x, z): return np.add(x, z)
     def backward(dy, y): return (dy, dy)
 
@@ -123,6 +111,7 @@ class ADD(Binary):
 @register
 class MUL(Binary):
     """y = x · z  ⇒  dx = dy · z, dz = dy · x"""
+    commutative = True
     def forward(x, z): return np.multiply(x, z)
     def backward(dy, y):
         x, z = y.src
@@ -155,11 +144,12 @@ class CMPLT(Compare):
 @register
 class CMPEQ(Compare):
     """y = [x = z] (bool); no gradient"""
+    commutative = True
     def forward(x, z): return np.equal(x, z)
 
 
 @register
-class WHERE(Op):
+class WHERE(Ternary):
     """y = c ? a : b  ⇒  da = c ? dy : 0, db = c ? 0 : dy (no gradient to the condition)"""
     def infer(src, arg):
         c, a, b = src

@@ -3,11 +3,11 @@ import math
 
 import numpy as np
 
-from .base import Op, register
+from .base import Movement, Op, register
 
 
 @register
-class RESHAPE(Op):
+class RESHAPE(Movement):
     """y = x with shape `arg` (same elements, row-major order)  ⇒  dx = reshape(dy, x.shape)"""
     def infer(src, arg):
         (x,) = src
@@ -19,7 +19,7 @@ class RESHAPE(Op):
 
 
 @register
-class PERMUTE(Op):
+class PERMUTE(Movement):
     """y = x with axes reordered, yᵢ = x_{order⁻¹(i)}  ⇒  dx = permute(dy, order⁻¹)"""
     def infer(src, arg):
         (x,) = src
@@ -31,7 +31,7 @@ class PERMUTE(Op):
 
 
 @register
-class EXPAND(Op):
+class EXPAND(Movement):
     """y = x broadcast to shape `arg` (size-1 axes repeated)  ⇒  dx = Σ dy over the repeated axes.
     This is the one place where broadcasting is undone: the front end broadcasts only through EXPAND."""
     def infer(src, arg):
@@ -56,7 +56,7 @@ def _sliced_shape(shape, arg, what):
 
 
 @register
-class SHRINK(Op):
+class SHRINK(Movement):
     """y = x[start:stop:step] on each axis (`arg`: one (start, stop, step) per axis)  ⇒  dx = PAD(dy) back into
     zeros of x's shape at the same positions"""
     def infer(src, arg):

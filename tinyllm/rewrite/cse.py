@@ -6,6 +6,7 @@ import weakref
 
 from .. import dtype as dt
 from ..graph import Node, toposort
+from ..ops import Group
 from .engine import Pat, PatternMatcher
 
 
@@ -34,6 +35,6 @@ def canonical_order(x):
 
 
 cse = PatternMatcher([
-    (Pat({"ADD", "MUL", "CMPEQ"}, name="x"), canonical_order),
+    (Pat(Group.COMMUTATIVE, name="x"), canonical_order),
     (Pat("MAX", dtype=(dt.bool_, dt.int64), name="x"), canonical_order),
 ])

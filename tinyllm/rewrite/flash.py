@@ -127,7 +127,7 @@ def _evaluate(node):
                 return None
             else:
                 op, ins = OPS[n.op], [vals[s] for s in n.src]
-                vals[n] = op.forward(*ins, arg=n.arg) if op.takes_arg else op.forward(*ins)
+                vals[n] = op.evaluate(*ins, arg=n.arg)
     return vals[node]
 
 

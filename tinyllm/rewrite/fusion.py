@@ -1,30 +1,20 @@
 """Kernel fusion: chains of elementwise ops, and elementwise ops feeding a reduction, become one FUSED node.
 
-A FUSED node's `arg` is a Kernel: an iteration shape, an optional reduction, and straight-line code over its
-inputs. Views between fused ops (permute, expand, slice, viewable reshape) fold into each input's strides and
+A FUSED node's `arg` is a Kernel (tinyllm/ops/kernel.py): an iteration shape, an optional reduction, and
+straight-line code over its inputs. Views between fused ops (permute, expand, slice, viewable reshape) fold into each input's strides and
 offset, so they cost no copy and no kernel. A value with more than one consumer is computed once and stored.
-The same Kernel is rendered to C (runtime/render/c.py) and WGSL, and `run_kernel` is its NumPy meaning.
+The same Kernel is rendered to C (runtime/render/c.py) and WGSL (runtime/render/wgsl.py).
 """
 import math
-from collections import namedtuple
 
-import numpy as np
-
-from ..graph import OPS, Node, build, substitute, toposort
-from ..ops.base import Op, register
+from ..graph import Node, build, consumers, substitute, toposort
+from ..ops import Group
+from ..ops.kernel import Kernel
 from ..views import contiguous_strides, view_strides
 from .engine import Pat, PatternMatcher, graph_rewrite
 
-ELEMENTWISE = {"NEG", "EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF", "CAST", "ADD", "MUL", "MAX", "CMPLT", "CMPEQ",
-               "WHERE"}
-REDUCE = {"SUM", "REDUCE_MAX"}
-FOLDABLE_VIEWS = {"PERMUTE", "EXPAND", "SHRINK", "RESHAPE", "DETACH"}
+FOLDABLE_VIEWS = Group.VIEW - {"CHECKPOINT"}  # a CHECKPOINT marker keeps a recomputed copy apart: never folded
 
-# shape: the iteration shape (a reduction's input shape); reduce: (op, axes) or None; ins: per input
-# (src index, strides, offset) in elements over the iteration shape; code: SSA instructions
-# (op, arg, operand indices, dtype); the last instruction is the value stored (or reduced), unless `outs` names
-# several (an elementwise kernel with several outputs, one after another in memory: see fuse_outputs).
-Kernel = namedtuple("Kernel", "shape reduce ins code outs", defaults=(None,))
 
 
 def _view_chain(node):
@@ -121,10 +111,7 @@ def fuse(roots, max_inputs=None):
     """The fusion pass: returns new roots whose graph holds FUSED nodes instead of elementwise ops. `max_inputs`
     bounds the buffers one kernel reads (a WebGPU device binds only so many storage buffers per shader): a
     producer whose inputs would not fit is stored and read instead of inlined."""
-    users = {}
-    for n in toposort(roots, stop=lambda n: n.buffer is not None):
-        for s in set(n.src):
-            users[s] = users.get(s, 0) + 1
+    users = {n: len(c) for n, c in consumers(toposort(roots, stop=lambda n: n.buffer is not None)).items()}
     for r in roots:
         users[r] = users.get(r, 0) + 1  # an output is always stored
     # The rules see nodes rebuilt on already-fused sources; `origin` maps them back to the graph's own nodes
@@ -175,8 +162,8 @@ def fuse(roots, max_inputs=None):
         if x not in origin:  # not fused, but its consumers need to find the graph's node
             origin[x] = original(x)
 
-    pm = PatternMatcher([(Pat(ELEMENTWISE, name="x"), elementwise, "fuse_elementwise"),
-                         (Pat(REDUCE, name="x"), reduction, "fuse_reduce"),
+    pm = PatternMatcher([(Pat(Group.ELEMENTWISE, name="x"), elementwise, "fuse_elementwise"),
+                         (Pat(Group.REDUCE, name="x"), reduction, "fuse_reduce"),
                          (Pat(name="x"), remember, "remember")])
     return _absorb_single_consumers(graph_rewrite(roots, pm, "fusion"), max_inputs)
 
@@ -188,17 +175,14 @@ def _absorb_single_consumers(roots, max_inputs):
     builder shares its instructions, so it is computed once, and never written to memory and read back."""
     kept = set(roots)
     while True:
-        users = {}
         nodes = toposort(roots, stop=lambda n: n.buffer is not None)
-        for n in nodes:
-            for s in set(n.src):
-                users.setdefault(s, []).append(n)
+        users = consumers(nodes)
         changes = {}
         for c in nodes:
             if c.op != "FUSED" or c.arg.reduce is not None or c.arg.outs is not None:
                 continue
             for k in c.src:
-                if _absorbable(k, c, users.get(k, ()), kept, max_inputs):
+                if _absorbable(k, c, users[k], kept, max_inputs):
                     changes[c] = _absorb(c, k)
                     break
         if not changes:
@@ -262,38 +246,3 @@ def fuse_outputs(roots):
             replace[m] = build("SHRINK", merged, arg=((j * shape[0], (j + 1) * shape[0], 1),) +
                                tuple((0, n, 1) for n in shape[1:]))
     return [replace.get(r, r) for r in roots]
-
-
-def run_kernel(kernel, *bases, out_dtype):
-    """The NumPy meaning of a Kernel (the reference its C and WGSL renderings are tested against)."""
-    vals = []
-    for op, arg, operands, dtype in kernel.code:
-        np_dtype = np.dtype(dtype if dtype != "bool" else np.bool_)
-        if op == "IN":
-            i, strides, offset = kernel.ins[arg]
-            flat = np.ascontiguousarray(bases[i]).reshape(-1)
-            vals.append(np.lib.stride_tricks.as_strided(flat[offset:], kernel.shape,
-                                                        [s * flat.itemsize for s in strides], writeable=False))
-        elif op == "CONST":
-            vals.append(np.array(arg, dtype=np_dtype))
-        elif op == "COPY":
-            vals.append(vals[operands[0]])
-        else:
-            fn = OPS[op].forward
-            ins = [vals[o] for o in operands]
-            vals.append(fn(*ins, arg=arg) if OPS[op].takes_arg else fn(*ins))
-    if kernel.outs is not None:
-        return np.array(np.concatenate([np.broadcast_to(vals[o], kernel.shape) for o in kernel.outs]), dtype=out_dtype)
-    out = np.broadcast_to(vals[-1], kernel.shape)
-    if kernel.reduce is not None:
-        op, axes = kernel.reduce
-        out = np.sum(out, axis=axes, keepdims=True) if op == "SUM" else np.max(out, axis=axes, keepdims=True)
-    return np.array(out, dtype=out_dtype, order="C")  # a copy that keeps a 0-d shape (ascontiguousarray would not)
-
-
-@register
-class FUSED(Op):
-    """Many elementwise ops (and a reduction) run as one kernel; made by the fusion pass after autograd, so it
-    has no gradient rule of its own."""
-    def infer(src, arg): raise TypeError("FUSED nodes are made by the fusion pass, not built")
-    def forward(*xs, arg): return run_kernel(arg, *xs, out_dtype=None)

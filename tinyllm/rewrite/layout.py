@@ -3,7 +3,7 @@
 (A B)ᵀ = Bᵀ Aᵀ, and the matmul kernels read transposed operands in place, so a transposed product costs nothing
 when it is computed as the product of the transposes. The weight gradient of `x @ W.T` is such a product (dW =
 (xᵀ dY)ᵀ); stored untransposed, the optimizer's kernels then read it row by row instead of copying it first."""
-from ..graph import build, toposort
+from ..graph import build, consumers, toposort
 from .engine import Pat, PatternMatcher, graph_rewrite
 
 
@@ -20,13 +20,10 @@ def _transposed(x, swap):
 
 
 def layout(roots):
-    users = {}
-    for n in toposort(roots, stop=lambda n: n.buffer is not None):
-        for s in set(n.src):
-            users[s] = users.get(s, 0) + 1
+    users = consumers(toposort(roots, stop=lambda n: n.buffer is not None))
 
     def transposed_product(t, mm):
-        if users.get(mm, 0) != 1:  # another user needs the product as it is: computing both costs a matmul
+        if len(users[mm]) != 1:  # another user needs the product as it is: computing both costs a matmul
             return None
         a, b = mm.src
         return build("MATMUL", _transposed(b, t.arg), _transposed(a, t.arg))

@@ -20,11 +20,10 @@ import numpy as np
 
 from .. import dtype as dt
 from ..graph import Node, toposort
-from ..ops.base import Op, register
+from ..ops.rowwise import STATS
 from ..env import debug_level
 from .engine import Fired, Pat, PatternMatcher, _recorders, trace
 
-STATS = 2  # reductions packed after each row
 # A match: the packed node (its sources are still the unrewritten graph's), the output y, the reduction nodes
 # it also hands back (in packed order), and the pattern's inner nodes (not to be matched on their own).
 Match = namedtuple("Match", "packed out stats inner")
@@ -170,66 +169,3 @@ def _rebuild(roots, matches):
             src = tuple(new[s] for s in n.src) if n.buffer is None else n.src
             new[n] = n if src == n.src else Node(n.op, src, n.arg, n.shape, n.dtype)
     return [new[r] for r in roots]
-
-
-# ---- the ops: NumPy forwards, step for step the primitives they replace -------------------------------------------
-def _pack(y, *stats):
-    return np.concatenate([y, *stats], axis=-1).astype(np.float32)
-
-
-def softmax_forward(x):
-    with np.errstate(all="ignore"):
-        mx = x.max(-1, keepdims=True)
-        e = np.exp(x + -mx)
-        total = e.sum(-1, keepdims=True, dtype=np.float32)
-        return _pack(e * (np.float32(1) / total), mx, total)
-
-
-def log_softmax_forward(x):
-    with np.errstate(all="ignore"):
-        mx = x.max(-1, keepdims=True)
-        s = x + -mx
-        total = np.exp(s).sum(-1, keepdims=True, dtype=np.float32)
-        return _pack(s + -np.log(total), mx, total)
-
-
-def layer_norm_forward(x, *vectors, arg):
-    eps, has_w, has_b = arg
-    k = np.float32(1) / np.float32(x.shape[-1])
-    with np.errstate(all="ignore"):
-        s1 = x.sum(-1, keepdims=True, dtype=np.float32)
-        c = x + -(s1 * k)
-        s2 = (c * c).sum(-1, keepdims=True, dtype=np.float32)
-        y = c * (np.float32(1) / np.sqrt(k * s2 + np.float32(eps)))
-        vectors = [v.reshape(-1) for v in vectors]
-        if has_w:
-            y = y * vectors.pop(0)
-        if has_b:
-            y = y + vectors.pop(0)
-        return _pack(y, s1, s2)
-
-
-def _made_by_pass(op):
-    raise TypeError(f"{op} nodes are made by the row-kernel pass (tinyllm/rewrite/rowwise.py), not built")
-
-
-@register
-class ROW_SOFTMAX(Op):
-    """[softmax(x) | max x | Σ e^(x - max)] over the last axis; made after autograd, so no gradient rule."""
-    def infer(src, arg): _made_by_pass("ROW_SOFTMAX")
-    def forward(x): return softmax_forward(x)
-
-
-@register
-class ROW_LOG_SOFTMAX(Op):
-    """[log_softmax(x) | max x | Σ e^(x - max)] over the last axis; made after autograd, so no gradient rule."""
-    def infer(src, arg): _made_by_pass("ROW_LOG_SOFTMAX")
-    def forward(x): return log_softmax_forward(x)
-
-
-@register
-class ROW_LAYER_NORM(Op):
-    """[layer_norm(x)·w + b | Σx | Σ(x - mean)²] over the last axis (w, b present as arg = (eps, has_w, has_b)
-    says); made after autograd, so no gradient rule."""
-    def infer(src, arg): _made_by_pass("ROW_LAYER_NORM")
-    def forward(x, *vectors, arg): return layer_norm_forward(x, *vectors, arg=arg)

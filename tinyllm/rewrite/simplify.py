@@ -12,11 +12,10 @@ import numpy as np
 
 from .. import dtype as dt
 from ..graph import OPS, const
+from ..ops import Group
 from .engine import Pat, PatternMatcher
 
-ELEMENTWISE = {"NEG", "EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF", "CAST", "CONTIGUOUS", "ADD", "MUL", "MAX", "CMPLT",
-               "CMPEQ", "WHERE"}
-VIEWS = {"RESHAPE", "EXPAND", "PERMUTE", "SHRINK"}
+FOLDABLE = Group.ELEMENTWISE | {"CONTIGUOUS"}  # ops computed from their inputs' values alone (a copy too)
 # x -> y is lossless, so CAST(CAST(x, mid), to) == CAST(x, to)
 LOSSLESS = {(dt.bool_, dt.int64), (dt.bool_, dt.float32), (dt.bool_, dt.float64), (dt.float32, dt.float64)}
 
@@ -26,27 +25,18 @@ def _const(value, pred=lambda a: True):
     return Pat("CONST", arg=lambda a: not isinstance(a, bool) and a == value and pred(a))
 
 
-def _folded(value, shape, dtype):
-    """const(value), or None when the graph hands back a constant that is not bit-for-bit `value`: hash-consing
-    compares args with ==, so to it 0.0 and -0.0 are one CONST, whichever was made first."""
-    node = const(value, shape, dtype)
-    a, b = node.arg, value
-    same = (a == b and math.copysign(1, a) == math.copysign(1, b)) or (a != a and b != b)
-    return node if same else None
-
-
 def fold_elementwise(x):
     """An elementwise op whose inputs are all constants is a constant, computed by the op's own forward."""
     if any(s.op != "CONST" for s in x.src):
         return None
     ins = [np.array(s.arg, dtype=s.dtype.np) for s in x.src]
-    out = OPS[x.op].forward(*ins, arg=x.arg) if OPS[x.op].takes_arg else OPS[x.op].forward(*ins)
-    return _folded(np.asarray(out, dtype=x.dtype.np).item(), x.shape, x.dtype)
+    out = OPS[x.op].evaluate(*ins, arg=x.arg)
+    return const(np.asarray(out, dtype=x.dtype.np).item(), x.shape, x.dtype)
 
 
 def fold_view(x):
     """Moving a constant around leaves a constant."""
-    return _folded(x.src[0].arg, x.shape, x.dtype)
+    return const(x.src[0].arg, x.shape, x.dtype)
 
 
 def fold_sum(c, x):
@@ -59,16 +49,16 @@ def fold_sum(c, x):
         return None
     v = float(np.array(c.arg, dtype=c.dtype.np))  # the value the runtime sees (a float32 CONST may hold 0.1)
     if v == 0 or n == 0:
-        return _folded(0.0, x.shape, x.dtype)
+        return const(0.0, x.shape, x.dtype)
     if not math.isfinite(v):
-        return _folded(v, x.shape, x.dtype)
+        return const(v, x.shape, x.dtype)
     num = v.as_integer_ratio()[0]
     while num % 2 == 0:  # v = num·2^k with num odd
         num //= 2
     bits = np.finfo(c.dtype.np).nmant + 1
     if n * abs(num) >= 2 ** bits or n * abs(v) > np.finfo(c.dtype.np).max:
         return None
-    return _folded(v * n, x.shape, x.dtype)  # exact in float64, and representable in the dtype
+    return const(v * n, x.shape, x.dtype)  # exact in float64, and representable in the dtype
 
 
 def drop_detach(x): return x  # after autograd, DETACH has nothing left to stop
@@ -96,9 +86,9 @@ simplify = PatternMatcher([
     (Pat("CAST", src=(x,), name="c"), same_cast),
     (Pat("CAST", src=(Pat("CAST", src=(x,), name="m"),), name="c"), cast_cast),
     (Pat("WHERE", src=(Pat(name="c"), Pat(name="a"), Pat(name="a"))), where_same),
-    (Pat(ELEMENTWISE, name="x"), fold_elementwise),
+    (Pat(FOLDABLE, name="x"), fold_elementwise),
     (Pat("WHERE", src=(Pat("CONST", name="c"), Pat(name="a"), Pat(name="b"))), where_const),
-    (Pat(VIEWS, src=(Pat("CONST"),), name="x"), fold_view),
+    (Pat(Group.MOVEMENT, src=(Pat("CONST"),), name="x"), fold_view),
     (Pat("SUM", src=(Pat("CONST", name="c"),), name="x"), fold_sum),
     (Pat("RESHAPE", src=(Pat("RESHAPE", src=(x,)),), name="r"), reshape_reshape),
     (Pat("EXPAND", src=(Pat("EXPAND", src=(x,)),), name="e"), expand_expand),

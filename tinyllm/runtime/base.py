@@ -24,7 +24,11 @@ class Buffer:
 
 class Runtime:
     name = "?"
-    passes = ()  # rewrite passes this runtime adds after the common ones: (name, fn(roots) -> roots)
+    # What this runtime's kernels can run, from which tinyllm/rewrite/pipeline.py picks the lowering passes:
+    fuses = False  # FUSED kernels (the fusion pass)
+    multi_output_kernels = False  # FUSED kernels with several outputs (fuse_outputs)
+    row_kernels = False  # ROW_* kernels (the rowwise pass)
+    max_kernel_inputs = None  # buffers one kernel may read (None: no limit)
 
     def from_numpy(self, array, dtype):
         raise NotImplementedError
@@ -50,7 +54,7 @@ class Runtime:
                 vals[n] = self.constant(n.arg, n.shape, n.dtype)
         return vals
 
-    # Whether chain(plan, observed) can make something that replays all of a jit Plan's schedules at once, from
+    # Whether chain(tape, observed) can make something that replays all of a jit Tape's schedules at once, from
     # what the replay that just ran reported to `observed` (a list, set while it ran): the C runtime's c_chain
     chains = False
 

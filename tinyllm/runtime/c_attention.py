@@ -2,11 +2,11 @@
 
 Handlers take (runtime, node, inputs) and return the output array, or None where the kernel does not apply
 (float64, or no prebuilt module): the op's NumPy forward (the tiled reference) runs instead. The kernels read
-their inputs in place through strides, so q, k and v split out of one projection (views) are not copied; only
-an input whose last axis is strided, or whose batch axes need more than two strides, is copied first."""
+their inputs in place through strides, so q, k and v split out of one projection (views) are not copied; an
+input whose last axis is strided is, and all are made row-major where their batch axes need over two strides."""
 import numpy as np
 
-from .c_program import CStruct
+from .c_record import CStruct
 from .c_views import batch_runs
 
 
@@ -25,32 +25,22 @@ def _views(runtime, arrays):
     return views, (b0, b1)
 
 
-def flash_forward(runtime, node, ins):
-    got = _views(runtime, ins)
-    if got is None:
-        return None
-    views, batch = got
-    q, k, v = ins
-    scale, causal = node.arg
-    out = runtime.empty(node.shape, np.dtype(np.float32))
-    if out.size:
-        runtime.call(runtime.lib.attention_forward, out, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
-                     v.shape[-1], scale, int(causal))
-    return out
+def _kernel(name):
+    """The handler of runtime_c/attention.c's kernel `name` (both take the same arguments: attention.h)."""
+    def run(runtime, node, ins):
+        got = _views(runtime, ins)
+        if got is None:
+            return None
+        views, batch = got
+        q, k, v = ins[:3]
+        scale, causal = node.arg
+        out = runtime.empty(node.shape, np.dtype(np.float32))
+        if out.size:
+            runtime.call(getattr(runtime.lib, name), out, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
+                         v.shape[-1], scale, int(causal))
+        return out
+    return run
 
 
-def flash_backward(runtime, node, ins):
-    got = _views(runtime, ins)
-    if got is None:
-        return None
-    views, batch = got
-    q, k, v = ins[:3]
-    scale, causal = node.arg
-    grads = runtime.empty(node.shape, np.dtype(np.float32))
-    if grads.size:
-        runtime.call(runtime.lib.attention_backward, grads, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
-                     v.shape[-1], scale, int(causal))
-    return grads
-
-
+flash_forward, flash_backward = _kernel("attention_forward"), _kernel("attention_backward")
 HANDLERS = {"FLASH_ATTN": flash_forward, "FLASH_ATTN_BWD": flash_backward}

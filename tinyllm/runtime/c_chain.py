@@ -1,27 +1,10 @@
-"""A jitted step's schedules replayed as one chain of C calls, in memory that stays put from call to call.
+"""A jitted step's schedules replayed as one Chain of C calls over arrays that stay put (replay/jit.py).
 
-A replay (tinyllm/jit.py) runs each schedule of the step through the runtime: it gathers the schedule's inputs,
-keys its Program by their layout (c_program.py), makes the returned arrays, points the calls at them, wraps the
-results in Buffers and gives tensors their new values. On a small model that Python costs a fifteenth of a
-step, and it runs with the kernels' data in the caches instead of its own objects, while the other threads wait.
-
-Once a replay of the step updated every tensor it assigns in place (an optimizer's parameters and moments, see
-Program._take), what the step reads and writes stays where it is from call to call: the parameters and moments
-in their own arrays, the values one schedule passes to the next (the gradients) in arrays that nothing outside
-the step can see. A Chain keeps those arrays and the Programs pointed at them, as that replay left them, and a
-call then only
-
-  * checks that this still holds: each assigned tensor has its node, and nothing but that tensor holds the node,
-    its array or a view of the array (as the normal replay checks before each donation; else the normal replay
-    runs, and the step may be chained again later);
-  * copies the arguments into the chain's own arrays, and the optimizer's host values (learning rate, bias
-    corrections) into its 0-d arrays, just before the first schedule that reads them;
-  * makes the C calls of every schedule in turn;
-  * copies out what the step returns or leaves in .grad, into new arrays, as the caller may keep those.
-
-What the step passes between its schedules is held by the chain between calls, uncounted by memory_allocated
-(as torch's caching allocator keeps freed blocks reserved) and counted in the peak while a call runs.
-"""
+Once a replay updated every tensor the step assigns in place (c_donate.py), what the step reads and writes stays
+where it is from call to call. A Chain keeps those arrays and the Programs pointed at them; a call checks that
+nothing else holds what it writes over, copies in the arguments and host values, makes the C calls and copies out
+what the step returns or leaves in .grad. The arrays passed between schedules (the gradients) are not counted by
+memory_allocated between calls (as torch's caching allocator keeps freed blocks reserved), only in the peak."""
 import copy
 import sys
 import weakref
@@ -33,31 +16,31 @@ from .base import Buffer
 from .memory import owner, track, untrack
 
 
-def build(runtime, plan, observed):
-    """A Chain for `plan`, from `observed`: what each Program.run of the replay that just ended saw (its inputs,
+def build(runtime, tape, observed):
+    """A Chain for `tape`, from `observed`: what each Program.run of the replay that just ended saw (its inputs,
     returned arrays, what it took over and its output values). None when a schedule did not run from its
     Program, returned one of its inputs (the caller may copy those), read an argument that is not row-major, or
     can report bad input (an embedding's index) and runs after one that writes in place or reads host values:
     it could fail halfway, where the normal replay has to start over."""
-    if len(observed) != len(plan.steps):
+    if len(observed) != len(tape.schedules):
         return None
     observed = [(program, [_strong(a) for a in inputs], *rest) for program, inputs, *rest in observed]
     if any(a is None for _, inputs, *_ in observed for a in inputs):
         return None  # (every input is alive: a schedule's inputs are held by their tensors or earlier outputs)
     written = False
-    for (program, inputs, _, taken, _), (_, _, srcs) in zip(observed, plan.steps):
+    for (program, inputs, _, taken, _), (_, _, srcs) in zip(observed, tape.schedules):
         if (program.checks and written) or any(out[0] != "fresh" for out in program.outputs):
             return None
         if any(srcs[pos][0] == "arg" and not inputs[i].flags.c_contiguous for pos, i in program.feeds.items()):
             return None
         written = written or bool(taken) or any(s[0] == "host" for s in srcs)
-    return Chain(runtime, plan, observed)
+    return Chain(runtime, tape, observed)
 
 
 class Chain:
-    """A jit Plan's Programs pointed at arrays that stay put (see the module's docstring)."""
+    """A Tape's Programs pointed at arrays that stay put (see the module's docstring)."""
 
-    def __init__(self, runtime, plan, observed):
+    def __init__(self, runtime, tape, observed):
         self.runtime = runtime
         # the arrays the step updates in place, watched weakly: the checks count who holds them
         self.groups, weak = [], {}
@@ -67,9 +50,9 @@ class Chain:
                 self.groups.append((weakref.ref(base), [weakref.ref(a) for a in members]))
                 for a in [base, *members]:
                     weak[id(a)] = weakref.ref(a)
-        self.args, self.hosts, self.steps, made = [], [], [], {}
-        self.first_host = len(plan.steps)  # the step before which the host values are computed
-        for k, ((program, inputs, fresh, _, _), (_, _, srcs)) in enumerate(zip(observed, plan.steps)):
+        self.args, self.hosts, self.programs, made = [], [], [], {}
+        self.first_host = len(tape.schedules)  # the schedule before which the host values are computed
+        for k, ((program, inputs, fresh, _, _), (_, _, srcs)) in enumerate(zip(observed, tape.schedules)):
             arrays = list(inputs)
             for pos, i in program.feeds.items():
                 kind = srcs[pos][0]
@@ -82,14 +65,14 @@ class Chain:
                     self.first_host = min(self.first_host, k)
             made.update((id(owner(a)), owner(a)) for a in fresh if id(a) not in weak)
             used = [arrays[i] for i in program.inputs] + list(fresh)
-            if any(program is p for p, _ in self.steps):  # one Program serving several steps (an optimizer's
-                program = copy.copy(program)  # chunks of one shape): each step's copy keeps its own pointers
+            if any(program is p for p, _ in self.programs):  # one Program serving several schedules (an optimizer's
+                program = copy.copy(program)  # chunks of one shape): each one's copy keeps its own pointers
                 program.arena = None
-            self.steps.append((program, [weak.get(id(a), a) for a in used]))
+            self.programs.append((program, [weak.get(id(a), a) for a in used]))
         self.escaping = {}  # what the step returns or leaves in .grad: source -> (array, shape, dtype)
-        for src in [s for s, _ in plan.outputs] + [s for _, s in plan.grads if s is not None]:
+        for src in [s for s, _ in tape.outputs] + [s for _, s in tape.grads if s is not None]:
             k, j = src[1:]
-            value, node = observed[k][4][j], plan.steps[k][1].outputs[j]
+            value, node = observed[k][4][j], tape.schedules[k][1].outputs[j]
             self.escaping[src] = (weak.get(id(value), value), node.shape, node.dtype)
         for a in made.values():  # held between calls but not in use: counted only while a call runs
             untrack(a)
@@ -99,7 +82,7 @@ class Chain:
         """{source: Buffer} of what the step returns and leaves in .grad, or None when the normal replay must run
         instead: replays are off, a value the step writes over is held elsewhere, another thread is replaying, or a
         kernel reported bad input (the normal replay then raises the error). `args`: the arguments' Buffers;
-        `host_values()`: each hook's host values, called once, when the chain can no longer fail."""
+        `host_values()`: each host fn's values, called once, when the chain can no longer fail."""
         runtime = self.runtime
         if not runtime.replays or debug_level() or not self._alone():  # (TINYLLM_DEBUG times each kernel)
             return None
@@ -108,13 +91,13 @@ class Chain:
         try:
             for array, i in self.args:
                 np.copyto(array, args[i].data)
-            for k, (program, arrays) in enumerate(self.steps):
+            for k, (program, arrays) in enumerate(self.programs):
                 if k == self.first_host:
                     self._host(host_values())
                 program.prepare(runtime, lambda: [_strong(a) for a in arrays], self)
                 if not program.call(self.nbytes):
                     return None
-            if self.first_host == len(self.steps):
+            if self.first_host == len(self.programs):
                 self._host(host_values())
             return {src: Buffer(runtime, track(np.array(_strong(a))), shape, dtype)
                     for src, (a, shape, dtype) in self.escaping.items()}
@@ -127,7 +110,7 @@ class Chain:
 
     def _alone(self):
         """Whether nothing but its Buffer holds each array the step writes over, and nothing but those arrays
-        (views of it) holds their base: what Program._take checks, counted with the chain's weak references."""
+        (views of it) holds their base: what c_donate.take checks, counted with the chain's weak references."""
         for base_ref, member_refs in self.groups:
             base = base_ref()
             if base is None:

@@ -1,231 +1,23 @@
-"""A schedule's run on the C runtime recorded once as a list of C calls, then replayed without its Python.
+"""A schedule's recorded C calls (c_record.py) replayed as a Program: a loop of calls without the handlers' Python.
 
-Every C call the runtime's handlers make goes through CRuntime.call. The second time a schedule runs with
-inputs of one layout (shapes, strides, dtypes), a Recorder sees those calls and writes each pointer argument as
-a place in a region: an input of the schedule, or an array the schedule allocated (runtime.empty). From the third
-run on, a Program makes the same calls:
-
-  * Arrays that live only inside the schedule get fixed places in an arena, packed by their lifetimes (the first
-    and last call that touches each) as an allocator would place them. Their pointers are bound once. The arena
-    is the runtime's scratch memory, shared by every Program (one schedule runs at a time), so what they hold
-    together is the largest one's arena, not the sum; when it grows, each Program binds its pointers again.
-  * Arrays the schedule returns are allocated afresh on each run, and the inputs change from run to run: only
-    those pointers are written into the prepared arguments before the calls. A returned array may instead take
-    over inputs the caller donated (tinyllm.jit: an optimizer's old parameter and moments), when the one kernel
-    that writes it reads them element by element in step and nothing else holds them (Program._take): the
-    optimizer then updates in place.
-
-That replaces the per-kernel Python (handler dispatch, layout checks, the buffer pool, cffi's conversion of
-every argument) by a loop of calls: the Python of a GPT training step (bench config S, 2 threads) goes from 5.3
-to 1.3 ms. Generated kernels that follow one another are one call of that loop (tl_run_kernels): 233 calls of
-a step become 127, and the kernels of a run follow each other without Python, or the cache misses its objects
-cost after a kernel, in between.
-
-A run is recorded only if every kernel either returned a view of something it read, or made C calls and returned
-an array from runtime.empty; a kernel that ran its NumPy forward (or copied with NumPy) leaves the schedule on
-the normal path. Views cost nothing to replay: their offsets and strides are in the recorded arguments.
-"""
+The arrays that live only inside the schedule get fixed places in the runtime's arena (c_arena.py), so their
+pointers are bound once; the arena is shared by every Program (one schedule runs at a time), and when it grows
+each Program binds its pointers again. The returned arrays are made afresh on each run, or take over inputs the
+caller donated (c_donate.py), and the inputs change from run to run: only those pointers are written into the
+bound arguments before the calls. Generated kernels that follow one another are one call of tl_run_kernels
+(runtime_c/program.c). Views cost nothing to replay: their offsets and strides are in the recorded arguments."""
 import functools
-import sys
 import weakref
 
 import numpy as np
 
 from . import compiler
 from .base import Buffer
+from .c_arena import ALIGN, pack, peak
+from .c_donate import donors, take
+from .c_record import CallRecorder, CStruct, NotRecordable, Ref
 from .c_views import address
 from .memory import note_peak, owner, track
-
-ALIGN = 64  # bytes: each arena array starts on a cache line, as NumPy's own allocations of this size do
-
-
-class CStruct:
-    """A struct passed by pointer to a C function: its cffi type ("tl_attn_view *") and its fields in order;
-    a field may be an array (a pointer to its first element)."""
-    __slots__ = ("ctype", "fields")
-
-    def __init__(self, ctype, fields):
-        self.ctype, self.fields = ctype, fields
-
-
-def c_args(ffi, fn, args):
-    """args as fn's C arguments: an array becomes a pointer to its first element, a list of arrays a char *[]
-    (the generated kernels' argument), a CStruct a pointer to a new struct."""
-    return [_c_value(ffi, a, t) for a, t in zip(args, ffi.typeof(fn).args)]
-
-
-def _c_value(ffi, a, ctype):
-    if isinstance(a, np.ndarray):
-        return ffi.cast(ctype, address(a))
-    if isinstance(a, list):
-        return compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(x) for x in a])
-    if isinstance(a, CStruct):
-        fields = ffi.typeof(a.ctype).item.fields
-        return ffi.new(a.ctype, [_c_value(ffi, v, f.type) for v, (_, f) in zip(a.fields, fields)])
-    return a
-
-
-class Region:
-    """Memory a recorded pointer may point into: input `index` of the schedule, or allocation `index`."""
-    __slots__ = ("kind", "index", "array", "base", "low", "high", "shape", "dtype", "first", "last", "place")
-
-    def __init__(self, kind, index, array):
-        # weakly: once the array is freed, NumPy may hand its memory to a temporary the schedule never recorded
-        self.kind, self.index, self.array, self.base = kind, index, weakref.ref(array), address(array)
-        self.low, self.high = _bounds(array)
-        self.shape, self.dtype = array.shape, array.dtype
-        self.first = self.last = None  # the first and last recorded call that touches it
-        self.place = None  # ("arena", byte offset) or ("fresh", position in the per-run arrays)
-
-    @property
-    def nbytes(self):
-        return self.high - self.low
-
-
-def _bounds(array):
-    """[low, high): the bytes an array's elements span."""
-    at = address(array)
-    if not array.size:
-        return at, at
-    steps = [(n - 1) * st for n, st in zip(array.shape, array.strides)]
-    return at + sum(x for x in steps if x < 0), at + sum(x for x in steps if x > 0) + array.itemsize
-
-
-class Ref:
-    """A recorded pointer: `offset` bytes from the start of `region` (None: a null pointer)."""
-    __slots__ = ("region", "offset")
-
-    def __init__(self, region, offset):
-        self.region, self.offset = region, offset
-
-
-class NotRecordable(Exception):
-    pass
-
-
-class Recorder:
-    """Watches one run of a schedule (CRuntime.call, .empty and .run report to it)."""
-
-    def __init__(self, inputs):
-        self.input_arrays = inputs
-        self.inputs = [Region("input", i, a) for i, a in enumerate(inputs)]
-        self.live = [r for r in self.inputs if r.nbytes]
-        self.starts = {r.base: r for r in self.live}  # the live regions by their first byte: most pointers' own
-        spans = sorted((r.low, r.high) for r in self.live)
-        if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
-            self.failed = "two inputs share memory"  # a replay could not tell which one a pointer came from
-        else:
-            self.failed = None
-        self.allocs, self.calls = [], []  # calls: (fn, recorded args)
-        self.in_steps, self.next_in_step = {}, frozenset()  # call index -> c_runtime.in_step of its kernel
-        self.node_calls, self.node_allocs = 0, 0
-
-    def fail(self, why):
-        self.failed = self.failed or why
-
-    def allocated(self, array):
-        region = Region("alloc", len(self.allocs), array)
-        self.allocs.append(region)
-        if region.nbytes:  # memory the pool hands out again belonged to a dead array: forget that one
-            keep = []
-            for r in self.live:
-                if r.high <= region.low or r.low >= region.high:
-                    keep.append(r)
-                elif self.starts.get(r.base) is r:
-                    del self.starts[r.base]
-            self.live = keep + [region]
-            self.starts[region.base] = region
-
-    def find(self, array):
-        """The live region `array` points into, or None."""
-        if not array.size:
-            return None
-        at = address(array)
-        r = self.starts.get(at)
-        if r is not None and r.array() is not None:
-            return r
-        for r in reversed(self.live):  # the newest first: most pointers are to what a kernel just made
-            if r.low <= at < r.high and r.array() is not None:
-                return r
-        raise NotRecordable(f"a pointer to memory the schedule neither read nor allocated ({array.shape})")
-
-    def _ref(self, array):
-        region = self.find(array)
-        if region is None:
-            return Ref(None, 0)
-        at = len(self.calls)
-        region.first = at if region.first is None else region.first
-        region.last = at
-        return Ref(region, address(array) - region.base)
-
-    def _spec(self, a):
-        if isinstance(a, np.ndarray):
-            return self._ref(a)
-        if isinstance(a, list):
-            return [self._ref(x) for x in a]
-        if isinstance(a, CStruct):
-            return CStruct(a.ctype, [self._spec(v) for v in a.fields])
-        return a
-
-    def in_step(self, positions):
-        """The next call's kernel reads the inputs at these positions of its argument only at the element it
-        stores (c_runtime.in_step)."""
-        self.next_in_step = positions
-
-    def call(self, fn, args):
-        if self.failed is None:
-            try:
-                if self.next_in_step:
-                    self.in_steps[len(self.calls)] = self.next_in_step
-                self.calls.append((fn, [self._spec(a) for a in args]))
-            except NotRecordable as e:
-                self.fail(str(e))
-        self.next_in_step = frozenset()
-        self.node_calls += 1
-
-    def begin_kernel(self):
-        self.node_calls, self.node_allocs = 0, len(self.allocs)
-
-    def end_kernel(self, node, out):
-        """A kernel must have returned a view of something that existed before it, or an array it allocated
-        and wrote through C calls."""
-        if self.failed is not None or not out.size:
-            return
-        try:
-            region = self.find(out)
-        except NotRecordable:
-            region = None
-        made_here = region is not None and region.kind == "alloc" and region.index >= self.node_allocs
-        if not (made_here if self.node_calls else region is not None and not made_here):
-            self.fail(f"{node.op} {node.shape} ran outside C")
-
-    def program(self, runtime, schedule, outputs):
-        """The Program replaying this run (whose output values are `outputs`), or None."""
-        if self.failed is None:
-            try:
-                return Program(runtime, self, schedule, outputs)
-            except NotRecordable as e:
-                self.fail(str(e))
-        return None
-
-
-def _pack(regions):
-    """Byte offsets in one arena for regions whose lifetimes [first, last] (call indices) may overlap: the
-    largest first, each at the lowest offset clear of every placed region alive at the same time.
-    Returns the arena's size."""
-    placed, size = [], 0
-    for r in sorted(regions, key=lambda r: -r.nbytes):
-        n = -(-r.nbytes // ALIGN) * ALIGN
-        busy = sorted((o, o + m) for o, m, q in placed if q.first <= r.last and r.first <= q.last)
-        at = 0
-        for lo, hi in busy:
-            if at + n <= lo:
-                break
-            at = max(at, hi)
-        placed.append((at, n, r))
-        r.place = ("arena", at)
-        size = max(size, at + n)
-    return size
 
 
 class Program:
@@ -259,12 +51,12 @@ class Program:
         # A program whose calls report bad input (the embedding kernels) takes nothing over: the caller then runs
         # the schedule again on the normal path, which needs its inputs unchanged.
         self.checks = any(self.ffi.typeof(fn).result.cname != "void" for fn, _ in self.calls)
-        self.donors = {} if self.checks else _donors(rec, fresh, self.outputs)
-        self.places = {}  # see _places
+        self.donors = {} if self.checks else donors(rec, fresh, self.outputs)
+        self.places = {}  # (returned array, id of a donated base) -> where its views sit (c_donate._places)
         self.feeds = {n.arg: i for i, n in enumerate(schedule.inputs) if n.op == "SLOT"}  # feed position -> input
         touched = [r for r in rec.allocs if r.first is not None and r.place is None]
-        self.arena_size = _pack(touched)
-        self.peak = _peak(touched, list(fresh))
+        self.arena_size = pack(touched)
+        self.peak = peak(touched, list(fresh))
         self.inputs = sorted({ref.region.index for ref in self._refs() if ref.region and ref.region.kind == "input"})
         self.arena = None  # the runtime's arena the arguments are bound to (see _bind)
         self.patched = None  # who last wrote the per-run pointers: None for run(), else a c_chain.Chain
@@ -374,9 +166,9 @@ class Program:
     def run(self, runtime, schedule, inputs, donated=(), seen=None):
         """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
         runs the schedule on the normal path, which raises the error with its message. `donated`: indices of
-        inputs the caller no longer needs, whose memory a returned array may take over (see _take). `seen`, a
+        inputs the caller no longer needs, whose memory a returned array may take over (c_donate.take). `seen`, a
         list, gets (self, inputs, returned arrays, what was taken over, output values) (see c_chain.py)."""
-        taken = self._take(inputs, donated) if donated and self.donors else {}
+        taken = take(self, inputs, donated) if donated and self.donors else {}
         # the returned arrays, made here rather than by runtime.empty: no pool could hand one out (a replay frees
         # nothing), and runtime.empty's bookkeeping of what it made costs more than the allocation
         made = [taken[j][0] if j in taken else track(np.empty(shape, dtype))
@@ -406,94 +198,6 @@ class Program:
         if storage is None:  # every value is an array made here, of the output's dtype (checked when recorded)
             return [Buffer(runtime, v, n.shape, n.dtype) for n, v in zip(schedule.outputs, values)]
         return runtime.output_buffers(schedule, values, storage)
-
-    def _take(self, inputs, donated):
-        """{position of a returned array: (the array it takes over, {its view (offset, shape, strides), or None for
-        the whole of it: the input that is that view})}. A returned array written by one elementwise kernel over
-        inputs it reads in step (_donors) takes over their memory when the caller donated them all and they are one
-        array of its size (a single output's input), or views of one (a parameter and its moments), that nothing
-        else holds: no view of it but theirs, and no holder of them but the caller's."""
-        taken = {}
-        for j, candidates in self.donors.items():
-            arrays = [inputs[i] for i in candidates if i in donated]
-            if not arrays:
-                continue
-            shape, dtype = self.fresh[j]
-            whole = arrays[0].base is None
-            base = arrays[0] if whole else arrays[0].base
-            if not (type(base) is np.ndarray and base.base is None and base.shape == shape and base.dtype == dtype
-                    and base.flags.c_contiguous and base.flags.writeable):
-                continue
-            if whole:
-                # held by the callers, `arrays`, `base` and getrefcount's argument
-                if len(arrays) == 1 and sys.getrefcount(base) == CALLERS_REFS + 3:
-                    taken[j] = (base, {None: base})
-                continue
-            # each view holds its base; here `base` and getrefcount's argument do too
-            if sys.getrefcount(base) != len(arrays) + 2:
-                continue
-            for a in arrays:
-                # held by the callers, `arrays`, `a` and getrefcount's argument
-                if sys.getrefcount(a) != CALLERS_REFS + 3:
-                    break
-            else:
-                places = self._places(j, base, arrays)
-                if places is not None:
-                    taken[j] = (base, {view: arrays[k] for view, k in places.items()})
-        return taken
-
-    def _places(self, j, base, arrays):
-        """{(offset, shape, strides): k} of arrays[k], views of `base`, or None unless each is row-major at the
-        place of one of the kernel's outputs (a multiple of its size): the kernel then reads each element where
-        the same iteration writes it, or not at all. Remembered for the same objects (watched weakly: an array's
-        place never changes), as the arrays a replay took over come back on the next. A Program may serve several
-        realizes of a step (an optimizer's chunks of one shape), so it remembers each base it has seen."""
-        key = (j, id(base))
-        known = self.places.get(key)
-        if known is not None and len(known[0]) == len(arrays) and all(r() is a for r, a in zip(known[0], arrays)):
-            return known[1]
-        at, places = address(base), {}
-        for k, a in enumerate(arrays):
-            offset = address(a) - at
-            if a.base is not base or not a.flags.c_contiguous or offset % a.nbytes:
-                return None
-            places[(offset, a.shape, a.strides)] = k
-        gone = weakref.ref(base, functools.partial(_forget, self.places, key))  # the entry goes with the base
-        self.places[key] = ([weakref.ref(a) for a in arrays], places, gone)
-        return places
-
-
-def _forget(places, key, _):
-    places.pop(key, None)
-
-
-# References to a donated input array held by the callers of Program._take: the feed's Buffer, the runtime's input
-# values and execute's `inputs` (the tests of in-place updates fail if this is off either way)
-CALLERS_REFS = 3
-
-
-def _donors(rec, fresh, outputs):
-    """{position of a returned allocation: indices of the inputs whose memory it may take over}. The allocation
-    must be written by one generated elementwise kernel and read by no other call; an input qualifies if that
-    kernel reads it only at the element it stores (c_runtime.in_step) and through no other argument, no later
-    call reads it, and the schedule does not return it."""
-    returned = {out[1] for out in outputs if out[0] == "input"}
-    donors = {}
-    for region, j in fresh.items():
-        at = region.first
-        if at is None or region.last != at or at not in rec.in_steps:
-            continue
-        argv = rec.calls[at][1][0]
-        if argv[0].region is not region or argv[0].offset:
-            continue
-        read = [ref.region for ref in argv]
-        candidates = [ref.region.index for ref in (argv[q] for q in sorted(rec.in_steps[at]))
-                      if ref.region is not None and ref.region.kind == "input" and not ref.offset
-                      and ref.region.last == at and ref.region.index not in returned
-                      and sum(r is ref.region for r in read) == 1]  # read through no other argument
-        if candidates:
-            donors[j] = candidates
-    return donors
 
 
 def _kernel_runs(run_kernels, bound):
@@ -531,18 +235,6 @@ def _base(array):
     return compiler.ffi.cast("char *", address(array))
 
 
-def _peak(arena, fresh):
-    """Bytes above what the returned arrays hold that the normal path would hold at its fullest: the arena's
-    arrays alive at each call, plus the returned arrays allocated by then (a replay allocates them first)."""
-    events = sorted({r.first for r in arena + fresh if r.first is not None})
-    best = 0
-    for t in events:
-        live = sum(r.nbytes for r in arena if r.first <= t <= r.last)
-        early = sum(r.nbytes for r in fresh if r.first is not None and r.first <= t)
-        best = max(best, live + early)
-    return max(0, best - sum(r.nbytes for r in fresh))
-
-
 def execute(runtime, schedule, vals, donate=()):
     """Runs `schedule` on the C runtime: replayed from its Program when one was recorded for inputs of this
     layout, recorded on the second run with a layout, else on the normal path. Threads may run schedules at once:
@@ -566,10 +258,14 @@ def execute(runtime, schedule, vals, donate=()):
         if got is not None:
             programs[key] = got + 1
         return runtime.run_schedule(schedule, vals)
-    rec = runtime.recorder = Recorder(inputs)
+    rec = runtime.recorder = CallRecorder(inputs)
     try:
         outs = runtime.run_schedule(schedule, vals)
     finally:
         runtime.recorder = None
-    programs[key] = rec.program(runtime, schedule, [vals[n] for n in schedule.outputs])
+    outputs = [vals[n] for n in schedule.outputs]
+    try:
+        programs[key] = Program(runtime, rec, schedule, outputs) if rec.failed is None else None
+    except NotRecordable:
+        programs[key] = None
     return outs

@@ -15,10 +15,10 @@ import numpy as np
 
 from ..env import debug_level
 from ..ops.index import check_index
-from ..rewrite.fusion import fuse, fuse_outputs, run_kernel
+from ..ops.kernel import run_kernel
 from ..views import contiguous_strides
 from ..weak import WeakValues
-from . import c_attention, c_chain, c_copy, c_program, compiler
+from . import c_attention, c_chain, c_copy, c_program, c_record, compiler
 from .c_views import batch_runs, matrix_layout
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
@@ -44,7 +44,7 @@ def _per_thread(name, doc):
 class CRuntime(NumpyRuntime):
     name = "c"
     chains = True
-    passes = (("fusion", fuse), ("fuse_outputs", fuse_outputs))
+    fuses = multi_output_kernels = True
     # op -> fn(runtime, node, inputs) running its C kernel; it returns None where the kernel does not apply
     # (float64, or no prebuilt module), and the op's NumPy forward runs instead
     handlers = {}
@@ -75,20 +75,20 @@ class CRuntime(NumpyRuntime):
                 return self.run_schedule(schedule, vals)
             return c_program.execute(self, schedule, vals, donate)
 
-    recorder = _per_thread("recorder", "The c_program.Recorder watching this thread's run, or None.")
+    recorder = _per_thread("recorder", "The c_record.CallRecorder watching this thread's run, or None.")
     observed = _per_thread("observed", "A list that each Program.run on this thread reports to (c_program.execute), "
                            "or None.")
 
-    def chain(self, plan, observed):
-        return c_chain.build(self, plan, observed)
+    def chain(self, tape, observed):
+        return c_chain.build(self, tape, observed)
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel. An array argument is passed
-        as a pointer to its first element, a list of arrays as a char *[], a c_program.CStruct as a pointer to a
+        as a pointer to its first element, a list of arrays as a char *[], a c_record.CStruct as a pointer to a
         new struct. A recorder, if one is watching, sees the call."""
         if self.recorder is not None:
             self.recorder.call(fn, args)
-        return fn(*c_program.c_args(self.ffi or compiler.ffi, fn, args))
+        return fn(*c_record.c_args(self.ffi or compiler.ffi, fn, args))
 
     def contiguous(self, x):
         """x if it is row-major, else a row-major copy made in C into an array from the pool (so a recorded run

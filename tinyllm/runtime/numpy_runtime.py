@@ -38,8 +38,7 @@ class NumpyRuntime(Runtime):
 
     def run(self, node, ins):
         """One kernel: the op's NumPy forward."""
-        op = OPS[node.op]
-        return op.forward(*ins, arg=node.arg) if op.takes_arg else op.forward(*ins)
+        return OPS[node.op].evaluate(*ins, arg=node.arg)
 
     def execute(self, schedule, feeds=(), donate=()):
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings

@@ -6,7 +6,8 @@ Environment:
   TINYLLM_WGPU_ADAPTER   pick the adapter whose name contains this text (case-insensitive); default: wgpu's
                          high-performance choice
   TINYLLM_WGPU_BACKEND   restrict wgpu to one backend (vulkan, metal, dx12, gl); default: any. Without a Vulkan
-                         driver wgpu falls back to OpenGL, which is reported in `info`, not refused.
+                         driver wgpu falls back to OpenGL, which is reported in `info`, not refused: the kernels
+                         give the same results there (CI runs the WGSL tests on both).
 """
 import heapq
 import itertools

@@ -1,5 +1,6 @@
 """FLASH_ATTN and FLASH_ATTN_BWD on the WGSL runtime: wgsl/flash_attention_forward.wgsl and _backward.wgsl,
-registered through the runtime's kernel hook. Operands are made contiguous first (a strided copy on the GPU)."""
+each after wgsl/flash_attention.wgsl, registered through the runtime's kernel hook. Operands are made contiguous
+first (a strided copy on the GPU)."""
 import math
 
 from .. import dtype as dt
@@ -8,13 +9,13 @@ from .wgsl_runtime import register_kernel
 
 
 def _source(name, rt, threads, q, k, v, arg, **extra):
+    """(source, workgroups): wgsl/flash_attention.wgsl (q, k, v, the sizes, qk) followed by wgsl/NAME.wgsl."""
     groups = render.groups_for(-(-threads // rt.workgroup))
     enable = "enable f16;\n" if q.dtype is dt.float16 else ""
-    source = enable + render.template(
-        name, T=render.STORAGE[q.dtype.name], BH=math.prod(q.shape[:-2]), TQ=q.shape[-2], TK=k.shape[-2],
-        D=q.shape[-1], DV=v.shape[-1], SCALE_BITS=render.f32_bits(arg[0]), CAUSAL=str(arg[1]).lower(),
-        WORKGROUP=rt.workgroup, ROW=groups[0] * rt.workgroup, **extra)
-    return source, groups
+    values = dict(T=render.STORAGE[q.dtype.name], BH=math.prod(q.shape[:-2]), TQ=q.shape[-2], TK=k.shape[-2],
+                  D=q.shape[-1], DV=v.shape[-1], SCALE_BITS=render.f32_bits(arg[0]), CAUSAL=str(arg[1]).lower(),
+                  WORKGROUP=rt.workgroup, ROW=groups[0] * rt.workgroup, **extra)
+    return enable + render.template("flash_attention", **values) + "\n" + render.template(name, **values), groups
 
 
 @register_kernel("FLASH_ATTN")

@@ -13,7 +13,6 @@ Hook for hand-written kernels of ops fusion leaves alone: `register_kernel(op)(f
 `fn(runtime, node, inputs) -> Value` records dispatches with `runtime.dispatch` on buffers from
 `runtime.empty(shape, dtype)` and `runtime.contiguous(value)`.
 """
-import functools
 import math
 import os
 import time
@@ -24,8 +23,8 @@ import numpy as np
 from .. import dtype as dt
 from ..env import debug_level
 from ..graph import OPS
-from ..rewrite.fusion import ELEMENTWISE, REDUCE, Kernel, fuse
-from ..rewrite.rowwise import rowwise
+from ..ops import Group
+from ..ops.kernel import Kernel
 from ..views import contiguous_strides, view_strides
 from .base import Buffer, Runtime
 from .render import wgsl as render
@@ -80,12 +79,12 @@ def _storage_name(dtype):
 
 class WGSLRuntime(Runtime):
     name = "wgsl"
+    fuses = row_kernels = True
 
     def __init__(self):
         self.gpu = Device()
         # a kernel binds its output and each input as a storage buffer: fusion keeps within the device's limit
-        inputs = self.gpu.limits["max-storage-buffers-per-shader-stage"] - 1
-        self.passes = (("rowwise", rowwise), ("fusion", functools.partial(fuse, max_inputs=inputs)))
+        self.max_kernel_inputs = self.gpu.limits["max-storage-buffers-per-shader-stage"] - 1
         self.info, self.features, self.has_f16 = self.gpu.info, self.gpu.features, self.gpu.has_f16
         self.workgroup = 64 if self.info["adapter_type"] == "CPU" else 256
         self.constants = {}  # (value, dtype) -> one-element Storage, never recycled
@@ -222,7 +221,7 @@ class WGSLRuntime(Runtime):
         fn = KERNELS.get(node.op)
         if fn is not None:
             return fn(self, node, ins)
-        if node.op in ELEMENTWISE or node.op in REDUCE:  # not fused (a runtime without the fusion pass)
+        if node.op in Group.ELEMENTWISE or node.op in Group.REDUCE:  # not fused (a runtime without the fusion pass)
             return _fused(self, _single_op_node(node), ins)
         return self.on_host(node, ins)
 
@@ -235,9 +234,8 @@ class WGSLRuntime(Runtime):
                           "(NumPy), reading its inputs back; register one with "
                           "tinyllm.runtime.wgsl_runtime.register_kernel", RuntimeWarning, stacklevel=2)
         arrays = [self.to_numpy(Buffer(self, v, v.shape, v.dtype)) for v in ins]
-        op = OPS[node.op]
         with np.errstate(all="ignore"):
-            result = op.forward(*arrays, arg=node.arg) if op.takes_arg else op.forward(*arrays)
+            result = OPS[node.op].evaluate(*arrays, arg=node.arg)
         return self.from_numpy(result, node.dtype).data
 
     def matmul_tiles(self, m, n):
@@ -247,8 +245,8 @@ class WGSLRuntime(Runtime):
         if forced:
             return tuple(int(x) for x in forced.lower().split("x"))
         lim = self.gpu.limits
-        # 128-tiles only when there are enough of them to fill a big GPU (an H200 ran 1024 x 1024 faster in 256
-        # 64-tiles than in 64 128-tiles, and 2048 x 2048 faster in 256 128-tiles: bench/RESULTS.md)
+        # 128-tiles only where there are enough of them (256) to keep a big GPU's cores busy; otherwise more,
+        # smaller tiles run faster (bench/RESULTS.md, "WGSL runtime on a GPU")
         big_enough = {128: -(-m // 128) * -(-n // 128) >= 256, 64: min(m, n) >= 256, 32: min(m, n) >= 32, 16: True}
         for tiles in ((128, 128, 16, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 2, 2), (16, 16, 16, 1, 1)):
             bm, bn, bk, tm, tn = tiles
@@ -263,7 +261,7 @@ class WGSLRuntime(Runtime):
 def _single_op_node(node):
     from ..graph import Node
     ins = tuple((i, contiguous_strides(s.shape), 0) for i, s in enumerate(node.src))
-    if node.op in REDUCE:
+    if node.op in Group.REDUCE:
         src = node.src[0]
         code = (("IN", 0, (), src.dtype.name), ("COPY", None, (0,), src.dtype.name))
         kernel = Kernel(src.shape, (node.op, node.arg), ins, code)

@@ -1,1 +1,1 @@
-"""Source renderers for fused kernels: C here, WGSL beside it in a later issue."""
+"""Source renderers for fused kernels: c.py (C) and wgsl.py (WGSL), over what cstyle.py holds for both."""

@@ -3,10 +3,10 @@ Vectorisable float math for generated kernels. libm's expf/tanhf are scalar call
 vectorising a loop (glibc's vector versions need -ffast-math, which would break NaN and signed-zero
 semantics), so exp and tanh are written here with arithmetic and selects only, keeping IEEE special values:
 exp(-inf) = 0, exp(+inf) = inf, tanh(+-inf) = +-1, NaN stays NaN. exp is Cephes' polynomial (within 2 ulp); tanh
-is a rational function, within 5.2 ulp with fused multiply-adds and 6.1 without (every float32 checked). A tanh
-built on exp's polynomial was within 1.4 ulp, but GELU's kernels, whose cost is mostly tanh, took 1.5 times as
-long with it. The polynomials use explicit fused multiply-adds where the CPU has them (TL_FMA): half the
-instructions of a multiply and an add, and the same rounding in every kernel (kernels are compiled with
+is a rational function, within 5.2 ulp with fused multiply-adds and 6.1 without (every float32 checked): less
+exact than a tanh built on exp's polynomial, but cheaper, and GELU's kernels cost mostly tanh (see
+docs/design-history.md). The polynomials use explicit fused multiply-adds where the CPU has them (TL_FMA): half
+the instructions of a multiply and an add, and the same rounding in every kernel (kernels are compiled with
 -ffp-contract=off: the compiler fuses nothing itself).
 */
 #ifndef TL_C_MATH_H

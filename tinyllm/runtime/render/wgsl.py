@@ -59,7 +59,9 @@ def f32_bits(value):
 class WGSLLanguage(CStyleLanguage):
     types = TYPES
     unary = {"NEG": "(-{0})", "RECIP": "({t}(1) / {0})", "EXP": "exp({0})", "LOG": "log({0})", "SQRT": "sqrt({0})"}
-    helpers = {"TANH": "tl_tanh", "ERF": "tl_erf", "MAX": "tl_max"}  # math.wgsl; f16 versions end in _h
+    # math.wgsl, for float operands (f16 versions end in _h): NaN is handled by bit tests there, whatever the
+    # shader compiler assumes about comparisons with NaN
+    helpers = {"TANH": "tl_tanh", "ERF": "tl_erf", "MAX": "tl_max", "CMPLT": "tl_lt", "CMPEQ": "tl_eq"}
     binary = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})"}
 
     def literal(self, value, dtype):
@@ -95,8 +97,8 @@ class WGSLLanguage(CStyleLanguage):
                     "CMPLT": "(!{0} && {1})"}[op].format(*a)
         if op == "MAX" and dtype == "int64":
             return f"max({a[0]}, {a[1]})"
-        if op in self.helpers:
-            return f"{self.helpers[op]}{'_h' if dtype == 'float16' else ''}({', '.join(a)})"
+        if op in self.helpers and in_dtypes[0] in ("float32", "float16"):
+            return f"{self.helpers[op]}{'_h' if in_dtypes[0] == 'float16' else ''}({', '.join(a)})"
         return super().expression(op, arg, operands, dtype, in_dtypes)
 
 
@@ -219,12 +221,14 @@ def render_copy(shape, dst, src, dtype, workgroup=64):
 
 @_cached
 def render_index(name, outer, n_idx, inner, n, dtype, slot, workgroup=64):
-    """(source, workgroups) of GATHER (name "gather") or SCATTER_ADD ("scatter_add") over contiguous operands."""
+    """(source, workgroups) of GATHER (name "gather") or SCATTER_ADD ("scatter_add") over contiguous operands:
+    wgsl/index.wgsl (bindings, index wrapping and flagging) followed by wgsl/NAME.wgsl."""
     threads = outer * inner * (n_idx if name == "gather" else 1)
     groups = groups_for(-(-threads // workgroup))
     enable = "enable f16;\n" if dtype == "float16" else ""
-    return enable + template(name, T=STORAGE[dtype], OUTER=outer, N_IDX=n_idx, INNER=inner, N=n, SLOT=slot,
-                             WORKGROUP=workgroup, ROW=groups[0] * workgroup), groups
+    values = dict(T=STORAGE[dtype], OUTER=outer, N_IDX=n_idx, INNER=inner, N=n, SLOT=slot, WORKGROUP=workgroup,
+                  ROW=groups[0] * workgroup)
+    return enable + template("index", **values) + "\n" + template(name, **values), groups
 
 
 def operand_load(x, layout, rows, rows_total, k_total, bk, threads, dtype):

@@ -4,9 +4,9 @@ The region fn(*args) runs as usual; its inputs and outputs are marked, and the c
 (rewrite/checkpoint.py) makes the backward pass recompute the values inside it instead of keeping them from
 the forward pass. The gradients are exactly those of fn(*args) unmarked: only memory and time change.
 """
-from .graph import build
-from .rewrite.checkpoint import POLICIES
-from .tensor import Tensor, is_grad_enabled
+from ..graph import build
+from ..rewrite.checkpoint import POLICIES
+from ..tensor import Tensor, is_grad_enabled
 
 _depth = [0]  # regions open right now: a region inside a region adds nothing (the outer one recomputes it all)
 

@@ -1,35 +1,19 @@
-"""Realization: rewrite the graph behind some tensors, schedule it and run it on their runtime."""
+"""`realize`: the graph behind some tensors through the rewrite pipeline (tinyllm/rewrite/pipeline.py), scheduled
+and run on their runtime, the schedule cached by the graph's structure."""
 import time
 
-from . import capture
+from .replay import record
 from .env import debug_level
 from .graph import Node, substitute, toposort
-from .rewrite.engine import graph_rewrite, trace
-from .rewrite.simplify import simplify
-from .rewrite.cse import cse
-from .rewrite.pads import pads
-from .rewrite.layout import layout
-from .rewrite.checkpoint import checkpoint
-from .rewrite.flash import attention_pass
+from .ops import Group
+from .rewrite.engine import trace
+from .rewrite.pipeline import PASSES, pipeline
 from .runtime import get as get_runtime
 from .schedule import Schedule
-from .views import VIEW_OPS
 
-# The passes every realize runs, in order; a runtime adds its own after them (fusion on C and WGSL).
-PASSES = [("simplify", simplify), ("pads", pads), ("cse", cse), ("layout", layout), ("checkpoint", checkpoint)]
-MAX_PLANS = 256
-CACHE_PLANS = True  # tests of the passes turn this off to see them run on every realize
-_plans = {}  # (runtime, structure) -> Schedule over SLOT inputs
-# Passes that read input values (FlashAttention checks that a mask buffer is causal), so they run on the graph
-# itself before it is keyed: fn(roots, structure key) -> new roots, or `roots` itself when nothing changed.
-VALUE_PASSES = [attention_pass]
-
-
-def run_passes(roots, passes=None):
-    """Run rewrite passes in order: each is (name, PatternMatcher) or (name, function of the roots)."""
-    for name, pass_ in PASSES if passes is None else passes:
-        roots = pass_(roots) if callable(pass_) else graph_rewrite(roots, pass_, name)
-    return roots
+MAX_SCHEDULES = 256
+CACHE_SCHEDULES = True  # tests of the passes turn this off to see them run on every realize
+_schedules = {}  # (runtime, passes, structure) -> Schedule over SLOT inputs
 
 
 def _is_input(node):
@@ -50,18 +34,18 @@ def structure(roots):
     return (tuple(parts), tuple(index[r] for r in roots)), leaves
 
 
-def _plan(roots, leaves, fresh, runtime):
-    """Rewrite and schedule a graph whose inputs are SLOT placeholders, so the plan holds no buffer and serves
+def _schedule(roots, leaves, fresh, runtime):
+    """Rewrite and schedule a graph whose inputs are SLOT placeholders, so the schedule holds no buffer and serves
     every later graph of the same structure."""
     slots = {leaf: Node("SLOT", (), i, leaf.shape, leaf.dtype) for i, leaf in enumerate(leaves)}
-    template = substitute(roots, slots)
-    return Schedule(run_passes(template, PASSES + list(runtime.passes)), fresh=fresh)
+    template = pipeline(substitute(roots, slots), "schedule")
+    return Schedule(pipeline(template, "lower", runtime), fresh=fresh)
 
 
 def realize(*tensors):
     """Compute the values of `tensors` together: shared work is done once and buffers are freed as soon as
     nothing needs them. Realized tensors keep their graph if they need gradients, and drop it otherwise.
-    Plans (rewritten, scheduled, compiled graphs) are cached by structure: a training step that repeats
+    Schedules (rewritten, scheduled, compiled graphs) are cached by structure: a training step that repeats
     with the same shapes runs no pass and compiles nothing again."""
     todo = [t for t in tensors if t.node.op != "LOAD" and t.node.buffer is None]
     if not todo:
@@ -74,26 +58,25 @@ def realize(*tensors):
     start, mark = time.perf_counter(), len(trace)
     roots = [t.node for t in todo]
     key, leaves = structure(roots)
-    for value_pass in VALUE_PASSES:
-        new = value_pass(roots, key)
-        if new is not roots:
-            roots = new
-            key, leaves = structure(roots)
+    new = pipeline(roots, "values", key=key)
+    if any(a is not b for a, b in zip(new, roots)):
+        roots = new
+        key, leaves = structure(roots)
     feeds = [leaf.buffer if leaf.buffer is not None else leaf.arg for leaf in leaves]
     found = {b.runtime.name for b in feeds} - {runtime.name}
     if found:
         raise RuntimeError(f"realize: the graph reads buffers on {sorted(found)} but runs on {runtime.name}: "
                            "move every input to one device with .to()")
-    key = (runtime.name, tuple(PASSES), key)
-    schedule = _plans.get(key) if CACHE_PLANS else None
+    key = (runtime.name, tuple(PASSES["schedule"]), key)
+    schedule = _schedules.get(key) if CACHE_SCHEDULES else None
     if schedule is None:
-        schedule = _plan(roots, leaves, [t.node.op not in VIEW_OPS for t in todo], runtime)
-        _plans[key] = schedule
-        while len(_plans) > MAX_PLANS:
-            del _plans[next(iter(_plans))]  # the oldest plan goes first
+        schedule = _schedule(roots, leaves, [t.node.op not in Group.VIEW for t in todo], runtime)
+        _schedules[key] = schedule
+        while len(_schedules) > MAX_SCHEDULES:
+            del _schedules[next(iter(_schedules))]  # the oldest goes first
     buffers = runtime.execute(schedule, feeds)
-    if capture.active is not None:
-        capture.active.realized(runtime, schedule, feeds, buffers)
+    if record.active is not None:
+        record.active.realized(runtime, schedule, feeds, buffers)
     for t, buf in zip(todo, buffers):
         if leaves:  # a graph of constants alone belongs to no device: its node must not keep one device's buffer
             t.node.buffer = buf
@@ -103,7 +86,7 @@ def realize(*tensors):
         fired = {}
         for name, rule, _ in trace[mark:]:
             fired[(name, rule)] = fired.get((name, rule), 0) + 1
-        rules = ", ".join(f"{n}.{r}×{c}" for (n, r), c in fired.items()) or "none (cached plan)"
+        rules = ", ".join(f"{n}.{r}×{c}" for (n, r), c in fired.items()) or "none (cached schedule)"
         print(f"[tinyllm] realize on {runtime.name}: {len(schedule.kernels)} kernels, "
               f"{(time.perf_counter() - start) * 1e3:.1f} ms; rewrites: {rules}")
         del trace[mark:]
@@ -115,6 +98,6 @@ def assign(targets, values):
     optimizers update parameters and moments (torch updates them in place)."""
     realize(*values)
     for t, v in zip(targets, values):
-        if capture.active is not None:
-            capture.active.assigned(t, v.node)
+        if record.active is not None:
+            record.active.assigned(t, v.node)
         t.node = v.node

@@ -1,0 +1,222 @@
+"""examples/gpt.py as a user runs it: checkpoint files it cannot resume from, flags a checkpoint file overrides, the
+old flag names, and its ETA. The runs are subprocesses of the example with --tiny on a small text file and the numpy
+runtime (which compiles nothing), a second or two each."""
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors")
+from safetensors import safe_open  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "gpt.py")
+CKPT = "ckpt.safetensors"
+
+
+def run_example(*flags, cwd):
+    """Run examples/gpt.py --tiny without sampling; the CompletedProcess, stdout and stderr as text."""
+    cmd = [sys.executable, EXAMPLE, "--tiny", "--runtime", "numpy", "--sample-chars", "0", *flags]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def warnings_in(stderr):
+    return [line for line in stderr.splitlines() if "warning:" in line]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A small corpus and a checkpoint file trained on it for 2 steps with the new flag names."""
+    root = tmp_path_factory.mktemp("gpt_example")
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over a lazy dog while seven cats sat on the mat".split()
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(300)))
+    ckpt_dir = root / "trained"
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(ckpt_dir), "--max-iters", "2", "--eval-interval", "2",
+                    "--grad-checkpoint", cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert not warnings_in(r.stderr), r.stderr
+    # written atomically: a temporary file beside it, renamed over it, none left behind
+    assert os.listdir(ckpt_dir) == [CKPT]
+    return root, corpus, ckpt_dir / CKPT
+
+
+def read_ckpt(path):
+    with safe_open(str(path), framework="np") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+
+
+def resume_from(work, path, *flags):
+    root, corpus, _ = work
+    return run_example("--data", str(corpus), "--ckpt-dir", str(path.parent), "--resume", *flags, cwd=root)
+
+
+def assert_refused(r, path, *words):
+    """Exit code 2, one error line naming the file and saying what is wrong, no traceback."""
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("gpt.py: error:")]
+    assert len(errors) == 1, r.stderr
+    assert str(path) in errors[0], r.stderr
+    for word in words:
+        assert word in errors[0], r.stderr
+
+
+def damaged(work, tmp_path, damage):
+    """A copy of the trained checkpoint file, in a directory of its own, with `damage(bytes) -> bytes` applied."""
+    path = tmp_path / "damaged" / CKPT
+    path.parent.mkdir()
+    path.write_bytes(damage(work[2].read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda b: b[:len(b) // 2], ["truncated"]),         # a copy cut short: the header is whole, the data is not
+    (lambda b: b[:-1], ["truncated"]),
+    (lambda b: b[:5], ["truncated"]),                   # not even the header's length
+    (lambda b: b"", ["truncated"]),
+    (lambda b: b[:8] + b"#" + b[9:], ["not a valid safetensors file"]),   # the JSON header broken
+    (lambda b: b"not a checkpoint file at all" * 4, ["not a safetensors file"]),
+], ids=["half", "last-byte", "5-bytes", "empty", "bad-header", "garbage"])
+def test_resume_from_a_corrupt_or_truncated_file_is_an_error_naming_it(work, tmp_path, damage, words):
+    path = damaged(work, tmp_path, damage)
+    assert_refused(resume_from(work, path), path, *words)
+
+
+def rewritten(work, tmp_path, edit):
+    """A copy of the trained checkpoint file whose tensors and metadata `edit(tensors, metadata)` changed."""
+    tensors, metadata = read_ckpt(work[2])
+    edit(tensors, metadata)
+    path = tmp_path / "edited" / CKPT
+    path.parent.mkdir()
+    save_file(tensors, str(path), metadata=metadata)
+    return path
+
+
+def test_resume_from_a_file_missing_a_tensor_is_an_error_naming_it(work, tmp_path):
+    path = rewritten(work, tmp_path, lambda t, m: t.pop("model.transformer.wte.weight"))
+    assert_refused(resume_from(work, path), path, "missing", "model.transformer.wte.weight")
+
+
+def test_resume_from_a_file_with_a_wrong_shape_is_an_error_naming_it(work, tmp_path):
+    def edit(t, m):
+        t["optim.transformer.wte.weight.exp_avg"] = np.zeros((3, 3), np.float32)
+    path = rewritten(work, tmp_path, edit)
+    assert_refused(resume_from(work, path), path, "optim.transformer.wte.weight.exp_avg", "(3, 3)")
+
+
+def test_resume_from_a_file_missing_its_metadata_is_an_error_naming_it(work, tmp_path):
+    path = rewritten(work, tmp_path, lambda t, m: m.pop("config"))
+    assert_refused(resume_from(work, path), path, "'config'")
+
+
+def test_resume_without_a_file_is_an_error_naming_it(work, tmp_path):
+    path = tmp_path / "empty-dir" / CKPT
+    assert_refused(resume_from(work, path), path, "no such file")
+
+
+def test_flags_the_checkpoint_overrides_are_named_in_one_warning(work):
+    """--tiny's model is 32 wide, 2 heads, 1 layer. Given --n-embd 64 --n-head 4 --n-layer 1, the warning names the
+    first two with both values, and neither the third (the same as the checkpoint's) nor any flag left to its
+    default. The run goes on with the checkpoint's model."""
+    path = work[2]
+    before = path.read_bytes()
+    r = resume_from(work, path, "--n-embd", "64", "--n-head", "4", "--n-layer", "1", "--max-iters", "2")
+    assert r.returncode == 0, r.stderr
+    warned = warnings_in(r.stderr)
+    assert len(warned) == 1, r.stderr
+    assert "--n-embd 64 (the checkpoint's: 32)" in warned[0], warned
+    assert "--n-head 4 (the checkpoint's: 2)" in warned[0], warned
+    assert str(path) in warned[0], warned
+    for flag in ("--n-layer", "--block-size", "--dropout"):
+        assert flag not in warned[0], warned
+    assert "32 wide" in r.stderr and "2 heads" in r.stderr, r.stderr   # the model line: the checkpoint's shape
+    assert path.read_bytes() == before  # nothing trained (already at --max-iters), nothing rewritten
+
+
+def test_a_resumed_run_ends_as_an_uninterrupted_one(work, tmp_path):
+    """Two steps, then two more after --resume, give the weights and AdamW moments of four straight steps, bit for
+    bit (the 2 steps of --tiny's warmup do not depend on --max-iters, so the first two steps are the same)."""
+    root, corpus, trained = work
+    flags = ["--data", str(corpus), "--max-iters", "4", "--eval-interval", "2", "--grad-checkpoint"]
+    r = run_example(*flags, "--ckpt-dir", str(tmp_path / "straight"), cwd=root)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "resumed").mkdir()
+    shutil.copy(trained, tmp_path / "resumed" / CKPT)
+    r = run_example(*flags, "--ckpt-dir", str(tmp_path / "resumed"), "--resume", cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert not warnings_in(r.stderr), r.stderr
+    straight, meta_s = read_ckpt(tmp_path / "straight" / CKPT)
+    resumed, meta_r = read_ckpt(tmp_path / "resumed" / CKPT)
+    assert meta_s["step"] == meta_r["step"] == "4"
+    assert straight.keys() == resumed.keys()
+    for k in straight:
+        np.testing.assert_array_equal(straight[k], resumed[k], err_msg=k)
+
+
+def test_old_flag_names_still_work_and_warn_once(work):
+    """--out-dir is --ckpt-dir and --checkpoint --grad-checkpoint, each with one warning however often given."""
+    root, corpus, _ = work
+    out = root / "old-names"
+    r = run_example("--data", str(corpus), "--out-dir", str(out), "--checkpoint", "--checkpoint", "--max-iters", "1",
+                    cwd=root)
+    assert r.returncode == 0, r.stderr
+    warned = warnings_in(r.stderr)
+    assert sum("--out-dir" in w and "--ckpt-dir" in w for w in warned) == 1, r.stderr
+    assert sum("--checkpoint" in w and "--grad-checkpoint" in w for w in warned) == 1, r.stderr
+    assert len(warned) == 2, r.stderr
+    _, metadata = read_ckpt(out / CKPT)
+    saved = json.loads(metadata["args"])
+    assert saved["ckpt_dir"] == str(out) and saved["grad_checkpoint"] is True
+
+
+# ---- the ETA, in process ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpt_example():
+    spec = importlib.util.spec_from_file_location("gpt_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_eta_leaves_out_the_first_step(gpt_example):
+    """The issue's case: a first step of 1.45 s (compiling) and 0.05 s after it, 800 steps, no evaluations: the
+    ETA after step 2 is 798 x 0.05 s = 40 s, not 19:22."""
+    eta = gpt_example.Eta()
+    eta.steps.append(1.45)
+    assert eta.seconds(799, 0) is None          # no estimate from the first step alone
+    assert eta.step_time() is None
+    eta.steps.append(0.05)
+    assert eta.seconds(798, 0) == pytest.approx(39.9)
+    assert eta.step_time() == pytest.approx(0.05)
+    eta.steps += [0.07, 0.03]
+    assert eta.seconds(796, 0) == pytest.approx(796 * 0.05)
+    assert eta.seconds(0, 0) == 0
+
+
+def test_eta_of_evaluations(gpt_example):
+    eta = gpt_example.Eta()
+    eta.steps += [2.0, 0.1]
+    assert eta.seconds(10, 3) == pytest.approx(1.0)          # no evaluation timed yet: they count nothing
+    eta.evals.append(5.0)
+    assert eta.seconds(10, 3) == pytest.approx(1.0 + 15.0)   # only the first timed: it stands for each
+    eta.evals += [1.0, 2.0]
+    assert eta.seconds(10, 3) == pytest.approx(1.0 + 4.5)    # then the mean of those after it
+    assert eta.seconds(0, 1) == pytest.approx(1.5)           # the last step: its evaluation is all that is left
+
+
+@pytest.mark.parametrize("step, max_iters, interval, left", [
+    (1, 800, 200, 4), (199, 800, 200, 4), (200, 800, 200, 4), (201, 800, 200, 3), (800, 800, 200, 1),
+    (1, 10, 4, 3), (8, 10, 4, 2), (9, 10, 4, 1), (10, 10, 4, 1), (3, 2, 4, 0),
+])
+def test_evals_left(gpt_example, step, max_iters, interval, left):
+    """Counted once step `step` has trained: the evaluation at `step` itself is still to come, and the last step
+    always evaluates."""
+    assert gpt_example.evals_left(step, max_iters, interval) == left

@@ -1,0 +1,33 @@
+"""Where a replayed schedule's intermediate arrays sit in the runtime's arena, packed by their lifetimes."""
+ALIGN = 64  # bytes: each arena array starts on a cache line, as NumPy's own allocations of this size do
+
+
+def pack(regions):
+    """Byte offsets in one arena (set as each region's place) for regions whose lifetimes [first, last] (call
+    indices) may overlap: the largest first, each at the lowest offset clear of every placed region alive at the
+    same time, as an allocator would place them. Returns the arena's size."""
+    placed, size = [], 0
+    for r in sorted(regions, key=lambda r: -r.nbytes):
+        n = -(-r.nbytes // ALIGN) * ALIGN
+        busy = sorted((o, o + m) for o, m, q in placed if q.first <= r.last and r.first <= q.last)
+        at = 0
+        for lo, hi in busy:
+            if at + n <= lo:
+                break
+            at = max(at, hi)
+        placed.append((at, n, r))
+        r.place = ("arena", at)
+        size = max(size, at + n)
+    return size
+
+
+def peak(arena, fresh):
+    """Bytes above what the returned arrays hold that the normal path would hold at its fullest: the arena's
+    arrays alive at each call, plus the returned arrays allocated by then (a replay allocates them first)."""
+    events = sorted({r.first for r in arena + fresh if r.first is not None})
+    best = 0
+    for t in events:
+        live = sum(r.nbytes for r in arena if r.first <= t <= r.last)
+        early = sum(r.nbytes for r in fresh if r.first is not None and r.first <= t)
+        best = max(best, live + early)
+    return max(0, best - sum(r.nbytes for r in fresh))

@@ -1,0 +1,1 @@
+"""Utilities under torch.utils' names: `tinyllm.utils.checkpoint.checkpoint` (also `tinyllm.checkpoint`)."""
