@@ -23,7 +23,7 @@ class Node:
         if node is None:
             node = object.__new__(cls)
             node.op, node.src, node.arg, node.shape, node.dtype = op, src, arg, shape, dtype
-            node.buffer = None  # set when the node's value is realized and kept (see realize.py)
+            node.buffer = None  # set when the node's value is realized and kept (see realizer.py)
             node._strides = None
             Node._cache[key] = node
         return node

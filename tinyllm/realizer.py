@@ -22,7 +22,7 @@ def _is_input(node):
 
 def structure(roots):
     """The graph behind `roots` as a hashable key in which buffers count only by shape and dtype, and the
-    buffers themselves in the order the key numbers them. Equal keys mean one plan serves both graphs."""
+    buffers themselves in the order the key numbers them. Equal keys mean one schedule serves both graphs."""
     index, parts, leaves = {}, [], []
     for n in toposort(roots, stop=_is_input):
         if _is_input(n):

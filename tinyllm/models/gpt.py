@@ -124,7 +124,7 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
         """Extend idx (B, T) by max_new_tokens sampled tokens, feeding each prediction back in. Every step runs
         the model on a full block, the context padded on the right: causal attention keeps the padding out of
-        the last real position's logits, and one shape means one cached plan and one set of compiled kernels
+        the last real position's logits, and one shape means one cached schedule and one set of compiled kernels
         for the whole generation instead of one per context length."""
         from ..replay.jit import jit
         from ..tensor import Tensor
@@ -138,7 +138,7 @@ class GPT(nn.Module):
             context = ids[:, -block:]
             padded = np.zeros((ids.shape[0], block), dtype=np.int64)
             padded[:, :context.shape[1]] = context
-            last = Tensor([context.shape[1] - 1], device=device)  # a tensor index: the plan does not change with it
+            last = Tensor([context.shape[1] - 1], device=device)  # a tensor index: the schedule does not change with it
             logits = last_logits(Tensor(padded, device=device), last) / max(temperature, 1e-8)
             if top_k is not None:
                 v, _ = factory.topk(logits, min(top_k, logits.shape[-1]))

@@ -21,7 +21,7 @@ class CONST(Source):
 
 @register
 class SLOT(Source):
-    """The `arg`-th input of a cached plan: stands where a buffer was, so one plan serves every step."""
+    """The `arg`-th input of a cached schedule: stands where a buffer was, so one schedule serves every step."""
     def infer(src, arg): raise TypeError("SLOT nodes are made by realize, not built")
     def forward(arg): return arg
     def backward(dy, y): return ()

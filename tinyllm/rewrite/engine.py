@@ -17,7 +17,7 @@ from ..graph import Node
 
 ANY = object()
 Fired = namedtuple("Fired", "pass_name rule op")
-trace = []  # Fired(...) for every rewrite while TINYLLM_DEBUG is set (realize.py prints and clears it)
+trace = []  # Fired(...) for every rewrite while TINYLLM_DEBUG is set (realizer.py prints and clears it)
 _recorders = []  # the lists of the open tracing() blocks
 MAX_CHAIN = 1000  # successive rewrites of one node before we call it a runaway rule
 

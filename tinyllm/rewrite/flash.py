@@ -11,11 +11,9 @@ and keeps the output as a view of FLASH_ATTN's packed result. A mask qualifies w
 registered tril buffer), so the pass evaluates the mask's small subgraph and compares. Anything else (another
 mask, a softmax over another axis, dropout on the probabilities, no mask subgraph to evaluate) is left alone.
 
-Because it reads mask values, the pass runs on real graphs, never on a plan's SLOT placeholders:
-  * before differentiation (`tinyllm.autograd.prepare`), so the gradient comes from FLASH_ATTN's own rule and
-    the backward graph never holds the T×T probabilities;
-  * in `tinyllm.realize`, before the graph is keyed and planned (inference graphs). Graph structures in which
-    no attention pattern appears are remembered, so on them the pass costs one set lookup.
+Because it reads mask values, the pass runs on real graphs, never on a keyed graph's SLOT placeholders: in the
+pipeline's differentiate and values stages (tinyllm/rewrite/pipeline.py says why each). Graph structures in which
+no attention pattern appears are remembered, so on them the pass costs one set lookup.
 
 Switch it off with `TINYLLM_FLASH=0`, `tinyllm.rewrite.flash.ENABLED = False` or `with flash.disabled():`.
 """

@@ -1,7 +1,7 @@
 """The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (wgpu_device.py).
 
-Fused kernels are WGSL generated from the fusion pass's Kernels (render/wgsl.py); MATMUL, GATHER and SCATTER_ADD
-are hand-written templates (wgsl/). Movement ops are views (strides and an offset over a GPU buffer), as on the
+Fused kernels are WGSL generated from the fusion pass's Kernels (render/wgsl.py); MATMUL, GATHER, SCATTER_ADD,
+FLASH_ATTN(_BWD) (wgsl_attention.py) and the ROW_* kernels (wgsl_rowwise.py) are hand-written templates (wgsl/). Movement ops are views (strides and an offset over a GPU buffer), as on the
 CPU runtimes; an op that needs a row-major operand gets a strided copy first. Every kernel of one schedule is
 recorded into one compute pass and submitted once; values come back to the host only in to_numpy.
 

@@ -1,4 +1,4 @@
-"""Renders a fusion Kernel (tinyllm/rewrite/fusion.py) as a C function `void NAME(char **bufs)`, where bufs[0]
+"""Renders a fusion Kernel (tinyllm/ops/kernel.py) as a C function `void NAME(char **bufs)`, where bufs[0]
 is the output and bufs[1 + i] the i-th input, each row-major. Shapes and strides are compile-time constants, so
 the compiler sees plain nested loops it can vectorise; OpenMP splits the outermost loop across threads."""
 import hashlib

@@ -1,4 +1,4 @@
-"""Renders a fusion Kernel (tinyllm/rewrite/fusion.py) as a WGSL compute shader, on the C-style base shared with
+"""Renders a fusion Kernel (tinyllm/ops/kernel.py) as a WGSL compute shader, on the C-style base shared with
 the C renderer. Binding 0 is the output, binding 1 + i the i-th input, each row-major, read-only where read.
 
 Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 (WGSL has no 64-bit integer:
@@ -200,7 +200,7 @@ def render(kernel, out_dtype, src_dtypes, workgroup=64):
 
 def copy_kernel(shape, strides, offset, dtype):
     """A Kernel that copies a strided view of a row-major buffer into a fresh row-major one."""
-    from ...rewrite.fusion import Kernel
+    from ...ops.kernel import Kernel
     return Kernel(tuple(shape), None, ((0, tuple(strides), offset),), (("IN", 0, (), dtype),))
 
 
