@@ -7,14 +7,14 @@
 
 Config M otherwise (n_layer 6, n_head 6, n_embd 384, batch 8, vocab 65), block_size = T. One step = forward (loss)
 + backward + AdamW step + zero_grad, as bench/train_gpt.py. Each case runs in its own subprocess (bench/common.py's
-worker environment, threads pinned): one warm-up step (plans, kernels), then tinyllm.reset_peak_memory_stats() and
+worker environment, threads pinned): one warm-up step (schedules, kernels), then tinyllm.reset_peak_memory_stats() and
 the measured steps; peak = tinyllm.max_memory_allocated() (every runtime buffer, counted until Python frees it),
 time = the fastest measured step. The unflashed case runs with TINYLLM_FLASH=0, the same switch a user has.
 
 torch (tests/torch_nanogpt.py, eager) runs beside it with its explicit masked-softmax attention and with
 F.scaled_dot_product_attention (is_causal=True). torch has no allocator statistics on the CPU, so its memory
 column is the growth of the process's peak resident set (ru_maxrss) from before the first step to after the
-last, which counts the steps' transient buffers but also allocator slack (and, for tinyllm, its compiled plans);
+last, which counts the steps' transient buffers but also allocator slack (and, for tinyllm, its compiled schedules);
 tinyllm's RSS growth is printed beside it, measured the same way.
 """
 import argparse
@@ -74,7 +74,7 @@ def worker(kind, T, steps, seed):
             return loss.item()
         peak = tl
     rss0 = _rss_mib()  # the process's peak resident set before any step: the model and optimizer are in it
-    step(data[0])  # warm-up: plans, kernels, buffer pool
+    step(data[0])  # warm-up: schedules, kernels, buffer pool
     if peak is not None:
         peak.reset_peak_memory_stats()
     times = []

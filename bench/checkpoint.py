@@ -157,7 +157,7 @@ def time_worker(config, warmup, rounds, steps, seed):
         res[name]["losses"].append(fns[name](*data[i])[0])
         return time.perf_counter() - t
 
-    for name in VARIANTS:  # the first step builds plans and compiles kernels
+    for name in VARIANTS:  # the first step builds schedules and compiles kernels
         res[name]["first_s"] = run(name, 0)
     i = 1
     for _ in range(warmup):

@@ -1,5 +1,5 @@
 """Where one GPT training step's time goes on a tinyllm runtime: kernels by op, the runtime's own Python, and the
-Python outside it (graph building, autograd, the rewrites before autograd, plan lookup).
+Python outside it (graph building, autograd, the rewrites before autograd, schedule lookup).
 
     python bench/profile_step.py --config S --threads 2
     python bench/profile_step.py --config E --runtime numpy      # E: examples/gpt.py's default model and batch
@@ -70,7 +70,7 @@ def worker(config, runtime, steps, top, jitted):
         x = rng.integers(0, cfg["vocab_size"], (batch, cfg["block_size"]))
         return fn(tl.tensor(x, device=runtime), tl.tensor((7 * x + 3) % cfg["vocab_size"], device=runtime)).item()
 
-    for _ in range(3):  # plans built, kernels compiled (and, with --jit, the step recorded twice)
+    for _ in range(3):  # schedules built, kernels compiled (and, with --jit, the step recorded twice)
         step()
     replayed = None
     if getattr(rt, "replays", False):

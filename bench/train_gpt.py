@@ -142,7 +142,7 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             print(traceback.format_exc(), file=sys.stderr)
 
     i = 0
-    for name in names:  # the first step: tinyllm builds its plans and compiles its kernels here
+    for name in names:  # the first step: tinyllm builds its schedules and compiles its kernels here
         time.sleep(SETTLE_S)
         guarded(name, lambda: res[name].__setitem__("first_s", run(name, i)))
     i += 1

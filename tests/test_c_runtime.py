@@ -1,5 +1,5 @@
 """The C runtime's own behaviour (tinyllm/runtime/c_runtime.py, compiler.py): MATMUL through the sgemm reading
-transposed and permuted views in place, the float64 fallback, the plan cache (a repeated training step compiles
+transposed and permuted views in place, the float64 fallback, the schedule cache (a repeated training step compiles
 and rewrites nothing), the on-disk kernel cache under concurrent compiles, the fallback without a C compiler,
 TINYLLM_DEBUG output, TINYLLM_THREADS, and peak-memory accounting.
 
@@ -274,7 +274,7 @@ def test_movement_ops_copy_through_the_c_kernel(monkeypatch):
     assert set(ran) == {"CONTIGUOUS", "CAT", "PAD", "RESHAPE"}, ran
 
 
-# ---- the plan cache -------------------------------------------------------------------------------------
+# ---- the schedule cache -------------------------------------------------------------------------------------
 
 def test_repeated_training_step_compiles_nothing_and_runs_no_pass(monkeypatch, tmp_path):
     monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
@@ -293,7 +293,7 @@ def test_repeated_training_step_compiles_nothing_and_runs_no_pass(monkeypatch, t
     monkeypatch.setattr(R, "pipeline", pipeline)
     rng = np.random.default_rng(0)
     tl.manual_seed(0)
-    # widths no other test uses, so the first step's plans and kernels are new in this process
+    # widths no other test uses, so the first step's schedules and kernels are new in this process
     model = tl.nn.Sequential(tl.nn.Linear(11, 19), tl.nn.GELU(approximate="tanh"), tl.nn.LayerNorm(19),
                              tl.nn.Linear(19, 6)).to("c")
     opt = tl.optim.AdamW(model.parameters(), lr=1e-2)
@@ -321,7 +321,7 @@ def test_repeated_training_step_compiles_nothing_and_runs_no_pass(monkeypatch, t
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
-def test_same_structure_new_data_reuses_the_plan_new_shape_does_not(monkeypatch):
+def test_same_structure_new_data_reuses_the_schedule_new_shape_does_not(monkeypatch):
     loads = []
     original_load = compiler.load
     monkeypatch.setattr(compiler, "load", lambda s: loads.append(len(s)) or original_load(s))

@@ -1,6 +1,6 @@
 """Gradient checkpointing (tinyllm.checkpoint, rewrite/checkpoint.py, the schedule's order): on random layer stacks
 and on the GPT, the checkpointed graph's outputs and gradients equal the unmarked graph's and match torch's, on
-every runtime; the rewrite really fires (recomputed copies are in the plan) and really lowers the peak memory.
+every runtime; the rewrite really fires (recomputed copies are in the schedule) and really lowers the peak memory.
 
 Tolerances against torch: float32, a few layers: outputs 1e-5, gradients 1e-4 relative (as test_gpt_parity.py).
 Against the unmarked graph: exactly equal on numpy and C: the copies run the same ops on the same values, and the
@@ -26,22 +26,22 @@ import torch_nanogpt as ref
 pytestmark = pytest.mark.usefixtures("each_runtime")
 import tinyllm.realizer as realize_module
 RTOL, GRAD_RTOL = 1e-5, 1e-4
-PLANS = []  # every Schedule built in this module, in order
+SCHEDULES = []  # every Schedule built in this module, in order
 
 
 @pytest.fixture(autouse=True, scope="module")
-def spy_on_plans():
-    """Records the plans into PLANS; plans are not cached, so each realize runs the passes."""
+def spy_on_schedules():
+    """Records the schedules into SCHEDULES; they are not cached, so each realize runs the passes."""
     original = realize_module.Schedule
 
     def spy(*args, **kwargs):
-        PLANS.append(original(*args, **kwargs))
-        return PLANS[-1]
+        SCHEDULES.append(original(*args, **kwargs))
+        return SCHEDULES[-1]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(realize_module, "Schedule", spy)
         mp.setattr(realize_module, "CACHE_SCHEDULES", False)
         yield
-    PLANS.clear()
+    SCHEDULES.clear()
 
 
 def recomputed(schedules):
@@ -134,9 +134,9 @@ def grads_of(spec, lib, checkpoint, arrays):
 @given(spec=stacks)
 def test_stack_equals_unmarked_and_torch(spec):
     arrays = stack_arrays(spec)
-    start = len(PLANS)
+    start = len(SCHEDULES)
     plain = grads_of(spec, tl, False, arrays)
-    before = len(PLANS)
+    before = len(SCHEDULES)
     with tracing() as fired:
         marked = grads_of(spec, tl, True, arrays)
     want = grads_of(spec, torch, False, arrays)
@@ -145,9 +145,9 @@ def test_stack_equals_unmarked_and_torch(spec):
         if k:  # not the loss: a sum of terms of both signs, its relative error is unbounded
             assert rel(got, torch_value) <= (RTOL if k == 1 else GRAD_RTOL), f"value {k} differs from torch's"
     if any(marked for _, marked in regions(spec)):
-        assert recomputed(PLANS[before:]), "checkpointed regions but no recomputed copy in the plan"
+        assert recomputed(SCHEDULES[before:]), "checkpointed regions but no recomputed copy in the schedule"
         assert any(f.pass_name == "checkpoint" for f in fired)
-    assert not recomputed(PLANS[start:before])
+    assert not recomputed(SCHEDULES[start:before])
 
 
 # ---- the GPT ------------------------------------------------------------------------------------------------
@@ -176,11 +176,11 @@ def test_gpt_checkpointed_equals_plain_and_torch(n_layer, n_head, seed):
     x, y = rng.integers(0, 11, (2, 8)), rng.integers(0, 11, (2, 8))
     results = []
     for model in (plain, marked):
-        before = len(PLANS)
+        before = len(SCHEDULES)
         logits, loss = model(tl.tensor(x), tl.tensor(y))
         loss.backward()
         results.append((logits.numpy(), loss.item(), {n: p.grad.numpy() for n, p in model.named_parameters()}))
-        assert bool(recomputed(PLANS[before:])) == (model is marked)
+        assert bool(recomputed(SCHEDULES[before:])) == (model is marked)
     tlogits, tloss = tmodel(torch.from_numpy(x), torch.from_numpy(y))
     tloss.backward()
     tgrads = {n: p.grad.numpy() for n, p in tmodel.named_parameters()}
@@ -234,9 +234,9 @@ def test_recomputed_values_are_computed_in_the_backward_pass():
     for _ in range(3):
         h = tl.checkpoint(lambda h, w: (h @ w).tanh(), h, w)
     (h * h).sum().backward()
-    plan = PLANS[-1]
-    markers = [plan.kernels.index(n) for n in recomputed([plan])]
-    loss_at = plan.kernels.index(plan.outputs[0])  # the loss is the forward pass's last value
+    schedule = SCHEDULES[-1]
+    markers = [schedule.kernels.index(n) for n in recomputed([schedule])]
+    loss_at = schedule.kernels.index(schedule.outputs[0])  # the loss is the forward pass's last value
     assert len(markers) >= 3 and min(markers) > loss_at  # one per region input (w is one input of all three)
 
 

@@ -423,7 +423,7 @@ def test_reductions_of_constants_that_simplify_folds_work():
     assert tl.full((4,), 0.5, device="c").sum().numpy() == 2.0
 
 
-# ---- fusion happens: kernel counts of the plans the C runtime runs -------------------------------------
+# ---- fusion happens: kernel counts of the schedules the C runtime runs -------------------------------------
 
 
 

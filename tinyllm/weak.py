@@ -1,19 +1,16 @@
-"""WeakValues: a dict whose values are held weakly, for the caches the core fills on every step.
-
-weakref.WeakValueDictionary does the same, but each insert builds its reference in Python (KeyedRef's __new__
-and __init__): twice the cost of this one, paid for every node a graph builds and every array a step makes."""
+"""A dict whose values are held weakly, for the caches filled on every step (nodes, arrays): cheaper than
+weakref.WeakValueDictionary, whose every insert builds its reference in Python (KeyedRef)."""
 import functools
 import weakref
 
 
 def forget(refs, key, ref):
-    # always the entry's current reference: one replaced by a newer value is freed with its entry, and a freed
-    # reference never calls back
+    # the entry's reference is always `ref`: a replaced one is freed with its entry, and a freed one never calls back
     refs.pop(key, None)
 
 
 class WeakValues:
-    """key -> value while the value is alive; its entry goes when the value is freed."""
+    """key -> value while the value is alive."""
     __slots__ = ("_refs",)
 
     def __init__(self):

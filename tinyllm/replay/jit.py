@@ -1,36 +1,36 @@
 """tinyllm.jit: a training step recorded, then replayed as its kernels alone, as tinygrad's TinyJit does.
 
-A step's Python (building the graph, autograd, the rewrites, finding the cached schedule, the optimizer building
-its update) costs as much as its kernels on a small model. `jit(fn)` does that Python three times only:
+A step's Python (graph, autograd, rewrites, schedule lookup, the optimizer's update) costs as much as its kernels
+on a small model. `jit(fn)` runs that Python three times only:
 
     call 1      fn runs eagerly: kernels compile, optimizer state is made.
-    calls 2, 3  fn runs eagerly while a StepRecording (record.py) is active, and each recording becomes a Tape
-                (tape.py). The two Tapes must agree, or the function is refused.
+    calls 2, 3  fn runs eagerly under a StepRecording (record.py); each becomes a Tape (tape.py). The two Tapes
+                must agree, or the function is refused.
     calls 4…    the Tape is replayed.
 
-What is recorded: each realize (its schedule, the Buffers it read and made), each tensor that `assign` gives a
-new value (an optimizer's parameters and moments), each .grad written, each tensor made from host data, and each
-host value the step must compute afresh (`host_values`: a learning rate, bias corrections). A Tape says where
-every schedule's inputs come from on a replay: the call's arguments, an earlier schedule of the call, an
-assigned tensor's or a .grad's value when the call began, a fresh host value, or a buffer that does not change.
+Recorded: each realize (its schedule, the Buffers it read and made), each tensor `assign` gives a new value (an
+optimizer's parameters and moments), each .grad written, each tensor made from host data, each host value the
+step computes afresh (`host_values`). The Tape says where each schedule's inputs come from on a replay: an
+argument, an earlier schedule, an assigned tensor's or a .grad's value at the call's start, a host value, or a
+buffer that does not change.
 
-What is replayed: each schedule runs on its runtime (runtime.execute) with those inputs; assigned tensors and
-.grads get their new values, and new tensors hold what fn returned. A value that a schedule reads for the last
-time and that is assigned right after it is donated to it when nothing else holds it, so the optimizer updates
-in place. On the C runtime a schedule replays its recorded C calls (runtime/c_program.py), and once a replay
-updated every assigned tensor in place, the whole call runs as one Chain of C calls (runtime/c_chain.py).
+Replayed: each schedule runs on its runtime (runtime.execute) with those inputs; assigned tensors and .grads get
+their new values, new tensors hold what fn returned. A value a schedule reads for the last time and that is
+assigned right after it is donated to it when nothing else holds it, so the optimizer updates in place. On the C
+runtime a schedule replays its recorded C calls (runtime/c_program.py), and once a replay updated every assigned
+tensor in place, the whole call runs as one Chain of C calls (runtime/c_chain.py).
 
-What makes a replay invalid:
-  * arguments of other shapes, dtypes or devices, or other non-tensor values: that signature has its own calls
-    1-3 and its own Tape;
-  * a buffer the Tape reads as a constant (an eval function's weights) given a new value outside the call:
-    the Tape is stale and fn is recorded again;
-  * a value the step writes over held elsewhere (an array from .numpy(), a pending graph): no donation and no
-    Chain for that call, which makes new arrays as an eager step would;
-  * what no replay can repeat is refused with an error: reading a value on the host inside fn, making tensors
-    from host data that change per call (random numbers: the two Tapes disagree), returning Python values.
-    Python state (a learning-rate scheduler) stays outside fn: the optimizer reads the rate on every replay.
-The tensors a step assigns are recorded as objects: after replacing them (a new optimizer), jit fn again.
+Invalid:
+  * arguments of other shapes, dtypes, devices, or other non-tensor values: that signature has its own calls
+    1-3 and Tape;
+  * a buffer the Tape reads as a constant (an eval function's weights) given a new value outside the call: the
+    Tape is stale and fn is recorded again;
+  * a value the step writes over held elsewhere (an array from .numpy(), a pending graph): that call neither
+    donates nor chains, and makes new arrays as an eager step would;
+  * refused with an error: reading a value on the host inside fn, host-made tensors that change per call
+    (random numbers: the Tapes disagree), returning Python values. Python state (a learning-rate scheduler)
+    stays outside fn: the optimizer reads the rate on every replay.
+The assigned tensors are recorded as objects: after replacing them (a new optimizer), jit fn again.
 """
 import functools
 

@@ -1,8 +1,8 @@
-"""What the core reports to tinyllm.jit (replay/jit.py): to the `active` StepRecording while a call is recorded,
-and at any time the buffer a tensor leaves for a new value (`replaced`: Tapes reading it as a constant go stale)."""
+"""What the core reports to tinyllm.jit: a recorded call's events (to `active`), and at any time a tensor leaving
+a buffer for a new value (`replaced`: Tapes that read it as a constant go stale)."""
 import weakref
 
-active = None  # the StepRecording being made, if any
+active = None  # a StepRecording
 watchers = {}  # id of a buffer -> the live Tapes (a WeakSet) that read it as a constant
 
 
@@ -11,14 +11,14 @@ def buffer_of(node):
 
 
 class StepRecording:
-    """What one call of a jitted function did, in order; tape.Tape turns it into what a replay does."""
+    """What one call of a jitted function did, in order (tape.Tape turns it into a replay)."""
 
     def __init__(self):
-        self.realizes = []  # (runtime, schedule, feeds, outputs): Buffers in the order the schedule takes them
+        self.realizes = []  # (runtime, schedule, feeds, outputs): Buffers in the schedule's order
         self.assigns = []  # (realize index, tensor, old buffer, new buffer)
-        self.grads = {}  # tensor -> its .grad before the first write in this call (None or a Tensor)
-        self.host_made = []  # (buffer, array): tensors made from host data during the call, with their values
-        self.host_fns = []  # (fn, [(key, buffer)]): host values that fn() recomputes on every call
+        self.grads = {}  # tensor -> its .grad before the call's first write to it
+        self.host_made = []  # (buffer, array) of each tensor made from host data
+        self.host_fns = []  # (fn, [(key, buffer)]) of each host_values call
 
     def realized(self, runtime, schedule, feeds, outputs):
         self.realizes.append((runtime, schedule, list(feeds), list(outputs)))
@@ -50,7 +50,7 @@ def _forget(ids):
 
 
 def replaced(old_node):
-    """A tensor moved off old_node (a new value): Tapes that read old_node's buffer as a constant are stale."""
+    """A tensor left old_node for a new value."""
     buf = buffer_of(old_node)
     for tape in watchers.get(id(buf), ()) if buf is not None else ():
         tape.stale = True

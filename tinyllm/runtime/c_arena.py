@@ -1,11 +1,10 @@
 """Where a replayed schedule's intermediate arrays sit in the runtime's arena, packed by their lifetimes."""
-ALIGN = 64  # bytes: each arena array starts on a cache line, as NumPy's own allocations of this size do
+ALIGN = 64  # bytes: each arena array starts on a cache line, as NumPy's large allocations do
 
 
 def pack(regions):
-    """Byte offsets in one arena (set as each region's place) for regions whose lifetimes [first, last] (call
-    indices) may overlap: the largest first, each at the lowest offset clear of every placed region alive at the
-    same time, as an allocator would place them. Returns the arena's size."""
+    """Sets each region's place in one arena: largest first, at the lowest offset clear of the placed regions
+    whose lifetimes [first, last] (call indices) overlap its own. Returns the arena's size."""
     placed, size = [], 0
     for r in sorted(regions, key=lambda r: -r.nbytes):
         n = -(-r.nbytes // ALIGN) * ALIGN
@@ -22,8 +21,8 @@ def pack(regions):
 
 
 def peak(arena, fresh):
-    """Bytes above what the returned arrays hold that the normal path would hold at its fullest: the arena's
-    arrays alive at each call, plus the returned arrays allocated by then (a replay allocates them first)."""
+    """The normal path's peak (arena regions alive at a call, plus the returned arrays made by then) less the
+    returned arrays, which a replay allocates first."""
     events = sorted({r.first for r in arena + fresh if r.first is not None})
     best = 0
     for t in events:

@@ -1,10 +1,6 @@
-"""A jitted step's schedules replayed as one Chain of C calls over arrays that stay put (replay/jit.py).
-
-Once a replay updated every tensor the step assigns in place (c_donate.py), what the step reads and writes stays
-where it is from call to call. A Chain keeps those arrays and the Programs pointed at them; a call checks that
-nothing else holds what it writes over, copies in the arguments and host values, makes the C calls and copies out
-what the step returns or leaves in .grad. The arrays passed between schedules (the gradients) are not counted by
-memory_allocated between calls (as torch's caching allocator keeps freed blocks reserved), only in the peak."""
+"""A jitted step's Programs kept pointed at arrays that stay put, run as one Chain (docs/architecture.md,
+"Chained calls"). The arrays passed between schedules (the gradients) count in memory_allocated only while a call
+runs, as torch's caching allocator keeps freed blocks reserved."""
 import copy
 import sys
 import weakref
@@ -17,11 +13,10 @@ from .memory import owner, track, untrack
 
 
 def build(runtime, tape, observed):
-    """A Chain for `tape`, from `observed`: what each Program.run of the replay that just ended saw (its inputs,
-    returned arrays, what it took over and its output values). None when a schedule did not run from its
-    Program, returned one of its inputs (the caller may copy those), read an argument that is not row-major, or
-    can report bad input (an embedding's index) and runs after one that writes in place or reads host values:
-    it could fail halfway, where the normal replay has to start over."""
+    """A Chain for `tape`, from what each Program.run of the replay that just ended saw (`observed`), or None
+    when a schedule did not run from its Program, returned one of its inputs (the caller may copy those), read
+    an argument that is not row-major, or can report bad input (an embedding's index) after one that writes in
+    place or reads host values: the chain could then fail halfway, where the normal replay must start over."""
     if len(observed) != len(tape.schedules):
         return None
     observed = [(program, [_strong(a) for a in inputs], *rest) for program, inputs, *rest in observed]
@@ -56,7 +51,7 @@ class Chain:
             arrays = list(inputs)
             for pos, i in program.feeds.items():
                 kind = srcs[pos][0]
-                if kind == "arg":  # the arguments and host values are copied into arrays of the chain
+                if kind == "arg":  # copied into arrays of the chain, as are host values
                     arrays[i] = np.empty_like(inputs[i])
                     self.args.append((arrays[i], srcs[pos][1]))
                 elif kind == "host":
@@ -80,9 +75,8 @@ class Chain:
 
     def run(self, args, host_values):
         """{source: Buffer} of what the step returns and leaves in .grad, or None when the normal replay must run
-        instead: replays are off, a value the step writes over is held elsewhere, another thread is replaying, or a
-        kernel reported bad input (the normal replay then raises the error). `args`: the arguments' Buffers;
-        `host_values()`: each host fn's values, called once, when the chain can no longer fail."""
+        instead (it raises a kernel's bad-input error). `args`: the arguments' Buffers; `host_values()`: each host
+        fn's values, called once, when the chain can no longer fail."""
         runtime = self.runtime
         if not runtime.replays or debug_level() or not self._alone():  # (TINYLLM_DEBUG times each kernel)
             return None
@@ -109,8 +103,8 @@ class Chain:
             array[...] = values[h][p]
 
     def _alone(self):
-        """Whether nothing but its Buffer holds each array the step writes over, and nothing but those arrays
-        (views of it) holds their base: what c_donate.take checks, counted with the chain's weak references."""
+        """c_donate.take's check, counted with the chain's weak references: nothing but its Buffer holds each array
+        the step writes over, and nothing but those views holds their base."""
         for base_ref, member_refs in self.groups:
             base = base_ref()
             if base is None:

@@ -1,5 +1,5 @@
-"""Donation on the C runtime: a replayed schedule writes a returned array over inputs its caller gave up
-(tinyllm.jit: an optimizer's old parameter and moments), so the optimizer updates in place as torch's do."""
+"""Donation: a replayed schedule writes a returned array over inputs its caller gave up (an optimizer's old
+parameter and moments; docs/architecture.md, "In-place updates")."""
 import functools
 import sys
 import weakref
@@ -9,16 +9,16 @@ import numpy as np
 from ..weak import forget
 from .c_views import address
 
-# References to a donated input array held by the callers of take: the feed's Buffer, the runtime's input values
-# and execute's `inputs` (the tests of in-place updates fail if this is off either way)
+# References to a donated input held by take's callers: the feed's Buffer, the runtime's input values and execute's
+# `inputs` (the in-place update tests fail if this is off either way)
 CALLERS_REFS = 3
 
 
 def donors(rec, fresh, outputs):
     """{position of a returned allocation: indices of the inputs whose memory it may take over}, from a
-    CallRecorder. The allocation must be written by one generated elementwise kernel and read by no other call;
-    an input qualifies if that kernel reads it only at the element it stores (c_runtime.in_step) and through no
-    other argument, no later call reads it, and the schedule does not return it."""
+    CallRecorder: the allocation is written by one generated elementwise kernel and read by no other call; an
+    input qualifies if that kernel reads it in step (c_runtime.in_step) through one argument only, no later call
+    reads it, and the schedule does not return it."""
     returned = {out[1] for out in outputs if out[0] == "input"}
     found = {}
     for region, j in fresh.items():
@@ -39,11 +39,9 @@ def donors(rec, fresh, outputs):
 
 
 def take(program, inputs, donated):
-    """{position of a returned array: (the array it takes over, {its view (offset, shape, strides), or None for
-    the whole of it: the input that is that view})}. A returned array written by one elementwise kernel over
-    inputs it reads in step (donors) takes over their memory when the caller donated them all and they are one
-    array of its size (a single output's input), or views of one (a parameter and its moments), that nothing
-    else holds: no view of it but theirs, and no holder of them but the caller's."""
+    """{position of a returned array: (the array it takes over, {view (offset, shape, strides), or None for the
+    whole: the input that is that view})}. It takes over its donors when the caller donated them all and they
+    are one array of its size, or views of one (a parameter and its moments), that nothing else holds."""
     taken = {}
     for j, candidates in program.donors.items():
         arrays = [inputs[i] for i in candidates if i in donated]
@@ -76,10 +74,9 @@ def take(program, inputs, donated):
 
 def _places(known_places, j, base, arrays):
     """{(offset, shape, strides): k} of arrays[k], views of `base`, or None unless each is row-major at the
-    place of one of the kernel's outputs (a multiple of its size): the kernel then reads each element where
-    the same iteration writes it, or not at all. Remembered for the same objects (watched weakly: an array's
-    place never changes), as the arrays a replay took over come back on the next. A Program may serve several
-    realizes of a step (an optimizer's chunks of one shape), so it remembers each base it has seen."""
+    place of one of the kernel's outputs (a multiple of its size): the kernel then reads each element where the
+    same iteration writes it, or not at all. Remembered per base (a Program may serve several realizes: an
+    optimizer's chunks), for the same arrays, weakly: the arrays a replay took over come back on the next."""
     key = (j, id(base))
     known = known_places.get(key)
     if known is not None and len(known[0]) == len(arrays) and all(r() is a for r, a in zip(known[0], arrays)):

@@ -1,11 +1,7 @@
-"""A schedule's recorded C calls (c_record.py) replayed as a Program: a loop of calls without the handlers' Python.
-
-The arrays that live only inside the schedule get fixed places in the runtime's arena (c_arena.py), so their
-pointers are bound once; the arena is shared by every Program (one schedule runs at a time), and when it grows
-each Program binds its pointers again. The returned arrays are made afresh on each run, or take over inputs the
-caller donated (c_donate.py), and the inputs change from run to run: only those pointers are written into the
-bound arguments before the calls. Generated kernels that follow one another are one call of tl_run_kernels
-(runtime_c/program.c). Views cost nothing to replay: their offsets and strides are in the recorded arguments."""
+"""A schedule's recorded C calls (c_record.py) replayed as a Program, without the handlers' Python
+(docs/architecture.md, "Replayed schedules"). Pointers into the arena (c_arena.py) are bound once per arena; only
+those into the inputs and the returned arrays (made afresh, or taking over donated inputs: c_donate.py) are
+written before each run. Views cost nothing: their offsets and strides are in the recorded arguments."""
 import functools
 import weakref
 
@@ -21,7 +17,7 @@ from .memory import note_peak, owner, track
 
 
 class Program:
-    """The recorded calls of one schedule run, ready to replay (see the module's docstring)."""
+    """The recorded calls of one schedule run, ready to replay."""
 
     def __init__(self, runtime, rec, schedule, outputs):
         self.ffi = runtime.ffi or compiler.ffi
@@ -48,8 +44,7 @@ class Program:
         for region, j in fresh.items():
             region.place = ("fresh", j)
         self.fresh = [(r.shape, r.dtype) for r in fresh]
-        # A program whose calls report bad input (the embedding kernels) takes nothing over: the caller then runs
-        # the schedule again on the normal path, which needs its inputs unchanged.
+        # calls that can report bad input (embeddings) take nothing over: the normal path reruns on the inputs
         self.checks = any(self.ffi.typeof(fn).result.cname != "void" for fn, _ in self.calls)
         self.donors = {} if self.checks else donors(rec, fresh, self.outputs)
         self.places = {}  # (returned array, id of a donated base) -> where its views sit (c_donate._places)
@@ -70,10 +65,9 @@ class Program:
                         yield x
 
     def _bind(self, arena):
-        """Builds every call's C arguments with pointers into `arena` for good. The pointers into inputs and
-        returned arrays change from run to run: those of the generated kernels' argument arrays (most of them)
-        are slots of one block, rewritten together by `_patch`; the few passed directly are patches
-        (setter, C type, which per-run base, offset)."""
+        """Builds every call's C arguments with pointers into `arena` for good. Of the pointers that change from
+        run to run, those in the generated kernels' argument arrays (most) are slots of one block, which `_patch`
+        rewrites at once; the few passed directly are patches (setter, C type, which per-run base, offset)."""
         base = address(arena) + (-address(arena)) % ALIGN
         ffi, patches, bound = self.ffi, [], []
         n_inputs = len(self.inputs)
@@ -134,8 +128,7 @@ class Program:
         self.slot_offset = np.array(offset, np.uintp)
 
     def _patch(self, bases):
-        """Writes this run's pointers into the prepared arguments: the slots of the block in one vectorised
-        step (their bases' addresses read by cffi from the list at once), the direct ones one by one."""
+        """Writes this run's pointers: the block's slots in one vectorised step, the direct ones one by one."""
         if len(self.slot_at):
             addresses = np.frombuffer(compiler.ffi.buffer(compiler.ffi.new("char *[]", bases)), np.uintp)
             self.slots[self.slot_at] = addresses[self.slot_base] + self.slot_offset
@@ -145,7 +138,7 @@ class Program:
 
     def prepare(self, runtime, arrays, owner):
         """Binds the calls to the runtime's arena and points them at `arrays()` (the inputs the calls read, then
-        the returned arrays), unless `owner` did so last."""
+        the returned arrays) unless `owner` did so last."""
         arena = runtime.arena(self.arena_size + ALIGN)
         if arena is not self.arena:
             self._bind(arena)
@@ -164,13 +157,12 @@ class Program:
         return True
 
     def run(self, runtime, schedule, inputs, donated=(), seen=None):
-        """The output Buffers, or None when a kernel reported bad input (an index out of range): the caller then
-        runs the schedule on the normal path, which raises the error with its message. `donated`: indices of
-        inputs the caller no longer needs, whose memory a returned array may take over (c_donate.take). `seen`, a
-        list, gets (self, inputs, returned arrays, what was taken over, output values) (see c_chain.py)."""
+        """The output Buffers, or None when a kernel reported bad input: the caller then runs the normal path,
+        which raises the error. `donated`: indices of inputs a returned array may take over (c_donate.take).
+        `seen`, a list, gets (self, inputs, returned arrays, what was taken over, output values) for c_chain."""
         taken = take(self, inputs, donated) if donated and self.donors else {}
-        # the returned arrays, made here rather than by runtime.empty: no pool could hand one out (a replay frees
-        # nothing), and runtime.empty's bookkeeping of what it made costs more than the allocation
+        # not runtime.empty: no pool could hand one out (a replay frees nothing), and its bookkeeping costs more
+        # than the allocation
         made = [taken[j][0] if j in taken else track(np.empty(shape, dtype))
                 for j, (shape, dtype) in enumerate(self.fresh)]
         self.prepare(runtime, lambda: [inputs[i] for i in self.inputs] + made, None)
@@ -202,8 +194,7 @@ class Program:
 
 def _kernel_runs(run_kernels, bound):
     """`bound` with each run of generated kernels in a row (a char ** argument each) made one call of
-    tl_run_kernels (runtime_c/program.c): one Python call and one argument conversion for the whole run. A
-    training step's generated kernels mostly come in runs (a bias and residual add, then LayerNorm's kernels)."""
+    tl_run_kernels (runtime_c/program.c): one Python call and one argument conversion for the whole run."""
     if run_kernels is None:
         return bound
     out, run = [], []
@@ -228,8 +219,8 @@ def _kernel_runs(run_kernels, bound):
 
 
 def _base(array):
-    """A char pointer to an array's first element, to add byte offsets to: a cdata over a row-major array (five
-    times cheaper to make than reading the address from NumPy), else the address cast."""
+    """A char pointer to an array's first element: a cdata over a row-major array (cheaper to make than reading
+    the address from NumPy), else the address cast."""
     if array.flags.c_contiguous and array.size:
         return compiler.ffi.from_buffer(array)
     return compiler.ffi.cast("char *", address(array))
@@ -237,9 +228,8 @@ def _base(array):
 
 def execute(runtime, schedule, vals, donate=()):
     """Runs `schedule` on the C runtime: replayed from its Program when one was recorded for inputs of this
-    layout, recorded on the second run with a layout, else on the normal path. Threads may run schedules at once:
-    each records its own runs, and a replay that finds the arena in use by another thread takes the normal path.
-    `donate`: feed positions (SLOT args) whose memory a replay may write its results over (Runtime.execute)."""
+    layout, recorded on the second run with a layout, else on the normal path (also when another thread holds
+    the arena). `donate`: feed positions whose memory a replay may write its results over (Runtime.execute)."""
     inputs = [vals[n] for n in schedule.inputs]
     key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
     programs = schedule.prepared.setdefault("c programs", {})  # input layout -> runs so far, or its Program

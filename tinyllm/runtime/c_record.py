@@ -1,10 +1,8 @@
-"""The C calls of one schedule run, recorded with each pointer as a place in a region (c_program.py replays them).
-
-Every C call the C runtime's handlers make goes through CRuntime.call (c_args converts its arguments). While a
-CallRecorder watches a run (CRuntime.recorder), each call is noted with its pointers as offsets into a Region:
-an input of the schedule, or an array the schedule allocated (runtime.empty). A run is recordable only if every
-kernel returned a view of something it read, or made C calls and returned an array from runtime.empty: a kernel
-that ran its NumPy forward (or copied with NumPy) leaves the schedule on the normal path."""
+"""The C calls of one schedule run, for c_program.py to replay. While a CallRecorder watches a run
+(CRuntime.recorder), each call through CRuntime.call is noted with its pointers as offsets into a Region: an input
+of the schedule, or an array the schedule allocated (runtime.empty). A run is recordable only if every kernel
+returned a view of something it read, or made C calls and returned an array from runtime.empty: a kernel that ran
+its NumPy forward (or copied with NumPy) leaves the schedule on the normal path."""
 import weakref
 from collections import namedtuple
 
@@ -14,8 +12,7 @@ from . import compiler
 from .c_views import address
 
 
-# A struct passed by pointer to a C function: its cffi type ("tl_attn_view *") and its fields in order; a field may
-# be an array (a pointer to its first element)
+# A struct passed by pointer to a C function: its cffi type ("tl_attn_view *") and its fields in order
 CStruct = namedtuple("CStruct", "ctype fields")
 
 
@@ -134,8 +131,7 @@ class CallRecorder:
         return a
 
     def in_step(self, positions):
-        """The next call's kernel reads the inputs at these positions of its argument only at the element it
-        stores (c_runtime.in_step)."""
+        """Positions of the next call's argument that its kernel reads in step (c_runtime.in_step)."""
         self.next_in_step = positions
 
     def call(self, fn, args):
@@ -153,8 +149,7 @@ class CallRecorder:
         self.node_calls, self.node_allocs = 0, len(self.allocs)
 
     def end_kernel(self, node, out):
-        """A kernel must have returned a view of something that existed before it, or an array it allocated
-        and wrote through C calls."""
+        """Fails the recording if the kernel's work would not replay (see the module's docstring)."""
         if self.failed is not None or not out.size:
             return
         try:

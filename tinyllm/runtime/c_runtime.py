@@ -1,9 +1,7 @@
-"""The C runtime: the NumPy runtime's buffers and zero-copy views, with the work done in C. Fused kernels are
-generated C (render/c.py) compiled on first use (compiler.py); MATMUL is the packed AVX2/FMA sgemm from
-runtime_c/ (built by pip install), reading transposed operands in place. Ops without a C kernel run their NumPy
-forward, and everything falls back to NumPy, with a warning, where no compiler or prebuilt module exists.
-Every C call goes through CRuntime.call, so a schedule run again and again is replayed as its recorded calls
-(c_program.py)."""
+"""The C runtime (docs/architecture.md, "The C runtime"): the NumPy runtime's buffers and views; fused kernels as
+generated C (render/c.py, compiler.py), MATMUL, embeddings, attention and copies by runtime_c/'s prebuilt module.
+An op without a C kernel runs its NumPy forward, as everything does, with a warning, where no compiler or prebuilt
+module exists. Every C call goes through CRuntime.call, so a repeated schedule replays its calls (c_program.py)."""
 import hashlib
 import math
 import os
@@ -45,8 +43,8 @@ class CRuntime(NumpyRuntime):
     name = "c"
     chains = True
     fuses = multi_output_kernels = True
-    # op -> fn(runtime, node, inputs) running its C kernel; it returns None where the kernel does not apply
-    # (float64, or no prebuilt module), and the op's NumPy forward runs instead
+    # op -> fn(runtime, node, inputs) running its C kernel, or returning None where it does not apply (float64,
+    # no prebuilt module): the op's NumPy forward runs then
     handlers = {}
 
     def __init__(self):
@@ -83,9 +81,8 @@ class CRuntime(NumpyRuntime):
         return c_chain.build(self, tape, observed)
 
     def call(self, fn, *args):
-        """fn(*args) for a C function of the prebuilt module or a generated kernel. An array argument is passed
-        as a pointer to its first element, a list of arrays as a char *[], a c_record.CStruct as a pointer to a
-        new struct. A recorder, if one is watching, sees the call."""
+        """fn(*args) for a C function of the prebuilt module or a generated kernel, arguments converted by
+        c_record.c_args (an array becomes a pointer to its first element). A recorder, if one watches, sees it."""
         if self.recorder is not None:
             self.recorder.call(fn, args)
         return fn(*c_record.c_args(self.ffi or compiler.ffi, fn, args))
@@ -118,9 +115,9 @@ class CRuntime(NumpyRuntime):
         return out
 
     def release(self, value):
-        # Only an array this pool made (an op's NumPy forward makes arrays of shapes no kernel may ask for again:
-        # pooled, they would pile up) and that nothing else refers to (no view of it, no output, no feed) may be
-        # handed out again: the two references counted are this argument and getrefcount's own.
+        # Only an array this pool made (a NumPy forward's arrays may have shapes no kernel asks for again: they
+        # would pile up) and that nothing else refers to (no view, output or feed; the two references counted are
+        # this argument and getrefcount's) may be handed out again.
         if self.made.get(id(value)) is value and value.flags.writeable and sys.getrefcount(value) == 2:
             untrack(value)
             self.pool.setdefault((value.shape, value.dtype), []).append(value)

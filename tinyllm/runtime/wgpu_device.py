@@ -1,13 +1,8 @@
-"""The WebGPU device behind the WGSL runtime (through wgpu-py): the adapter and device, chosen once; compute
-pipelines cached by shader source; storage buffers pooled by size; dispatches recorded into one compute pass
-that is submitted once per schedule; read-backs only when the host asks for a value.
+"""The WebGPU device behind the WGSL runtime, through wgpu-py (docs/architecture.md, "The WGSL runtime": Device).
 
 Environment:
-  TINYLLM_WGPU_ADAPTER   pick the adapter whose name contains this text (case-insensitive); default: wgpu's
-                         high-performance choice
-  TINYLLM_WGPU_BACKEND   restrict wgpu to one backend (vulkan, metal, dx12, gl); default: any. Without a Vulkan
-                         driver wgpu falls back to OpenGL, which is reported in `info`, not refused: the kernels
-                         give the same results there (CI runs the WGSL tests on both).
+  TINYLLM_WGPU_ADAPTER   the adapter whose name contains this text (any case); default: wgpu's high-performance one
+  TINYLLM_WGPU_BACKEND   one backend only (vulkan, metal, dx12, gl); default: any, and OpenGL where Vulkan is missing
 """
 import heapq
 import itertools
@@ -101,9 +96,9 @@ def _recycle(pool, buffer, nbytes, order):
 
 
 def _give_back(pool, storage):
-    # Free buffers of a size form a heap by `order`, and the oldest goes out first: which buffer an allocation
-    # gets then depends on which are free, not on the order they were freed in, so a step that runs again (a
-    # replay) gets the same buffers, and its bind groups, cached by buffer, are found again.
+    # Free buffers of a size form a heap by `order`, the oldest going out first: which buffer an allocation gets
+    # depends on which are free, not on the order they were freed in, so a step run again gets the same buffers
+    # and finds its bind groups (cached by buffer) again.
     heapq.heappush(pool.setdefault(storage.nbytes, []), (storage.order, storage))
 
 
@@ -115,8 +110,7 @@ class Device:
         offered = self.adapter.features
         self.features = sorted(f for f in ("shader-f16", "subgroup") if f in offered)
         self.has_f16 = "shader-f16" in self.features
-        # ask for everything the adapter offers in the limits that shaders meet: bigger bindings, more storage
-        # buffers per shader, bigger workgroups
+        # all the adapter offers of the limits shaders meet
         wanted = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
                   "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
                   "max-compute-workgroup-size-x", "max-compute-workgroup-size-y",

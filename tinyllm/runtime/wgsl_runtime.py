@@ -1,17 +1,14 @@
 """The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (wgpu_device.py).
 
 Fused kernels are WGSL generated from the fusion pass's Kernels (render/wgsl.py); MATMUL, GATHER, SCATTER_ADD,
-FLASH_ATTN(_BWD) (wgsl_attention.py) and the ROW_* kernels (wgsl_rowwise.py) are hand-written templates (wgsl/). Movement ops are views (strides and an offset over a GPU buffer), as on the
-CPU runtimes; an op that needs a row-major operand gets a strided copy first. Every kernel of one schedule is
-recorded into one compute pass and submitted once; values come back to the host only in to_numpy.
+FLASH_ATTN(_BWD) (wgsl_attention.py) and the ROW_* kernels (wgsl_rowwise.py) are hand-written templates (wgsl/).
+Movement ops are views (strides and an offset over a GPU buffer); an op that needs a row-major operand gets a
+strided copy first. A schedule's kernels are recorded into one compute pass and submitted once; values come back
+to the host only in to_numpy.
 
 Dtypes: float32; float16 where the adapter has `shader-f16` (`runtime.has_f16`); int64 is stored as 32-bit
 (WGSL has no 64-bit integers: a value outside ±2³¹ is refused with an error when it is uploaded); bool as one u32
 per element. float64 is refused: WGSL has no portable f64, so `.float()` first.
-
-Hook for hand-written kernels of ops fusion leaves alone: `register_kernel(op)(fn)`, where
-`fn(runtime, node, inputs) -> Value` records dispatches with `runtime.dispatch` on buffers from
-`runtime.empty(shape, dtype)` and `runtime.contiguous(value)`.
 """
 import math
 import os
@@ -36,7 +33,8 @@ KERNELS = {}  # op name -> fn(runtime, node, inputs) -> Value
 
 
 def register_kernel(op):
-    """Decorator: `fn(runtime, node, inputs)` runs op `op` on the WGSL runtime (inputs are Values)."""
+    """Decorator: `fn(runtime, node, inputs) -> Value` runs op `op` on the WGSL runtime, recording dispatches
+    (runtime.dispatch) on Values from runtime.empty(shape, dtype) and runtime.contiguous(value)."""
     def wrap(fn):
         KERNELS[op] = fn
         return fn
