@@ -1,16 +1,10 @@
 """Gradient checkpointing as a rewrite of the joint forward + backward graph.
 
-`tinyllm.checkpoint(fn, *args)` marks a region: CHECKPOINT("enter") on each input, CHECKPOINT("exit") on each
-output. The backward pass reads values from inside the region (a rule's `y` or `y.src`); this pass gives every
-such reader outside the region a recomputed copy instead, built from the region's inputs, so the forward values
-die as soon as the forward pass is done with them. The copy reads each input through CHECKPOINT("recompute"):
-without that marker the copy would be the original itself (equal nodes are one node), and it also keeps the copy
-apart through cse and fusion. What the copy may take from the forward pass instead of recomputing is the
-region's policy (POLICIES, named after JAX's remat policies); it reads those values through the marker too. The
-recomputed values are bit for bit the original ones: the same ops on the same values.
-
-The saving needs the schedule to compute each copy just before its backward use (schedule.py: deepest source
-first) and to free forward values after their last forward use (it does: `frees`).
+`tinyllm.checkpoint(fn, *args)` marks a region (CHECKPOINT "enter" on each input, "exit" on each output). Every
+node outside the region that reads a value inside it (the backward pass's) gets a recomputed copy instead, built
+from the region's inputs read through CHECKPOINT("recompute"): without that marker the copy would be the
+original itself, equal nodes being one node. docs/rewrites.md ("Gradient checkpointing") says why each part is
+there and what the schedule must do for the saving.
 """
 from ..graph import Node, toposort
 from .engine import Pat, PatternMatcher, graph_rewrite

@@ -7,15 +7,9 @@ It matches what people write and what F.scaled_dot_product_attention builds:
     y = softmax(s, -1) @ v        softmax as tinyllm builds it: e = exp(s - max(s)), e / Σe, over the last axis
 
 and keeps the output as a view of FLASH_ATTN's packed result. A mask qualifies when its value is the causal one
-(keep key j for query i when j <= i, torch's top-left convention): masks are built from buffers (arange, a
-registered tril buffer), so the pass evaluates the mask's small subgraph and compares. Anything else (another
-mask, a softmax over another axis, dropout on the probabilities, no mask subgraph to evaluate) is left alone.
-
-Because it reads mask values, the pass runs on real graphs, never on a keyed graph's SLOT placeholders: in the
-pipeline's differentiate and values stages (tinyllm/rewrite/pipeline.py says why each). Graph structures in which
-no attention pattern appears are remembered, so on them the pass costs one set lookup.
-
-Switch it off with `TINYLLM_FLASH=0`, `tinyllm.rewrite.flash.ENABLED = False` or `with flash.disabled():`.
+(or keeps everything): the pass evaluates the mask's small subgraph and compares, so it runs on graphs that still
+hold their buffers (the pipeline's differentiate and values stages). docs/rewrites.md ("FlashAttention") lists
+what matches and what is left alone. Off: `TINYLLM_FLASH=0`, `flash.ENABLED = False` or `with flash.disabled():`.
 """
 import contextlib
 import os
