@@ -30,3 +30,6 @@ def realize(*tensors):
 
 
 __all__ = ["Tensor", "tensor", "no_grad", "realize", "jit", "nn", "optim"]
+
+from .functions import function_forms as _function_forms  # noqa: E402
+globals().update(_function_forms(taken=set(globals())))  # tinyllm.exp(x), tinyllm.add(x, y), ... (torch's forms)
