@@ -70,6 +70,6 @@ setup(
         # torch is the reference the tests compare against. Pinned: an unpinned `pip install torch` pulls a
         # multi-GB CUDA build.
         "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors"],
-        "examples": ["safetensors"],
+        "examples": ["safetensors", "scikit-learn"],  # checkpoint files; the digits of examples/mnist_cnn.py
     },
 )

@@ -428,7 +428,8 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
 #if defined(__x86_64__)
     const kernel_fn kernel = avx2 ? kernel_avx2 : kernel_portable;
     // Full strips of A read in place (kernel_avx2_body) when each meets few B strips (see the top of the file).
-    const int read_in_place = avx2 && g->N <= 256;
+    // Not a transposed A with lda 0 (a column broadcast along K, stride 0): the body steps through k by lda.
+    const int read_in_place = avx2 && g->N <= 256 && (g->lda != 0 || !g->transA);
     const kernel_fn in_place = !read_in_place ? NULL : g->transA ? kernel_avx2_cols : kernel_avx2_rows;
 #else
     const kernel_fn kernel = kernel_portable, in_place = NULL;

@@ -12,8 +12,10 @@ dimension", in elements), in the style of llm.c:
     transB != 0: B is stored N x K, element (k,j) at B[j*ldb + k], ldb >= K
 
 so the backward pass can form A^T.B and A.B^T straight from the forward
-tensors, without copies. beta == 0 overwrites C without reading it (NaNs in C
-are ignored); beta == 1 accumulates.
+tensors, without copies. Only those elements are read, so an ld of 0 works
+too: a row or column broadcast along the other axis (a NumPy stride of 0).
+beta == 0 overwrites C without reading it (NaNs in C are ignored); beta == 1
+accumulates.
 
 The batched form runs `batch` independent products, matrix b starting at
 A + b*strideA, B + b*strideB and C + b*strideC.

@@ -59,3 +59,19 @@ def test_small_or_inner_reductions_keep_one_thread_each_output(op, monkeypatch, 
     ref = np.sum if op == "sum" else np.max
     np.testing.assert_allclose(rows, ref(x, -1), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(small, ref(x[:20, :20], 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "c"])
+@pytest.mark.parametrize("shape, axis", [((3, 4, 56), 1), ((2, 3, 4, 8, 7), 2), ((2, 4, 8, 7), 1), ((5, 6, 100), 1),
+                                         ((2, 9, 64), 1), ((3, 4, 3), 1)])
+def test_max_over_a_middle_axis_into_wide_rows(runtime, shape, axis):
+    """A max over a middle axis accumulates straight into the output rows. Written as a conditional store, GCC 12
+    (-O3 -march=native, AVX-512) compiled it into masked stores that lost updates and wrote out of bounds (a conv's
+    max_pool2d found it: wrong values, then a corrupted heap); the renderer stores unconditionally."""
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    a[..., ::7] = np.where(np.arange(shape[0]).reshape(-1, *(1,) * (len(shape) - 1)) == 1, np.nan, a[..., ::7])
+    x = tl.tensor(a, device=runtime, requires_grad=True)
+    y = x.amax(axis, keepdim=True)
+    np.testing.assert_array_equal(y.numpy(), a.max(axis, keepdims=True))
+    y.sum().backward()  # ties share the gradient; NaN rows give NaN as in torch
+    assert x.grad.shape == shape

@@ -177,8 +177,6 @@ def test_unsupported_indexing():
         x[::-1]
     with raises(NotImplementedError, "boolean"):
         x[x > 0]
-    with raises(NotImplementedError, "more than one integer tensor"):
-        x[tl.tensor([0]), tl.tensor([1])]
 
 
 # ---- autograd misuse ----------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ def cases():
         "MUL": [(lambda x, z: P("MUL", x, z), [leaf(2, 3), leaf(2, 3)]),
                 (lambda x: P("MUL", x, x), [leaf(3)])],
         "MAX": [(lambda x, z: P("MAX", x, z), [distinct(2, 3), distinct(2, 3)])],
+        "POW": [(lambda x, p: P("POW", x, p), [positive(2, 3), leaf(2, 3)])],
         "WHERE": [(lambda a, b, c: P("WHERE", c, a, b), [leaf(2, 3), leaf(2, 3),
                                                          tl.Tensor(rng.random((2, 3)) < 0.5)])],
         "SUM": [(lambda x: P("SUM", x, arg=(1,)), [leaf(2, 3)]),

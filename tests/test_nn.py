@@ -472,6 +472,44 @@ def test_cross_entropy_errors():
         F.cross_entropy(logits, tl.tensor([0, 1, 2, 0]), reduction="max")
 
 
+@pytest.mark.parametrize("shape", [(4, 5), (3, 5, 2, 2), (5,)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_class_probabilities_match_torch(shape, reduction, smoothing, each_runtime):
+    """Soft labels: a float target of the logits' shape (class axis 1, or 0 for 1-D), gradients to both."""
+    rng = np.random.default_rng(len(shape))
+    logits = rng.standard_normal(shape).astype(np.float32)
+    probs = TF.softmax(torch.tensor(rng.standard_normal(shape).astype(np.float32)), dim=1 if len(shape) > 1 else 0)
+    check_fn(lambda a, t: F.cross_entropy(a, t, reduction=reduction, label_smoothing=smoothing),
+             lambda a, t: TF.cross_entropy(a, t, reduction=reduction, label_smoothing=smoothing),
+             logits, probs.numpy())
+
+
+def test_cross_entropy_float_target_of_another_shape():
+    with pytest.raises(TypeError, match=r"probabilities.*\(4, 3\).*int64"):
+        F.cross_entropy(tl.zeros(4, 3), tl.zeros(4, 2))
+
+
+@pytest.mark.parametrize("target, bad", [([0, 7, 1, 2], 7), ([0, 1, 5, 2], 5), ([0, -1, 1, 2], None),
+                                         ([-100, 2, 3, 0], None)])
+def test_cross_entropy_target_out_of_range_raises(target, bad, each_runtime):
+    """torch: "Target 7 is out of bounds". Checked on the values when the loss is computed (the targets go through a
+    GATHER, whose kernels check indices on every runtime), so a training step does not wait for the host; forward
+    and backward both. -100 (ignore_index) is allowed, also with a target outside [0, C) beside it."""
+    logits = tl.randn(4, 5, requires_grad=True)
+    if target[0] == -100:
+        target[1] = 9
+    with pytest.raises(IndexError, match="GATHER.*" + (f"index {bad}" if bad and each_runtime != "wgsl" else "")):
+        F.cross_entropy(logits, tl.tensor(target)).item()
+    with pytest.raises(IndexError, match="GATHER"):  # WGSL reports at the next read of a value: the gradient
+        F.cross_entropy(logits, tl.tensor(target), reduction="none").sum().backward()
+        logits.grad.numpy()
+    fine = [t if 0 <= t < 5 else -100 for t in target]
+    tl_loss = F.cross_entropy(logits, tl.tensor(fine))
+    t_loss = TF.cross_entropy(torch.tensor(logits.numpy()), torch.tensor(fine))
+    assert tl_loss.item() == pytest.approx(t_loss.item(), rel=1e-5)
+
+
 @SETTINGS
 @given(x=shapes(min_dims=2, max_dims=3, max_side=6).flatmap(lambda s: floats(s, -10, 10)), data=st.data())
 def test_layer_norm_matches_torch(x, data):

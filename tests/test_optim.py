@@ -1,6 +1,7 @@
 """tinyllm.optim against torch.optim: the same parameters receive the same gradients for several steps, and the
 parameters must stay together; clip_grad_norm_ and the learning-rate schedules too."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -295,3 +296,64 @@ def test_step_frees_old_values_chunk_by_chunk(runtime):
     param_bytes = sum(p.numel() * 4 for p in params)
     assert added <= param_bytes, (added, param_bytes)  # 3/8 of it with 8 chunks; 3x in one realize
     assert tl.memory_allocated() - before <= param_bytes / 16  # nothing else stays
+
+
+# ---- impossible hyperparameters and clip_grad_norm_'s flags (issue 20) -----------------------------------
+
+@pytest.mark.parametrize("cls, kwargs, message", [
+    ("AdamW", dict(lr=-1.0), "Invalid learning rate: -1.0"),
+    ("Adam", dict(lr=-1e-3), "Invalid learning rate: -0.001"),
+    ("SGD", dict(lr=-1.0), "Invalid learning rate: -1.0"),
+    ("AdamW", dict(lr=float("nan")), "Invalid learning rate: nan"),
+    ("AdamW", dict(eps=-1e-8), "Invalid epsilon value: -1e-08"),
+    ("AdamW", dict(betas=(1.0, 0.999)), "Invalid beta parameter at index 0: 1.0"),
+    ("Adam", dict(betas=(0.9, -0.1)), "Invalid beta parameter at index 1: -0.1"),
+    ("AdamW", dict(weight_decay=-0.1), "Invalid weight_decay value: -0.1"),
+    ("Adam", dict(weight_decay=-0.1), "Invalid weight_decay value: -0.1"),
+    ("SGD", dict(lr=0.1, momentum=-0.9), "Invalid momentum value: -0.9"),
+    ("SGD", dict(lr=0.1, weight_decay=-1.0), "Invalid weight_decay value: -1.0"),
+    ("SGD", dict(lr=0.1, nesterov=True), "Nesterov momentum requires a momentum and zero dampening"),
+    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, nesterov=True),
+     "Nesterov momentum requires a momentum and zero dampening"),
+])
+def test_impossible_hyperparameters_raise_as_torch(cls, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        getattr(torch.optim, cls)([torch.zeros(2, requires_grad=True)], **kwargs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        getattr(optim, cls)([tl.zeros(2, requires_grad=True)], **kwargs)
+
+
+def test_edge_hyperparameters_are_accepted_as_torch():
+    p = [tl.zeros(2, requires_grad=True)]
+    optim.AdamW(p, lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
+    optim.SGD(p, lr=0.0, momentum=0.9, nesterov=True)
+
+
+@pytest.mark.parametrize("norm_type", [1.0, 3.0, math.inf, "inf"])
+def test_clip_grad_norm_norm_types_match_torch(norm_type, each_runtime):
+    params, tparams = make_params()
+    for p, tp, g in zip(params, tparams, grads_for(0)):
+        p.grad, tp.grad = tl.tensor(g), torch.tensor(g)
+    norm = nn.clip_grad_norm_(params, 0.5, norm_type, foreach=True)
+    tnorm = torch.nn.utils.clip_grad_norm_(tparams, 0.5, norm_type, foreach=True)
+    assert norm.item() == pytest.approx(tnorm.item(), rel=1e-5)
+    for p, tp in zip(params, tparams):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_clip_grad_norm_error_if_nonfinite(bad, each_runtime):
+    params, tparams = make_params()
+    for p, tp, g in zip(params, tparams, grads_for(0)):
+        g = g.copy()
+        g.flat[0] = bad
+        p.grad, tp.grad = tl.tensor(g), torch.tensor(g)
+    message = "The total norm of order 2.0 for gradients from `parameters` is non-finite"
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        torch.nn.utils.clip_grad_norm_(tparams, 1.0, error_if_nonfinite=True)
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        nn.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+    norm = nn.clip_grad_norm_(params, 1.0)  # the default scales by the non-finite norm, as torch
+    tnorm = torch.nn.utils.clip_grad_norm_(tparams, 1.0)
+    np.testing.assert_equal(norm.item(), tnorm.item())
+    np.testing.assert_equal(params[0].grad.numpy(), tparams[0].grad.numpy())

@@ -305,8 +305,10 @@ def _elementwise_case(op, draw):
         return op, [const(draw(st.booleans()), (2, 3), dt.bool_)] + [
             const(draw(st.sampled_from(FOLD_VALUES[d])), (2, 3), d) for _ in range(2)], None
     floats = op in ("EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF")
-    n = 2 if op in ("ADD", "MUL", "MAX", "CMPLT", "CMPEQ") else 1
-    d = draw(st.sampled_from([dt.float32, dt.float64] if floats else DTYPES[:3]))
+    bitwise = op in ("BITAND", "BITOR", "BITXOR", "BITNOT")
+    n = 2 if op in ("ADD", "MUL", "MAX", "CMPLT", "CMPEQ", "POW", "BITAND", "BITOR", "BITXOR") else 1
+    d = draw(st.sampled_from([dt.float32, dt.float64] if floats else [dt.int64, dt.bool_] if bitwise
+                             else DTYPES[:3]))
     return op, [const(draw(st.sampled_from(FOLD_VALUES[d])), (2, 3), d) for _ in range(n)], None
 
 

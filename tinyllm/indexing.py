@@ -1,5 +1,6 @@
-"""x[index] with torch's meaning: ints, slices (with positive steps), None, ..., and one integer tensor (the
-embedding gather). Slices are zero-copy views (SHRINK); an integer tensor is a GATHER."""
+"""x[index] with torch's meaning: ints, slices (with positive steps), None, ..., and integer tensors (advanced
+indexing, several broadcast together). Slices are zero-copy views (SHRINK); one integer tensor is a GATHER,
+several are composed into one GATHER by a linear index (see _advanced)."""
 import numpy as np
 
 from . import dtype as dt
@@ -22,11 +23,9 @@ def _normalize(x, index):
 def getitem(x, index):
     from .tensor import Tensor
     items = _normalize(x, index)
-    tensor_items = [i for i in items if isinstance(i, (Tensor, list, np.ndarray))]
-    if len(tensor_items) > 1:
-        raise NotImplementedError("indexing with more than one integer tensor is not supported: index one axis at "
-                                  "a time, e.g. x[i][:, j], or use gather-style code")
-    out, dim = x, 0
+    # ints, slices and None first, as views (torch applies an int as a select, so it is never an advanced index);
+    # each index tensor keeps its axis for now and is applied at the end, at its axis of the view
+    out, dim, tensors = x, 0, []  # tensors: (axis of `out`, int64 index tensor)
     for item in items:
         if item is None:
             out = out.unsqueeze(dim)
@@ -53,9 +52,41 @@ def getitem(x, index):
             if idx.dtype is not dt.int64:
                 raise TypeError(f"index: tensors used as indices must be int64 (long), got {idx.dtype.name} of shape "
                                 f"{idx.shape} indexing a tensor of shape {x.shape}: use .long()")
-            out = out._make(build("GATHER", out._node, idx._node, arg=dim))
-            dim += idx.ndim
+            tensors.append((dim, idx))
+            dim += 1
         else:
             raise TypeError(f"index of type {type(item).__name__} is not supported: use ints, slices, None, ..., "
                             "or an integer tensor")
-    return out
+    if len(tensors) == 1:
+        (axis, idx), = tensors
+        return out._make(build("GATHER", out._node, idx._node, arg=axis))
+    return _advanced(x, out, tensors) if tensors else out
+
+
+def _advanced(x, out, tensors):
+    """out[i0, i1, ...] with several index tensors, as torch and NumPy: the indices broadcast together to a shape B;
+    the indexed axes become B, in their place if they are adjacent, else first. Composed, not a primitive: each
+    index is checked and wrapped (negative -> +n) by a GATHER from arange(n) along its own axis, so an index out
+    of range raises GATHER's IndexError naming the index, the axis and its size on every runtime; the indexed
+    axes (moved together) are flattened into one, and one GATHER by the linear index picks the elements, so the
+    gradient is GATHER's SCATTER_ADD."""
+    from .tensor import Tensor, _broadcast_shape
+    axes = [a for a, _ in tensors]
+    shape = _broadcast_shape([i.shape for _, i in tensors], "index")
+    if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: the index axes go first
+        rest = [a for a in range(out.ndim) if a not in axes]
+        out, axes = out.permute(*axes, *rest), list(range(len(axes)))
+    first, sizes = axes[0], [out.shape[a] for a in axes]
+    linear, stride = None, 1
+    for (axis, idx), n in reversed(list(zip(tensors, sizes))):
+        # the table (n,) sits at `axis` (so GATHER's error names it) with size-1 axes before: (1, .., 1, n)
+        table = Tensor(np.arange(n, dtype=np.float32 if n <= 1 << 24 else np.int64).reshape((1,) * axis + (n,)),
+                       device=x.device)
+        checked = table._make(build("GATHER", table._node, idx._node, arg=axis)).reshape(idx.shape)
+        term = checked.long() if checked.dtype is not dt.int64 else checked
+        term = term if stride == 1 else term * stride
+        linear = term if linear is None else term + linear
+        stride *= n
+    linear = linear.expand(*shape) if linear.shape != shape else linear
+    flat = out.reshape(*out.shape[:first], stride, *out.shape[first + len(axes):])
+    return flat._make(build("GATHER", flat._node, linear._node, arg=first))

@@ -1,6 +1,7 @@
 """Optimizers with torch.optim's names, defaults and update rules. Each step builds the update of every
 parameter as graph and realizes it in a few chunks (C runtime: one kernel per parameter, see fuse_outputs)."""
 import math
+import numbers
 
 from .factory import zeros_like
 from .replay.jit import host_values
@@ -77,8 +78,36 @@ class Optimizer:
             assign(targets, values)
 
 
+def _check_lr(lr):
+    """torch's check (so a NaN learning rate is refused too)."""
+    if isinstance(lr, numbers.Real) and not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def _check_adam(lr, betas, eps, weight_decay):
+    """torch.optim.Adam's and AdamW's checks, with their messages."""
+    _check_lr(lr)
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if len(betas) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        _check_lr(lr)
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov))
 
@@ -103,6 +132,7 @@ class SGD(Optimizer):
 
 class AdamW(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        _check_adam(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     def _host_step(self, group, state):

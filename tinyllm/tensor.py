@@ -306,7 +306,11 @@ class Tensor:
     def neg(self): return self._unary("NEG")
     def reciprocal(self): return self._float()._unary("RECIP")
     def maximum(self, x): return self._binary("MAX", x, name="maximum")
-    def minimum(self, x): return -((-self).maximum(-self._as(x)))
+    def minimum(self, x): return self._flip().maximum(self._as(x)._flip())._flip()
+
+    def _flip(self):
+        """An order-reversing involution: -x, or not x for bools (which NEG does not take). min is flip∘max∘flip."""
+        return self.logical_not() if self.dtype is dt.bool_ else -self
     def __add__(self, x): return self.add(x)
     def __radd__(self, x): return self._binary("ADD", x, reverse=True, name="add")
     def __sub__(self, x): return self.sub(x)
@@ -326,30 +330,71 @@ class Tensor:
     def __ge__(self, x): return (self < x).logical_not()
     def __eq__(self, x): return self._binary("CMPEQ", x, name="eq")
     def __ne__(self, x): return (self == x).logical_not()
-    def __invert__(self): return self.logical_not()
-    def __and__(self, x): return self.logical_and(x)
-    def __or__(self, x): return self.logical_or(x)
+    def __invert__(self): return self.bitwise_not()
+    def __and__(self, x): return self.bitwise_and(x)
+    def __or__(self, x): return self.bitwise_or(x)
+    def __xor__(self, x): return self.bitwise_xor(x)
+    def __rand__(self, x): return self._as(x).bitwise_and(self)
+    def __ror__(self, x): return self._as(x).bitwise_or(self)
+    def __rxor__(self, x): return self._as(x).bitwise_xor(self)
     lt, gt, le, ge, eq, ne = __lt__, __gt__, __le__, __ge__, __eq__, __ne__
 
     def logical_not(self): return self._make(build("CMPEQ", self.bool()._node, const(False, self.shape, dt.bool_)))
     def logical_and(self, x): return self.bool()._binary("MUL", self._as(x).bool(), name="logical_and")
     def logical_or(self, x): return self.bool()._binary("MAX", self._as(x).bool(), name="logical_or")
+    def logical_xor(self, x): return self.bool() != self._as(x).bool()
+
+    def _bitwise(self, op, x, logical, name):
+        """&, |, ^ as torch: bit by bit on integers, logical on bools (the same results), refused on floats."""
+        a, b = self._broadcast(x, name=name)
+        if a.dtype.is_float:
+            raise TypeError(f"{name}: bitwise ops need integer or bool tensors, got {a.dtype.name}")
+        return logical(a, b) if a.dtype is dt.bool_ else a._make(build(op, a._node, b._node), b)
+
+    def bitwise_and(self, x): return self._bitwise("BITAND", x, Tensor.logical_and, "bitwise_and")
+    def bitwise_or(self, x): return self._bitwise("BITOR", x, Tensor.logical_or, "bitwise_or")
+    def bitwise_xor(self, x): return self._bitwise("BITXOR", x, Tensor.logical_xor, "bitwise_xor")
+
+    def bitwise_not(self):
+        if self.dtype.is_float:
+            raise TypeError(f"bitwise_not: needs an integer or bool tensor, got {self.dtype.name}")
+        return self.logical_not() if self.dtype is dt.bool_ else self._unary("BITNOT")
 
     def pow(self, p):
-        """xᵖ. Integer exponents multiply (so negative bases work); others go through exp(p·ln x)."""
-        if isinstance(p, (int, float)) and float(p).is_integer() and abs(p) <= 64:
-            n, result, base = abs(int(p)), None, self
+        """xᵖ with torch's semantics and dtypes (int ** int stays int64; a float exponent makes a float).
+        x⁰ = 1 everywhere (nan⁰ too), with gradient 0; positive integer exponents multiply (exact, so negative
+        bases work), -1, 0.5 and -0.5 are a reciprocal, square root and its reciprocal (as torch); the rest is the POW primitive (C's
+        pow: (-inf)^0.3 = inf, a negative base to a non-integer exponent nan; gradient p·x^(p-1), inf at 0 for
+        0 < p < 1)."""
+        if isinstance(p, Tensor):
+            x, p = (t if t.dtype is not dt.bool_ else t.long() for t in self._broadcast(p, name="pow"))
+            return x._make(build("POW", x._node, p._node), p)
+        if not isinstance(p, (bool, int, float, np.number)):
+            raise TypeError(f"pow: the exponent must be a number or a tensor, got {type(p).__name__}")
+        x = self.long() if self.dtype is dt.bool_ else self
+        if isinstance(p, (bool, int, np.integer)):
+            if p < 0 and not x.dtype.is_float:
+                raise RuntimeError("pow: integers to negative integer powers are not allowed")
+        else:
+            x = x._float()
+        if p == 0:  # 1, also for nan and inf, and a gradient of 0 (a where, so it reaches x)
+            return Tensor._from_node(const(True, x.shape, dt.bool_), x.device).where(x._as(1, x.dtype), x)
+        if float(p).is_integer() and 0 < p <= 64:
+            n, result, base = int(p), None, x
             while n:
                 if n & 1:
                     result = base if result is None else result * base
                 n >>= 1
                 if n:
                     base = base * base
-            result = self * 0 + 1 if result is None else result
-            return result.reciprocal() if p < 0 else result
-        if isinstance(p, (int, float)) and p == 0.5:
-            return self.sqrt()
-        return (self._float().log() * p).exp()
+            return result
+        if p == -1:
+            return x.reciprocal()
+        if p == 0.5:
+            return x.sqrt()
+        if p == -0.5:
+            return x.rsqrt()
+        return x._binary("POW", x._as(p, x.dtype), name="pow")
 
     def exp(self): return self._float()._unary("EXP")
     def log(self): return self._float()._unary("LOG")
@@ -366,12 +411,27 @@ class Tensor:
         e = neg.where(x, -x).exp()  # -|x|, with the slope of the branch taken (also at 0, unlike abs)
         r = (1.0 + e).reciprocal()
         return neg.where(e * r, r)
-    def relu(self): return (self > 0).where(self, 0.0 if self.dtype.is_float else 0)
+    def relu(self):
+        """x where x > 0 or x is nan (nan passes, with its gradient, as torch), else 0."""
+        keep = (self > 0).logical_or(self != self) if self.dtype.is_float else self > 0
+        return keep.where(self, 0.0 if self.dtype.is_float else 0)
     def abs(self): return self * self.sign()  # so the gradient at 0 is sign(0) = 0, as torch
     def sign(self): return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
     def clamp(self, min=None, max=None):
-        out = self if min is None else self.maximum(min)
-        return out if max is None else out.minimum(max)
+        """min(max(x, min), max) as torch: the gradient passes where min ≤ x ≤ max (bounds included), nan stays
+        nan (with gradient 0), and min > max gives max everywhere."""
+        if min is None and max is None:
+            raise RuntimeError("clamp: at least one of min and max must be given")
+        out = self
+        if self.dtype.is_float or any(isinstance(b, float) or getattr(b, "dtype", dt.int64).is_float
+                                      for b in (min, max)):
+            out = self._float()
+            out = (out != out).where(out.detach(), out)  # nan: no gradient, as torch
+        if min is not None:
+            out = (out < min).where(min, out)
+        if max is not None:
+            out = (out > max).where(max, out)
+        return out
     clip = clamp
 
     def where(self, x, y):
@@ -437,7 +497,7 @@ class Tensor:
         return self.var(dim, unbiased, keepdim, correction).sqrt()
 
     def amax(self, dim=None, keepdim=False): return self._reduce("REDUCE_MAX", dim, keepdim, "amax")
-    def amin(self, dim=None, keepdim=False): return -((-self).amax(dim, keepdim))
+    def amin(self, dim=None, keepdim=False): return self._flip().amax(dim, keepdim)._flip()
 
     def argmax(self, dim=None, keepdim=False):
         """Index of the first largest value (along `dim`, or of the flattened tensor)."""
@@ -449,7 +509,7 @@ class Tensor:
         hit = self == self.amax(d, keepdim=True)
         return (n - 1) - hit.where(rev, -1).amax(d, keepdim)
 
-    def argmin(self, dim=None, keepdim=False): return (-self).argmax(dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return self._flip().argmax(dim, keepdim)
 
     def max(self, dim=None, keepdim=False):
         """max() is the largest value; max(dim) is (values, indices) along dim, as torch."""

@@ -40,4 +40,37 @@ fn tl_erf(x: f32) -> f32 {
   let big = select(1.0 - erfc, erfc - 1.0, x < 0.0);
   return select(select(big, x, tl_isnan(x)), series, a < 0.5);
 }
+// C's pow (NumPy's power): p = 0 or x = 1 give 1 (nan too); else nan in, nan out; a negative base needs an integer
+// p (|p| ≥ 2^24 is an even integer), its sign from p's parity; 0 and ±inf give 0 or inf by p's sign; p = ±inf gives
+// 1, 0 or inf by |x| against 1; the rest is exp2(p·log2|x|)
+fn tl_pow(x: f32, p: f32) -> f32 {
+  let a = abs(x);
+  let ap = abs(p);
+  let integer = ap >= 16777216.0 || (ap == floor(ap) && !tl_isnan(p));
+  let odd = ap < 16777216.0 && integer && (i32(ap) & 1) == 1;
+  let neg = (bitcast<u32>(x) & 0x80000000u) != 0u && odd;  // the sign of the result (-0 too)
+  let inf = bitcast<f32>(0x7f800000u);
+  var m = exp2(p * log2(a));
+  m = select(m, select(0.0, inf, p < 0.0), a == 0.0);
+  m = select(m, select(inf, 0.0, p < 0.0), a == inf);
+  m = select(m, select(select(0.0, inf, p > 0.0), select(inf, 0.0, p > 0.0), a < 1.0), ap == inf && !tl_isnan(p));
+  m = select(m, 1.0, a == 1.0 && ap == inf);
+  m = select(m, -m, neg);
+  m = select(m, bitcast<f32>(0x7fc00000u), tl_isnan(x) || tl_isnan(p) || (x < 0.0 && !integer && a != inf && !tl_isnan(x)));
+  return select(m, 1.0, (bitcast<u32>(p) & 0x7fffffffu) == 0u || bitcast<u32>(x) == 0x3f800000u);
+}
+
+// x^p for i32, wrapping; a negative p gives the integer part of 1/x^p (1 for x = 1, ±1 for x = -1, else 0)
+fn tl_ipow(x: i32, p: i32) -> i32 {
+  if (p < 0) { return select(select(0, select(1, -1, (p & 1) == 1), x == -1), 1, x == 1); }
+  var r = 1;
+  var b = x;
+  var e = p;
+  while (e != 0) {
+    if ((e & 1) == 1) { r = r * b; }
+    b = b * b;
+    e = e >> 1u;
+  }
+  return r;
+}
 {{F16_HELPERS}}

@@ -4,3 +4,4 @@ fn tl_lt_h(a: f16, b: f16) -> bool { return tl_lt(f32(a), f32(b)); }
 fn tl_eq_h(a: f16, b: f16) -> bool { return tl_eq(f32(a), f32(b)); }
 fn tl_tanh_h(x: f16) -> f16 { return f16(tl_tanh(f32(x))); }
 fn tl_erf_h(x: f16) -> f16 { return f16(tl_erf(f32(x))); }
+fn tl_pow_h(x: f16, p: f16) -> f16 { return f16(tl_pow(f32(x), f32(p))); }

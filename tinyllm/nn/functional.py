@@ -75,7 +75,17 @@ def one_hot(idx, num_classes):
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """-log softmax(logits)[target], 0 where target is `ignore_index`, averaged over the other targets (or their
     sum, or each: reduction 'sum', 'none'; label_smoothing as torch).
-    logits (N, C) or (N, C, d...) as torch, or (..., C) with target (...) of int64 class indices."""
+    logits (N, C) or (N, C, d...) as torch, or (..., C) with target (...) of int64 class indices; or, as torch's
+    soft labels, a float target of the logits' own shape holding class probabilities (class axis 1, or 0 for 1-D
+    logits): -Σ_c target_c log softmax(logits)_c, its 'mean' over the N·d... positions.
+    A class index outside [0, C) other than ignore_index raises an IndexError when the loss is computed: the
+    targets go through a GATHER (from arange(C)), whose kernels check their indices on every runtime."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    if target.dtype.is_float:
+        return _cross_entropy_probs(logits, target, reduction, label_smoothing)
     if target.dtype is not dt.int64:
         raise TypeError(f"cross_entropy: target must hold int64 class indices, got {target.dtype.name}: use .long()")
     if logits.ndim > 2 and logits.shape[:1] + logits.shape[2:] == target.shape:
@@ -83,22 +93,54 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     if logits.shape[:-1] != target.shape:
         raise RuntimeError(f"cross_entropy: logits {logits.shape} and target {target.shape} don't fit: expected "
                            "target shape equal to the logits' without the class axis")
-    from ..tensor import arange
     n_classes = logits.shape[-1]
     logp = logits.log_softmax(-1)
-    picked = target.unsqueeze(-1) == arange(n_classes, device=logits.device)
+    valid = target != ignore_index
+    picked = _checked_target(target, valid, n_classes).unsqueeze(-1) == _classes(n_classes, logits.device)
     nll = -(picked.where(logp, 0.0).sum(-1))
     if label_smoothing:
         nll = (1.0 - label_smoothing) * nll - label_smoothing * logp.mean(-1)
-    valid = target != ignore_index
     nll = valid.where(nll, 0.0)
     if reduction == "none":
         return nll
     if reduction == "sum":
         return nll.sum()
-    if reduction != "mean":
-        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return nll.sum() / valid.float().sum()
+
+
+def _classes(n, device):
+    """arange(n) as float32 (exact up to 2**24) or int64 beyond: the values a checked target is compared with."""
+    import numpy as np
+    return Tensor(np.arange(n, dtype=np.float32 if n <= 1 << 24 else np.int64), device=device)
+
+
+def _checked_target(target, valid, n):
+    """The targets read through a GATHER from arange(n): the same values, but a target outside [0, n) raises
+    GATHER's IndexError (naming the index) on every runtime, when the loss is computed: no host read in the step.
+    Ignored targets read class 0; a negative one reads at t - n (GATHER wraps [-n, 0), so that is out of range)."""
+    from ..graph import build
+    idx = valid.where((target < 0).where(target - n, target), 0)
+    table = _classes(n, target.device)
+    return table._make(build("GATHER", table._node, idx._node, arg=0))
+
+
+def _cross_entropy_probs(logits, target, reduction, label_smoothing):
+    if target.shape != logits.shape:
+        raise TypeError(f"cross_entropy: a float target holds class probabilities and must have the logits' shape "
+                        f"{logits.shape}, got {target.shape} ({target.dtype.name}); class indices must be int64: "
+                        "use .long()")
+    if logits.ndim == 0:
+        raise RuntimeError("cross_entropy: logits must have a class axis, got a 0-d tensor")
+    axis = 1 if logits.ndim > 1 else 0
+    n_classes = logits.shape[axis]
+    if label_smoothing:
+        target = target * (1.0 - label_smoothing) + label_smoothing / n_classes
+    loss = -((logits.log_softmax(axis) * target).sum(axis))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.mean() if loss.ndim else loss
 
 
 def mse_loss(x, y, reduction="mean"):
@@ -124,3 +166,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     if dropout_p:
         att = dropout(att, dropout_p)
     return att @ v
+
+
+from .conv import conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, avg_pool2d  # noqa: E402,F401
+from .resize import pad, interpolate  # noqa: E402,F401

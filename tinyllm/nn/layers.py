@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import factory
 from . import functional as F
+from .conv import conv
 from .module import Module, Parameter
 
 
@@ -62,3 +63,80 @@ class GELU(Module):
 class ReLU(Module):
     def forward(self, x):
         return x.relu()
+
+
+class _ConvNd(Module):
+    """Conv1d, Conv2d, Conv3d (d, the spatial axes, is the subclass's) and ConvTranspose2d: torch's parameters and
+    their kaiming-uniform(a=√5) default, which reduces to ±1/√fan_in as Linear's."""
+    d, transposed = 2, False
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
+                 output_padding=0):
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be divisible by "
+                             f"groups {groups}")
+        self.kernel_size = tuple(kernel_size) if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * self.d
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.stride, self.padding, self.dilation, self.output_padding = stride, padding, dilation, output_padding
+        shape = (in_channels, out_channels // groups) if self.transposed else (out_channels, in_channels // groups)
+        bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))
+        self.weight = Parameter(_uniform(shape + self.kernel_size, bound))
+        self.bias = Parameter(_uniform((out_channels,), bound)) if bias else None
+
+    def forward(self, x):
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                      f"conv{self.d}d")
+
+
+class Conv1d(_ConvNd):
+    d = 1
+
+
+class Conv2d(_ConvNd):
+    d = 2
+
+
+class Conv3d(_ConvNd):
+    d = 3
+
+
+class ConvTranspose2d(_ConvNd):
+    transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         output_padding)
+
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                  self.groups, self.dilation)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        self.kernel_size, self.stride, self.padding, self.ceil_mode = kernel_size, stride, padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def forward(self, x):
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                            self.divisor_override)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)

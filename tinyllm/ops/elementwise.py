@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from .. import dtype as dt
-from ..graph import const
+from ..graph import build, const
 from .base import Binary, Identity, Op, Ternary, Unary, register
 
 
@@ -120,12 +120,13 @@ class MUL(Binary):
 
 @register
 class MAX(Binary):
-    """y = max(x, z)  ⇒  dx = dy · [x > z] + ½ dy · [x = z], and the mirror for dz (ties split evenly, as torch)"""
+    """y = max(x, z)  ⇒  dx = dy · ([x ≮ z] - ½[x = z]), dz = dy · ([z ≮ x] - ½[x = z]): ties split evenly, and
+    where either is nan (so y is) both get dy, as torch"""
     def forward(x, z): return np.maximum(x, z)
     def backward(dy, y):
         x, z = y.src
-        share = (x > z).cast(dy.dtype) + x.eq(z).cast(dy.dtype) * 0.5
-        return (dy * share, dy * (1.0 - share))
+        tie = x.eq(z).cast(dy.dtype) * 0.5
+        return (dy * (1.0 - (x < z).cast(dy.dtype) - tie), dy * (1.0 - (z < x).cast(dy.dtype) - tie))
 
 
 class Compare(Binary):
@@ -164,3 +165,82 @@ class WHERE(Ternary):
         c = y.src[0]
         zero = const(0, dy.shape, dy.dtype)
         return (None, c.where(dy, zero), c.where(zero, dy))
+
+
+def _int_pow(x, p):
+    """xᵖ for integers, exactly, wrapping as int64 does (as torch); a negative exponent gives the integer part
+    of 1/xᵖ: 1 for x = 1, ±1 for x = -1, 0 otherwise (torch's result, 0 for x = 0 too)."""
+    x, p = np.broadcast_arrays(np.asarray(x), np.asarray(p))
+    out, base, e = np.ones(x.shape, x.dtype), x.copy(), np.where(p < 0, 0, p).astype(p.dtype)
+    with np.errstate(over="ignore"):
+        while e.any():
+            out = np.where(e & 1, out * base, out)
+            base, e = base * base, e >> 1
+    neg = p < 0
+    return np.where(neg, np.where(x == 1, 1, np.where(x == -1, np.where(p & 1, -1, 1), 0)), out).astype(x.dtype)
+
+
+@register
+class POW(Binary):
+    """y = xᵖ (C's pow: 0⁰ = 1, (-inf)^0.3 = inf, a negative x to a non-integer p is nan; exact for integers)
+    ⇒  dx = dy · p·x^(p-1), 0 where p = 0;  dp = dy · y·ln x, 0 where x = 0 and p ≥ 0 (torch's rules: so x^0.3
+    has gradient inf at 0, and 0^p has no gradient to p where it is 0 or 1)"""
+    def infer(src, arg):
+        shape, dtype = Binary.infer(src, arg)
+        if dtype is dt.bool_:
+            raise TypeError("pow needs numbers, not bools: cast them with .long()")
+        return shape, dtype
+    def forward(x, p):
+        if x.dtype.kind in "iu":
+            return _int_pow(x, p)
+        with np.errstate(all="ignore"):
+            return np.power(x, p)
+    def backward(dy, y):
+        x, p = y.src
+        zero = const(0, dy.shape, dy.dtype)
+        dx = p.eq(0).where(zero, dy * p * build("POW", x, p - 1))
+        stop = build("MUL", x.eq(0), build("MAX", p > 0, p.eq(0)))  # x = 0 and p ≥ 0 (bools: MUL and, MAX or)
+        dp = stop.where(zero, dy * y * x.log())
+        return (dx, dp)
+
+
+class Bitwise(Binary):
+    def infer(src, arg):
+        shape, dtype = Binary.infer(src, arg)
+        if dtype.is_float:
+            raise TypeError(f"bitwise ops need integer or bool operands, got {dtype.name}")
+        return shape, dtype
+    def backward(dy, y): return (None, None)  # integers and bools carry no gradient
+
+
+@register
+class BITAND(Bitwise):
+    """y = x & z, bit by bit (integers and bools); no gradient"""
+    commutative = True
+    def forward(x, z): return np.bitwise_and(x, z)
+
+
+@register
+class BITOR(Bitwise):
+    """y = x | z, bit by bit (integers and bools); no gradient"""
+    commutative = True
+    def forward(x, z): return np.bitwise_or(x, z)
+
+
+@register
+class BITXOR(Bitwise):
+    """y = x ^ z, bit by bit (integers and bools); no gradient"""
+    commutative = True
+    def forward(x, z): return np.bitwise_xor(x, z)
+
+
+@register
+class BITNOT(Unary):
+    """y = ~x, every bit flipped (integers; logical not for bools); no gradient"""
+    def infer(src, arg):
+        (x,) = src
+        if x.dtype.is_float:
+            raise TypeError(f"bitwise not needs an integer or bool operand, got {x.dtype.name}")
+        return x.shape, x.dtype
+    def forward(x): return np.invert(x)
+    def backward(dy, y): return (None,)

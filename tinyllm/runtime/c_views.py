@@ -7,16 +7,23 @@ def address(array):
 
 
 def matrix_layout(x):
-    """(trans, ld) that let sgemm read the last two axes of float32 `x` in place, or None."""
+    """(trans, ld) that let sgemm read the last two axes of float32 `x` in place, or None.
+
+    sgemm reads element (i, k) at i*ld + k (trans 0) or at k*ld + i (trans 1), and nothing else, so ld is the
+    stride of the other axis exactly as it is, 0 included: a row or column broadcast along its length (stride 0,
+    one element stored) is read as that one element over and over. Only the stride of an axis of size 1 is free
+    (never multiplied by a nonzero index); a negative stride is left to a copy."""
     rows, cols = x.shape[-2:]
-    st = [s // 4 for s in x.strides]
-    if cols == 1 or st[-1] == 1:
-        trans, ld = 0, st[-2] if rows > 1 else cols
-    elif rows == 1 or st[-2] == 1:
-        trans, ld = 1, st[-1] if cols > 1 else rows
-    else:
-        return None
-    return trans, max(ld, 1)
+    r, c = (s // x.itemsize for s in x.strides[-2:])
+    if cols == 1 or c == 1:  # (i, k) at i*ld + k
+        ld = r if rows > 1 else max(cols, 1)
+        if ld >= 0:
+            return 0, ld
+    if rows == 1 or r == 1:  # (i, k) at k*ld + i
+        ld = c if cols > 1 else max(rows, 1)
+        if ld >= 0:
+            return 1, ld
+    return None
 
 
 def batch_runs(shape, *arrays):

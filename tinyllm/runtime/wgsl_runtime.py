@@ -394,6 +394,8 @@ def _matrix_layout(x):
     ("k" fast: row-major; "r" fast: transposed), or None if x needs a copy."""
     rows, cols = x.shape[-2:]
     st = x.elem_strides
+    if (rows > 1 and st[-2] == 0) or (cols > 1 and st[-1] == 0):
+        return None  # a broadcast row or column has no leading dimension the kernel can step by: copy it
     if cols == 1 or st[-1] == 1:
         fast, ld = "row-major", st[-2] if rows > 1 else cols
     elif rows == 1 or st[-2] == 1:

@@ -20,7 +20,8 @@ with open(HEADER, "rb") as _f:  # in every source, so the kernel cache (keyed by
     HEADER_TAG = hashlib.sha256(_f.read()).hexdigest()[:16]
 BINARY = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})",
           # NaN in either operand wins, as NumPy's maximum
-          "MAX": "(({0} != {0} || {0} > {1}) ? {0} : {1})"}
+          "MAX": "(({0} != {0} || {0} > {1}) ? {0} : {1})",
+          "BITAND": "({0} & {1})", "BITOR": "({0} | {1})", "BITXOR": "({0} ^ {1})"}
 
 
 class CLanguage(CStyleLanguage):
@@ -46,6 +47,11 @@ class CLanguage(CStyleLanguage):
         return f"({x} != 0)" if dtype == "bool" else f"(({CTYPE[dtype]}){x})"
 
     def expression(self, op, arg, operands, dtype, in_dtypes):
+        if op == "POW":  # C's pow is the reference's (NumPy's power); integers exactly (c_math.h)
+            f = {"float32": "powf", "float64": "pow"}.get(dtype, "tl_ipow")
+            return f"{f}({operands[0]}, {operands[1]})"
+        if op == "BITNOT":
+            return f"(!{operands[0]})" if dtype == "bool" else f"(~{operands[0]})"
         if op in FAST_F32 and dtype == "float32":
             return FAST_F32[op].format(*operands)
         if op in UNARY:
@@ -84,7 +90,9 @@ def render(name, kernel, out_dtype, src_dtypes):
     lines += [f"  const {CTYPE[d]} *restrict s{i} = (const {CTYPE[d]} *)bufs[{i + 1}];" for i, d in enumerate(src_dtypes)]
     init = {"float": "-INFINITY", "double": "-INFINITY", "int64_t": "INT64_MIN"}.get(ot, "0") if red_op == "REDUCE_MAX" \
         else "0"
-    keep_max = "if ({v} != {v} || {v} > {a}) {a} = {v};"  # NaN wins, as NumPy's max
+    # NaN wins, as NumPy's max. An unconditional store: GCC 12 at -O3 -march=native miscompiles the conditional
+    # one (`if (...) a = v;`) into AVX-512 masked stores that lose updates and write out of bounds
+    keep_max = "{a} = ({v} != {v} || {v} > {a}) ? {v} : {a};"
     if red_op is None:  # output j of several (fuse_outputs) at j · the iteration size
         stores = [f"out[{offset(0, j * math.prod(kernel.shape))}] = ({ot}){v};" for j, v in enumerate(values)]
         loops, inner, parallel = dims, [*body, *stores], True

@@ -73,4 +73,17 @@ static inline float tl_tanhf(float x) {
     t = t > 1.0f ? 1.0f : t;
     return t < -1.0f ? -1.0f : t;
 }
+/* x^p for int64, exact and wrapping as NumPy's and torch's (unsigned products wrap defined); a negative p gives
+   the integer part of 1/x^p: 1 for x = 1, ±1 for x = -1, 0 otherwise */
+static inline int64_t tl_ipow(int64_t x, int64_t p) {
+  if (p < 0) return x == 1 ? 1 : x == -1 ? ((p & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, b = (uint64_t)x;
+  while (p) {
+    if (p & 1) r *= b;
+    b *= b;
+    p >>= 1;
+  }
+  return (int64_t)r;
+}
+
 #endif

@@ -61,8 +61,10 @@ class WGSLLanguage(CStyleLanguage):
     unary = {"NEG": "(-{0})", "RECIP": "({t}(1) / {0})", "EXP": "exp({0})", "LOG": "log({0})", "SQRT": "sqrt({0})"}
     # math.wgsl, for float operands (f16 versions end in _h): NaN is handled by bit tests there, whatever the
     # shader compiler assumes about comparisons with NaN
-    helpers = {"TANH": "tl_tanh", "ERF": "tl_erf", "MAX": "tl_max", "CMPLT": "tl_lt", "CMPEQ": "tl_eq"}
-    binary = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})"}
+    helpers = {"TANH": "tl_tanh", "ERF": "tl_erf", "MAX": "tl_max", "CMPLT": "tl_lt", "CMPEQ": "tl_eq",
+               "POW": "tl_pow"}
+    binary = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})",
+              "BITAND": "({0} & {1})", "BITOR": "({0} | {1})", "BITXOR": "({0} ^ {1})", "POW": "tl_ipow({0}, {1})"}
 
     def literal(self, value, dtype):
         if dtype == "bool":
@@ -92,6 +94,10 @@ class WGSLLanguage(CStyleLanguage):
 
     def expression(self, op, arg, operands, dtype, in_dtypes):
         a = operands
+        if op == "BITNOT":  # bools are WGSL bools in a kernel (u32 only in storage): ! for them, ~ for i32
+            return f"(!{a[0]})" if dtype == "bool" else f"(~{a[0]})"
+        if op == "BITXOR" and dtype == "bool":  # WGSL has & and | on bools, but no ^
+            return f"({a[0]} != {a[1]})"
         if in_dtypes and in_dtypes[0] == "bool" and op in ("ADD", "MUL", "MAX", "CMPLT"):
             return {"ADD": "({0} || {1})", "MUL": "({0} && {1})", "MAX": "({0} || {1})",
                     "CMPLT": "(!{0} && {1})"}[op].format(*a)
