@@ -124,3 +124,23 @@ def stack(tensors, dim=0):
 
 def where(condition, x, y):
     return condition.where(x, y)
+
+
+def eye(n, m=None, dtype=dt.float32, device=None, requires_grad=False):
+    """The n x m identity: ones where the row index equals the column index (a comparison, no memory until used)."""
+    m = n if m is None else m
+    rows, cols = arange(n, device=device).reshape(n, 1), arange(m, device=device).reshape(1, m)
+    out = (rows == cols).to(dt.to_dtype(dtype))
+    return out.requires_grad_() if requires_grad else out
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """`steps` values from start to end, evenly spaced, as torch: the first half counted up from start, the second
+    down from end, so both ends are exact."""
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    i = np.arange(steps, dtype=np.float64)
+    values = np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
+    return tensor(values.astype(dtype.np), device=device, requires_grad=requires_grad)

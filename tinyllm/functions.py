@@ -11,7 +11,8 @@ import functools
 from .tensor import Tensor
 
 NOT_FUNCTIONS = {"backward", "item", "numpy", "tolist", "realize", "to", "type_as", "copy_", "requires_grad_",
-                 "size", "stride", "dim", "is_contiguous", "contiguous", "expand", "expand_as", "view", "detach_"}
+                 "size", "stride", "dim", "is_contiguous", "contiguous", "expand", "expand_as", "view", "detach_",
+                 "repeat"}
 
 
 def _as_input(x, args):

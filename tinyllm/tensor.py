@@ -326,8 +326,8 @@ class Tensor:
     def __rmatmul__(self, x): return self._as(x).matmul(self)
     def __lt__(self, x): return self._binary("CMPLT", x, name="lt")
     def __gt__(self, x): return self._binary("CMPLT", x, reverse=True, name="gt")
-    def __le__(self, x): return (self > x).logical_not()
-    def __ge__(self, x): return (self < x).logical_not()
+    def __le__(self, x): return (self < x).logical_or(self == x)  # (not ¬(x > y): false at NaN, as IEEE)
+    def __ge__(self, x): return (self > x).logical_or(self == x)
     def __eq__(self, x): return self._binary("CMPEQ", x, name="eq")
     def __ne__(self, x): return (self == x).logical_not()
     def __invert__(self): return self.bitwise_not()
@@ -403,6 +403,18 @@ class Tensor:
     def tanh(self): return self._float()._unary("TANH")
     def erf(self): return self._float()._unary("ERF")
     def square(self): return self * self
+    def log2(self): return self.log() * (1.0 / math.log(2.0))
+    def log10(self): return self.log() * (1.0 / math.log(10.0))
+    def exp2(self): return (self._float() * math.log(2.0)).exp()
+    def isnan(self): return self != self
+    def isinf(self): return self.abs() == math.inf if self.dtype.is_float else self != self
+    def isfinite(self): return self.abs() < math.inf if self.dtype.is_float else self == self
+    def logaddexp(self, x):
+        """log(eˣ + eʸ), shifted by the larger so nothing overflows."""
+        x = self._as(x)._float()
+        m = self._float().maximum(x).detach()
+        m = m.isfinite().where(m, 0.0)  # (−inf − −inf would be nan)
+        return m + ((self - m).exp() + (x - m).exp()).log()
     def sigmoid(self):
         """σ(x) = 1/(1+e) for x ≥ 0 and e/(1+e) for x < 0, with e = e^(-|x|) ≤ 1: nothing overflows. The plain
         1/(1+e^(-x)) overflows to 1/inf for x ≪ 0, and its gradient there is 0·inf = nan."""
@@ -496,7 +508,74 @@ class Tensor:
     def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
         return self.var(dim, unbiased, keepdim, correction).sqrt()
 
+    def std_mean(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        return self.std(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
+
+    def cumsum(self, dim):
+        """Running sums along `dim`: the axis times an upper-triangular matrix of ones (U[i, j] = [i <= j]), one
+        matmul that the sgemm runs and whose gradient is the reverse running sum."""
+        d = self._dim(dim, "cumsum")
+        n = self.shape[d]
+        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        upper = (arange(n, device=self.device).reshape(n, 1) <= arange(n, device=self.device).reshape(1, n))
+        if x.dtype.is_float:
+            y = x @ upper.to(x.dtype)
+        else:  # integers exactly (no float matmul): Σ_i x_i·[i <= j] as a masked sum, n² products
+            y = (x.to(dt.int64).unsqueeze(-1) * upper.to(dt.int64)).sum(-2)
+        return y.transpose(d, -1) if d != self.ndim - 1 else y
+
+    def logcumsumexp(self, dim):
+        """log Σ_{i<=j} e^(x_i), shifted by the (constant) maximum along dim so nothing overflows."""
+        m = self._float().amax(dim, keepdim=True).detach()
+        m = m.isfinite().where(m, 0.0)
+        return (self - m).exp().cumsum(dim).log() + m
+
+    def lerp(self, end, weight):
+        """self + weight·(end - self)."""
+        return self + self._as(weight) * (self._as(end) - self)
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """|self - other| <= atol + rtol·|other|, equal infinities close, NaN close to NaN only with equal_nan."""
+        other = self._as(other)
+        close = ((self - other).abs() <= atol + rtol * other.abs()) | (self == other)
+        return close | (self.isnan() & other.isnan()) if equal_nan else close
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """Whether every element is close (a Python bool: it reads the value, as torch's does)."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def gather(self, dim, index):
+        """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather: index has self's number
+        of dimensions, no larger than self along the others): one GATHER from the flattened tensor by the linear
+        index, so the gradient is its scatter-add."""
+        d = self._dim(dim, "gather")
+        if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+            raise RuntimeError(f"gather: index {index.shape} must have the input's {self.ndim} dimensions and be no "
+                               f"larger than the input {self.shape} except along dim {d}")
+        from .factory import zeros
+        strides = [math.prod(self.shape[k + 1:]) for k in range(self.ndim)]
+        checked = arange(self.shape[d], device=self.device)[index]  # a GATHER: checks and wraps each index
+        linear = zeros(*index.shape, dtype=dt.int64, device=self.device)
+        for k, n in enumerate(index.shape):
+            coord = checked if k == d else arange(n, device=self.device).reshape(*[n if j == k else 1 for j in range(self.ndim)])
+            linear = linear + coord * strides[k]
+        return self.reshape(-1)[linear]
+
+    def diag(self, diagonal=0):
+        """A 1-D tensor: the square matrix with it on the `diagonal`-th diagonal. A 2-D one: that diagonal."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0] + abs(diagonal)
+        rows, cols = arange(n, device=self.device).reshape(n, 1), arange(n, device=self.device).reshape(1, n)
+        on = (cols - rows) == diagonal
+        pick = (rows if diagonal >= 0 else cols).expand(n, n).minimum(self.shape[0] - 1)  # v[r] or v[c]
+        return on.where(self[pick.reshape(-1)].reshape(n, n), 0)
+
     def amax(self, dim=None, keepdim=False): return self._reduce("REDUCE_MAX", dim, keepdim, "amax")
+    def all(self, dim=None, keepdim=False): return self.bool().amin(dim, keepdim)
+    def any(self, dim=None, keepdim=False): return self.bool().amax(dim, keepdim)
     def amin(self, dim=None, keepdim=False): return self._flip().amax(dim, keepdim)._flip()
 
     def argmax(self, dim=None, keepdim=False):
@@ -701,6 +780,71 @@ class Tensor:
         if chunks <= 0:
             raise RuntimeError(f"chunk: chunks must be positive, got {chunks}")
         return self.split(max(-(-n // chunks), 1), dim)
+
+    def unflatten(self, dim, sizes):
+        d = self._dim(dim, "unflatten")
+        return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
+
+    def flip(self, *dims):
+        """The elements in reverse order along `dims` (a gather of a reversed index per axis, so a copy, as torch)."""
+        out = self
+        for d in self._dims(dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims, "flip"):
+            index = arange(self.shape[d] - 1, -1, -1, device=self.device)
+            out = out[(slice(None),) * d + (index,)]
+        return out
+
+    def roll(self, shifts, dims=None):
+        """Elements shifted cyclically by `shifts` along `dims` (flattened first when dims is None, as torch)."""
+        if dims is None:
+            return self.reshape(-1).roll(shifts, 0).reshape(*self.shape)
+        shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+        dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+        from .factory import cat
+        out = self
+        for shift, dim in zip(shifts, dims):
+            d = self._dim(dim, "roll")
+            n = self.shape[d]
+            k = shift % n if n else 0
+            if k:
+                out = cat([out._slice(d, n - k, n), out._slice(d, 0, n - k)], d)
+        return out
+
+    def repeat(self, *sizes):
+        """The tensor tiled sizes[i] times along each axis (new leading axes where sizes is longer), as torch."""
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if len(sizes) < self.ndim:
+            raise RuntimeError(f"repeat: {len(sizes)} sizes for a {self.ndim}-D tensor: give at least {self.ndim}")
+        x = self.reshape(*(1,) * (len(sizes) - self.ndim), *self.shape)
+        tiled = x.reshape(*[v for s in x.shape for v in (1, s)])  # (1, s0, 1, s1, ...) -> (r0, s0, r1, s1, ...)
+        tiled = tiled.expand(*[v for r, s in zip(sizes, x.shape) for v in (r, s)])
+        return tiled.reshape(*[r * s for r, s in zip(sizes, x.shape)])
+
+    def repeat_interleave(self, repeats, dim=None):
+        """Each element repeated `repeats` (an int) times in place along `dim` (flattened when None)."""
+        if not isinstance(repeats, int):
+            raise NotImplementedError("repeat_interleave: only an int number of repeats is supported")
+        if dim is None:
+            return self.reshape(-1).repeat_interleave(repeats, 0)
+        d = self._dim(dim, "repeat_interleave")
+        x = self.unsqueeze(d + 1)
+        return x.expand(*x.shape[:d + 1], repeats, *x.shape[d + 2:]).reshape(
+            *self.shape[:d], self.shape[d] * repeats, *self.shape[d + 1:])
+
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        """The diagonal of the (dim1, dim2) planes, offset above (>0) or below (<0) the main one, as the last axis:
+        the plane flattened and sliced with a step of (columns + 1), a view."""
+        d1, d2 = self._dim(dim1, "diagonal"), self._dim(dim2, "diagonal")
+        rest = [i for i in range(self.ndim) if i not in (d1, d2)]
+        x = self.permute(*rest, d1, d2)
+        rows, cols = x.shape[-2:]
+        n = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
+        start = offset if offset >= 0 else -offset * cols
+        flat = x.reshape(*x.shape[:-2], rows * cols)
+        if n == 0:
+            return flat._slice(flat.ndim - 1, 0, 0)
+        return flat._slice(flat.ndim - 1, start, start + (n - 1) * (cols + 1) + 1, cols + 1)
 
     def tril(self, diagonal=0): return self._triangle(diagonal, lower=True)
     def triu(self, diagonal=0): return self._triangle(diagonal, lower=False)

@@ -170,3 +170,6 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
 
 from .conv import conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, avg_pool2d  # noqa: E402,F401
 from .resize import pad, interpolate  # noqa: E402,F401
+from .activations import (silu, softsign, logsigmoid, mish, relu6, hardsigmoid, elu, celu, selu, softplus,  # noqa: E402,F401
+                          hardtanh, hardswish, leaky_relu, normalize, softmin, l1_loss, binary_cross_entropy,
+                          binary_cross_entropy_with_logits, nll_loss)

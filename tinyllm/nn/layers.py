@@ -140,3 +140,46 @@ class Flatten(Module):
 
     def forward(self, x):
         return x.flatten(self.start_dim, self.end_dim)
+
+
+class _Functional(Module):
+    """A module that applies F.<fn> with the arguments it was made with: torch's activation and loss modules."""
+    fn = None
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+    def forward(self, *inputs):
+        return type(self).fn(*inputs, *self.args, **self.kwargs)
+
+
+def _module(name, fn, doc):
+    return type(name, (_Functional,), {"fn": staticmethod(fn), "__doc__": doc, "__module__": __name__})
+
+
+Softmax = _module("Softmax", lambda x, dim=None: F.softmax(x, -1 if dim is None else dim), "softmax over `dim`")
+LogSoftmax = _module("LogSoftmax", lambda x, dim=None: F.log_softmax(x, -1 if dim is None else dim), "log_softmax")
+Softmin = _module("Softmin", F.softmin, "softmax of -x")
+Tanh, Sigmoid = _module("Tanh", F.tanh, "tanh"), _module("Sigmoid", F.sigmoid, "sigmoid")
+SiLU, Mish, Softsign = _module("SiLU", F.silu, "x·σ(x)"), _module("Mish", F.mish, "mish"), _module("Softsign", F.softsign, "softsign")
+ELU, CELU, SELU = _module("ELU", F.elu, "elu"), _module("CELU", F.celu, "celu"), _module("SELU", F.selu, "selu")
+Softplus, LogSigmoid = _module("Softplus", F.softplus, "softplus"), _module("LogSigmoid", F.logsigmoid, "log σ(x)")
+Hardtanh, ReLU6 = _module("Hardtanh", F.hardtanh, "hardtanh"), _module("ReLU6", F.relu6, "relu6")
+Hardsigmoid, Hardswish = _module("Hardsigmoid", F.hardsigmoid, "hardsigmoid"), _module("Hardswish", F.hardswish, "hardswish")
+LeakyReLU = _module("LeakyReLU", F.leaky_relu, "leaky_relu")
+MSELoss, L1Loss = _module("MSELoss", F.mse_loss, "mean squared error"), _module("L1Loss", F.l1_loss, "mean |x - y|")
+BCELoss = _module("BCELoss", F.binary_cross_entropy, "binary cross-entropy of probabilities")
+BCEWithLogitsLoss = _module("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits, "binary cross-entropy of logits")
+NLLLoss = _module("NLLLoss", F.nll_loss, "negative log-likelihood of log-probabilities")
+
+
+class CrossEntropyLoss(_Functional):
+    """F.cross_entropy with the module's ignore_index, reduction and label_smoothing (torch's keyword names)."""
+    fn = staticmethod(F.cross_entropy)
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                 label_smoothing=0.0):
+        if weight is not None or size_average is not None or reduce is not None:
+            raise NotImplementedError("CrossEntropyLoss: weight= (and the deprecated size_average=, reduce=) are not "
+                                      "supported: weight the per-element losses of reduction='none' instead")
+        super().__init__(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
