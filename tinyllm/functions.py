@@ -2,9 +2,9 @@
 `x.add(y, alpha=2)`. They are made here, in one loop over the Tensor class, so every method a Tensor gains gets
 its function form too; `tinyllm/__init__.py` exports them.
 
-Not made: what torch has no function for (`expand`, `view`, `contiguous`, ...), what reads or changes a tensor's
-state (`backward`, `item`, `to`, ...), and a name tinyllm already has (the dtypes `float`, `bool`, ...; the
-factories `where`, `topk`, ...).
+Not made: what torch has no function for (`expand`, `view`, `contiguous`, ...), in-place updates (`add_`, ...),
+what reads or changes a tensor's state (`backward`, `item`, `to`, ...), and a name tinyllm already has (the dtypes
+`float`, `bool`, ...; the factories `where`, `topk`, ...).
 """
 import functools
 
@@ -40,7 +40,7 @@ def function_forms(taken):
     """{name: function} for every public Tensor method that is not in NOT_FUNCTIONS nor in `taken`."""
     forms = {}
     for name, value in vars(Tensor).items():
-        if name.startswith("_") or name in NOT_FUNCTIONS or name in taken or not callable(value) \
+        if name.startswith("_") or name.endswith("_") or name in NOT_FUNCTIONS or name in taken or not callable(value) \
                 or isinstance(value, (property, staticmethod, classmethod)):
             continue
         forms[name] = _function(name)

@@ -184,6 +184,71 @@ class Tensor:
         self.node = Node("LOAD", (), buf, buf.shape, buf.dtype)
         return self
 
+    # ---- in-place updates: the graph is functional, so an update builds the new value and rebinds this tensor to
+    # it; gradients flow through it as torch's do. (A view taken before the update keeps the old values, where
+    # torch's would see the new ones.)
+    def _update(self, value, name):
+        if self.is_leaf and self.requires_grad and _grad_enabled[-1]:
+            raise RuntimeError(f"{name}: a leaf tensor that requires grad is used in an in-place operation: update "
+                               "it under `with tinyllm.no_grad():`, or update a .clone() of it")
+        value = self._as(value)
+        if value.shape != self.shape:
+            value = value.expand(*self.shape)
+        value = value.to(self.dtype)
+        if self.is_leaf and self.requires_grad:  # under no_grad: the leaf keeps its buffer's identity and its .grad
+            return self.copy_(value)
+        if value.requires_grad and not self.requires_grad:
+            self.is_leaf, self.requires_grad = False, True
+        self.node = value._node
+        return self
+
+    def add_(self, other, alpha=1): return self._update(self.add(other, alpha), "add_")
+    def sub_(self, other, alpha=1): return self._update(self.sub(other, alpha), "sub_")
+    def mul_(self, other): return self._update(self.mul(other), "mul_")
+    def div_(self, other): return self._update(self.div(other), "div_")
+    def clamp_(self, min=None, max=None): return self._update(self.clamp(min, max), "clamp_")
+    clip_ = clamp_
+    def zero_(self): return self._update(0, "zero_")
+    def fill_(self, value): return self._update(value, "fill_")
+    def masked_fill_(self, mask, value): return self._update(self.masked_fill(mask, value), "masked_fill_")
+
+    def __setitem__(self, index, value):
+        """x[index] = value, for every index __getitem__ takes (ints, slices, None, ..., bool masks, index tensors).
+        Where an index repeats a position, the values written there add up (torch leaves that undefined)."""
+        if isinstance(index, Tensor) and index.dtype is dt.bool_ and index.shape == self.shape:
+            self._update(index.where(self._as(value).to(self.dtype), self), "__setitem__")
+        else:
+            self._scatter(index, value, accumulate=False, name="__setitem__")
+
+    def index_put_(self, indices, values, accumulate=False):
+        """self[indices] = values (indices: a tuple of index tensors), or += with accumulate=True."""
+        return self._scatter(tuple(indices), values, accumulate, "index_put_")
+
+    def clone(self):
+        """The same value as a new tensor (updates rebind, so sharing the node is a copy); gradients flow back."""
+        return self._make(self._node, self)
+
+    def _scatter(self, index, value, accumulate, name):
+        """The positions `index` selects are found by indexing a tensor of positions; the values are scattered
+        there, replacing (or added to) what was there."""
+        n = self.numel()
+        region = arange(n, device=self.device).reshape(*self.shape)[index]
+        positions, k = region.reshape(-1), region.numel()
+        if isinstance(value, Tensor):
+            try:
+                value = value.to(self.dtype).expand(*region.shape).reshape(-1)
+            except (RuntimeError, ValueError):
+                raise RuntimeError(f"{name}: a value of shape {value.shape} cannot fill the indexed region of "
+                                   f"shape {region.shape}") from None
+        else:
+            value = Tensor._from_node(const(value, (k,), self.dtype), self.device)
+        scattered = value._make(build("SCATTER_ADD", value._node, positions._node, arg=(0, n)))
+        flat = self.reshape(-1)
+        if accumulate:
+            return self._update((flat + scattered).reshape(*self.shape), name)
+        hit = self._make(build("SCATTER_ADD", const(1, (k,), dt.int64), positions._node, arg=(0, n))) > 0
+        return self._update(hit.where(scattered, flat).reshape(*self.shape), name)
+
     def to(self, *args, dtype=None, device=None):
         """.to(dtype), .to(device) or both, as torch."""
         for a in args:
@@ -557,7 +622,8 @@ class Tensor:
         checked = arange(self.shape[d], device=self.device)[index]  # a GATHER: checks and wraps each index
         linear = zeros(*index.shape, dtype=dt.int64, device=self.device)
         for k, n in enumerate(index.shape):
-            coord = checked if k == d else arange(n, device=self.device).reshape(*[n if j == k else 1 for j in range(self.ndim)])
+            axis = [n if j == k else 1 for j in range(self.ndim)]
+            coord = checked if k == d else arange(n, device=self.device).reshape(*axis)
             linear = linear + coord * strides[k]
         return self.reshape(-1)[linear]
 
