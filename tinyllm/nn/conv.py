@@ -12,6 +12,7 @@ import math
 from ..graph import build
 from ..tensor import Tensor, arange
 from .. import factory
+from .resize import pad_constant
 
 
 def _tuple(value, n, what):
@@ -19,21 +20,6 @@ def _tuple(value, n, what):
     if len(t) != n or not all(isinstance(v, int) for v in t):
         raise ValueError(f"{what} must be an int or a tuple of {n} ints, got {value!r}")
     return t
-
-
-def _pad(x, padding, value=0.0):
-    """x with `padding[i]` elements of `value` before and after each spatial axis i (the last len(padding))."""
-    if not any(padding):
-        return x
-    d = len(padding)
-    shape = x.shape[:-d] + tuple(s + 2 * p for s, p in zip(x.shape[-d:], padding))
-    where = tuple((0, s, 1) for s in x.shape[:-d]) + tuple((p, p + s, 1) for s, p in zip(x.shape[-d:], padding))
-    out = x._make(build("PAD", x._node, arg=(shape, where)))
-    if value == 0.0:
-        return out
-    inside = factory.ones(*x.shape[-d:], dtype=x.dtype, device=x.device)
-    inside = inside._make(build("PAD", inside._node, arg=(shape[-d:], where[-d:]))) > 0.5
-    return inside.where(out, value)
 
 
 def _slice(x, starts, stops, steps):
@@ -45,7 +31,7 @@ def _slice(x, starts, stops, steps):
 def _patches(x, kernel, stride, padding, dilation, pad_value=0.0):
     """(patches (N, C, K, *out), out): every window of x, K = ∏ kernel in row-major order of the offsets."""
     d = len(kernel)
-    x = _pad(x, padding, pad_value)
+    x = pad_constant(x, [(p, p) for p in padding], pad_value)
     size = x.shape[-d:]
     out = tuple((s - dl * (k - 1) - 1) // st + 1 for s, k, st, dl in zip(size, kernel, stride, dilation))
     if any(o < 1 for o in out):
@@ -132,17 +118,8 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
         x = x._make(build("PAD", x._node, arg=(shape, ((0, n, 1), (0, c, 1), (0, size[0], 1), (0, 1, 1),
                                                        (0, size[1], 1), (0, 1, 1)))))
         x = _slice(x.reshape(n, c, *wide), (0, 0), spread, (1, 1))
-    edge = [dl * (k - 1) - p for k, dl, p in zip(kernel, dilation, padding)]
-    lo = [max(e, 0) for e in edge]
-    hi = [max(e + op, 0) for e, op in zip(edge, output_padding)]
-    if any(lo) or any(hi):
-        shape = (n, c) + tuple(s + a + b for s, a, b in zip(spread, lo, hi))
-        where = ((0, n, 1), (0, c, 1)) + tuple((a, a + s, 1) for s, a in zip(spread, lo))
-        x = x._make(build("PAD", x._node, arg=(shape, where)))
-    cut = [max(-e, 0) for e in edge]
-    cut_hi = [max(-(e + op), 0) for e, op in zip(edge, output_padding)]
-    if any(cut) or any(cut_hi):
-        x = _slice(x, tuple(cut), tuple(s - b for s, b in zip(x.shape[2:], cut_hi)), (1, 1))
+    edge = [dl * (k - 1) - p for k, dl, p in zip(kernel, dilation, padding)]  # negative: crop
+    x = pad_constant(x, [(e, e + op) for e, op in zip(edge, output_padding)])
     flip = [arange(k - 1, -1, -1, device=weight.device) for k in kernel]
     w = weight[:, :, flip[0]][:, :, :, flip[1]]  # (C, O/g, kh, kw) flipped in space
     w = w.reshape(groups, c // groups, og, *kernel).permute(0, 2, 1, 3, 4).reshape(groups * og, c // groups, *kernel)

@@ -1,6 +1,7 @@
 """F.pad and F.interpolate: which input element each output element reads is known from the shapes alone, so
 it is computed on the host (NumPy) and applied with a gather along each axis; the gradient is the gather's
-(a scatter-add back). Constant padding is the PAD primitive instead, with no index at all.
+(a scatter-add back). Constant padding is the PAD primitive instead, with no index at all (pad_constant, which
+convolution and pooling use too).
 """
 import math
 
@@ -28,13 +29,13 @@ def pad(input, pad, mode="constant", value=None):
                          "trailing axes")
     if mode != "constant" and value not in (None, 0):
         raise ValueError(f"pad: value= applies to mode 'constant' only, not {mode!r}")
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last axis first
+    if mode == "constant":
+        return pad_constant(input, pairs[::-1], 0.0 if value is None else value)
     x = input
-    amounts = [(input.ndim - 1 - i, pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
-    for axis, lo, hi in amounts:
+    for i, (lo, hi) in enumerate(pairs):
+        axis = input.ndim - 1 - i
         n = x.shape[axis]
-        if mode == "constant":
-            x = _constant(x, axis, lo, hi, 0.0 if value is None else value)
-            continue
         if mode == "reflect" and (lo >= n or hi >= n):
             raise ValueError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the axis it pads ({n})")
         if mode == "circular" and (lo > n or hi > n):
@@ -51,20 +52,25 @@ def pad(input, pad, mode="constant", value=None):
     return x
 
 
-def _constant(x, axis, lo, hi, value):
-    if lo < 0 or hi < 0:  # crop first
-        arg = tuple((max(-lo, 0), s - max(-hi, 0), 1) if a == axis else (0, s, 1) for a, s in enumerate(x.shape))
-        x = x._make(build("SHRINK", x._node, arg=arg))
-        lo, hi = max(lo, 0), max(hi, 0)
-    if not lo and not hi:
+def pad_constant(x, amounts, value=0.0):
+    """x with amounts[i] = (before, after) elements of `value` on the i-th of its last len(amounts) axes; negative
+    amounts crop. One SHRINK for the crops, one PAD (and a mask for a nonzero value) for the rest."""
+    d = len(amounts)
+    lead = tuple((0, s, 1) for s in x.shape[:x.ndim - d])
+    if any(lo < 0 or hi < 0 for lo, hi in amounts):
+        crop = tuple((max(-lo, 0), s - max(-hi, 0), 1) for (lo, hi), s in zip(amounts, x.shape[x.ndim - d:]))
+        x = x._make(build("SHRINK", x._node, arg=lead + crop))
+        amounts = [(max(lo, 0), max(hi, 0)) for lo, hi in amounts]
+    if not any(lo or hi for lo, hi in amounts):
         return x
-    shape = tuple(s + lo + hi if a == axis else s for a, s in enumerate(x.shape))
-    where = tuple((lo, lo + s, 1) if a == axis else (0, s, 1) for a, s in enumerate(x.shape))
+    inner = x.shape[x.ndim - d:]
+    shape = x.shape[:x.ndim - d] + tuple(s + lo + hi for (lo, hi), s in zip(amounts, inner))
+    where = lead + tuple((lo, lo + s, 1) for (lo, _), s in zip(amounts, inner))
     out = x._make(build("PAD", x._node, arg=(shape, where)))
     if value == 0:
         return out
-    inside = factory.ones(*x.shape, dtype=x.dtype, device=x.device)
-    inside = inside._make(build("PAD", inside._node, arg=(shape, where))) > 0.5
+    inside = factory.ones(*inner, dtype=x.dtype, device=x.device)
+    inside = inside._make(build("PAD", inside._node, arg=(shape[x.ndim - d:], where[x.ndim - d:]))) > 0.5
     return inside.where(out, value)
 
 
