@@ -175,8 +175,8 @@ def test_unsupported_indexing():
         x[0, 0, 0]
     with raises(ValueError, "step", "-1"):
         x[::-1]
-    with raises(NotImplementedError, "boolean"):
-        x[x > 0]
+    with raises(IndexError, "mask of shape", (3,), "does not match", (2,)):
+        x[tl.tensor([True, False, True])]
 
 
 # ---- autograd misuse ----------------------------------------------------------------------------------

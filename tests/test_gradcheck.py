@@ -53,6 +53,10 @@ def cases():
         "RECIP": [(lambda x: P("RECIP", x), [nonzero(2, 2)])],
         "TANH": [(lambda x: P("TANH", x), [leaf(4)])],
         "ERF": [(lambda x: P("ERF", x), [leaf(2, 3)])],
+        "SIN": [(lambda x: P("SIN", x), [leaf(2, 3, low=-6.0, high=6.0)])],
+        "ATAN": [(lambda x: P("ATAN", x), [leaf(2, 3, low=-4.0, high=4.0)])],
+        "FLOOR": [(lambda x: P("FLOOR", x), [leaf(2, 3)])],  # (a step: 0, off the integers)
+        "FMOD": [(lambda x, z: P("FMOD", x, z), [leaf(2, 3, low=-5.0, high=5.0), nonzero(2, 3)])],
         "CAST": [(lambda x: P("CAST", x, arg=tl.float64), [leaf(3)]),
                  # through float32 and back: rounding to float32 (~1e-7) needs a larger step and tolerance
                  (lambda x: P("CAST", P("CAST", x, arg=tl.float32), arg=tl.float64), [leaf(2, 2)],

@@ -493,16 +493,22 @@ def test_cross_entropy_float_target_of_another_shape():
 @pytest.mark.parametrize("target, bad", [([0, 7, 1, 2], 7), ([0, 1, 5, 2], 5), ([0, -1, 1, 2], None),
                                          ([-100, 2, 3, 0], None)])
 def test_cross_entropy_target_out_of_range_raises(target, bad, each_runtime):
-    """torch: "Target 7 is out of bounds". Checked on the values when the loss is computed (the targets go through a
+    """torch: "Target 7 is out of bounds". Targets in host memory (a batch from the data, on the NumPy and C
+    runtimes) are checked at once, in torch's words; others when the loss is computed (the targets go through a
     GATHER, whose kernels check indices on every runtime), so a training step does not wait for the host; forward
     and backward both. -100 (ignore_index) is allowed, also with a target outside [0, C) beside it."""
     logits = tl.randn(4, 5, requires_grad=True)
     if target[0] == -100:
         target[1] = 9
-    with pytest.raises(IndexError, match="GATHER.*" + (f"index {bad}" if bad and each_runtime != "wgsl" else "")):
+    shown = bad if bad is not None else next(t for t in target if t != -100 and not 0 <= t < 5)
+    at_once = f"cross_entropy: Target {shown} is out of bounds: the logits have 5 classes"
+    with pytest.raises(IndexError, match=at_once if each_runtime != "wgsl" else "GATHER"):
         F.cross_entropy(logits, tl.tensor(target)).item()
+    computed = tl.tensor(target) * 1  # not yet a value: GATHER checks it
+    with pytest.raises(IndexError, match="GATHER.*" + (f"index {bad}" if bad and each_runtime != "wgsl" else "")):
+        F.cross_entropy(logits, computed).item()
     with pytest.raises(IndexError, match="GATHER"):  # WGSL reports at the next read of a value: the gradient
-        F.cross_entropy(logits, tl.tensor(target), reduction="none").sum().backward()
+        F.cross_entropy(logits, computed, reduction="none").sum().backward()
         logits.grad.numpy()
     fine = [t if 0 <= t < 5 else -100 for t in target]
     tl_loss = F.cross_entropy(logits, tl.tensor(fine))

@@ -304,9 +304,11 @@ def _elementwise_case(op, draw):
         d = draw(st.sampled_from(DTYPES))
         return op, [const(draw(st.booleans()), (2, 3), dt.bool_)] + [
             const(draw(st.sampled_from(FOLD_VALUES[d])), (2, 3), d) for _ in range(2)], None
-    floats = op in ("EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF")
+    if op == "IDIV":  # int64 only, and a zero divisor is an error (the front end refuses it before building)
+        return op, [const(draw(st.sampled_from(v)), (2, 3), dt.int64) for v in (FOLD_VALUES[dt.int64], [3, -7])], None
+    floats = op in ("EXP", "LOG", "SQRT", "RECIP", "TANH", "ERF", "SIN", "ATAN", "FLOOR", "FMOD")
     bitwise = op in ("BITAND", "BITOR", "BITXOR", "BITNOT")
-    n = 2 if op in ("ADD", "MUL", "MAX", "CMPLT", "CMPEQ", "POW", "BITAND", "BITOR", "BITXOR") else 1
+    n = 2 if op in Group.BINARY else 1
     d = draw(st.sampled_from([dt.float32, dt.float64] if floats else [dt.int64, dt.bool_] if bitwise
                              else DTYPES[:3]))
     return op, [const(draw(st.sampled_from(FOLD_VALUES[d])), (2, 3), d) for _ in range(n)], None

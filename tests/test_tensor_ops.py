@@ -91,3 +91,22 @@ def test_eye_and_linspace():
     for start, end, steps in ((0, 1, 5), (-2.5, 7, 10), (3, 3, 1), (1, 0, 7)):
         np.testing.assert_allclose(tl.linspace(start, end, steps).numpy(), torch.linspace(start, end, steps).numpy(),
                                    rtol=0, atol=2e-7)
+
+
+def test_numpy_names_axis_and_keepdims():
+    """torch takes axis= for dim= and keepdims= for keepdim= (NumPy's names); so does every method with a dim."""
+    x, t = tl.tensor(A), torch.tensor(A)
+    for name in ("sum", "mean", "amax", "logsumexp", "std", "var", "prod", "argmax"):
+        np.testing.assert_allclose(getattr(x, name)(axis=1, keepdims=True).numpy(),
+                                   getattr(t, name)(axis=1, keepdims=True).numpy(), **TOL, err_msg=name)
+    np.testing.assert_allclose(tl.cumsum(x, axis=2).numpy(), torch.cumsum(t, axis=2).numpy(), **TOL)
+    np.testing.assert_allclose(x.softmax(axis=0).numpy(), t.softmax(0).numpy(), **TOL)
+    with pytest.raises(TypeError, match="sum: got both dim= and its alias axis="):
+        x.sum(dim=0, axis=1)
+
+
+def test_type_converts_or_names():
+    x = tl.tensor([1.7, -2.2])
+    assert x.type(tl.int64).dtype is tl.int64
+    np.testing.assert_array_equal(x.type(tl.int64).numpy(), torch.tensor([1.7, -2.2]).type(torch.int64).numpy())
+    assert x.type() == "tinyllm.float32"

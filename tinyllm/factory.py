@@ -82,17 +82,6 @@ def multinomial(probs, num_samples=1):
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), device=probs.device)
 
 
-def topk(x, k, dim=-1):
-    """The k largest values along `dim` and their indices, as torch.topk. Eager and without gradient (it is
-    for sampling): it reads x now."""
-    a = x.detach().numpy()
-    d = dim % a.ndim
-    if not 0 < k <= a.shape[d]:
-        raise RuntimeError(f"topk: k={k} out of range for dim {dim} of size {a.shape[d]}")
-    idx = np.flip(np.argsort(a, axis=d, kind="stable"), axis=d).take(np.arange(k), axis=d)
-    return Tensor(np.take_along_axis(a, idx, axis=d), device=x.device), Tensor(idx, device=x.device)
-
-
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:

@@ -4,7 +4,7 @@ its function form too; `tinyllm/__init__.py` exports them.
 
 Not made: what torch has no function for (`expand`, `view`, `contiguous`, ...), in-place updates (`add_`, ...),
 what reads or changes a tensor's state (`backward`, `item`, `to`, ...), and a name tinyllm already has (the dtypes
-`float`, `bool`, ...; the factories `where`, `topk`, ...).
+`float`, `bool`, ...; the factories `where`, `cat`, ...).
 """
 import functools
 
@@ -12,7 +12,7 @@ from .tensor import Tensor
 
 NOT_FUNCTIONS = {"backward", "item", "numpy", "tolist", "realize", "to", "type_as", "copy_", "requires_grad_",
                  "size", "stride", "dim", "is_contiguous", "contiguous", "expand", "expand_as", "view", "detach_",
-                 "repeat"}
+                 "repeat", "type", "unfold"}
 
 
 def _as_input(x, args):

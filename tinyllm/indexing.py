@@ -1,5 +1,5 @@
-"""x[index] with torch's meaning: ints, slices (with positive steps), None, ..., and integer tensors (advanced
-indexing, several broadcast together). Slices are zero-copy views (SHRINK); one integer tensor is a GATHER,
+"""x[index] with torch's meaning: ints, slices (with positive steps), None, ..., integer tensors (advanced
+indexing, several broadcast together) and bool masks (read now, as torch does: the result's shape depends on them). Slices are zero-copy views (SHRINK); one integer tensor is a GATHER,
 several are composed into one GATHER by a linear index (see _advanced)."""
 import numpy as np
 
@@ -47,8 +47,14 @@ def getitem(x, index):
             dim += 1
         elif isinstance(item, (Tensor, list, np.ndarray)):
             idx = item if isinstance(item, Tensor) else Tensor(np.asarray(item), device=x.device)
-            if idx.dtype is dt.bool_:
-                raise NotImplementedError("boolean-mask indexing is not supported: use masked_fill or where")
+            if idx.dtype is dt.bool_:  # a mask stands for the index tensors of its true positions, one per axis
+                if idx.shape != out.shape[dim:dim + idx.ndim]:
+                    raise IndexError(f"the mask of shape {idx.shape} does not match the indexed tensor's shape "
+                                     f"{out.shape[dim:dim + idx.ndim]} at dimension {dim} (tensor of shape {x.shape})")
+                for column in idx.nonzero(as_tuple=True):
+                    tensors.append((dim, column))
+                    dim += 1
+                continue
             if idx.dtype is not dt.int64:
                 raise TypeError(f"index: tensors used as indices must be int64 (long), got {idx.dtype.name} of shape "
                                 f"{idx.shape} indexing a tensor of shape {x.shape}: use .long()")
@@ -90,3 +96,24 @@ def _advanced(x, out, tensors):
     linear = linear.expand(*shape) if linear.shape != shape else linear
     flat = out.reshape(*out.shape[:first], stride, *out.shape[first + len(axes):])
     return flat._make(build("GATHER", flat._node, linear._node, arg=first))
+
+
+def nonzero(self, as_tuple=False):
+    """The indices of the nonzero elements, an int64 tensor (count, ndim) in row-major order, or with
+    as_tuple=True one index tensor per axis. It reads the values now: the result's shape depends on them."""
+    from .tensor import Tensor
+    found = np.nonzero(self.numpy().reshape(self.shape or (1,)))
+    if as_tuple:
+        return tuple(Tensor(i.astype(np.int64), device=self.device) for i in found)
+    table = np.stack(found, 1) if self.ndim else np.zeros((len(found[0]), 0))  # a 0-d tensor: (count, 0)
+    return Tensor(table.astype(np.int64), device=self.device)
+
+
+def masked_select(self, mask):
+    """The elements where mask (broadcast with the tensor) is true, 1-D; a gather, so gradients flow back."""
+    from .tensor import _broadcast_shape
+    mask = self._as(mask)
+    if mask.dtype is not dt.bool_:
+        raise TypeError(f"masked_select: the mask must be bool, got {mask.dtype.name}: use (mask != 0) or .bool()")
+    shape = _broadcast_shape([self.shape, mask.shape], "masked_select")
+    return self.expand(*shape).reshape(-1)[mask.expand(*shape).reshape(-1)]

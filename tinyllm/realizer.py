@@ -1,5 +1,6 @@
 """`realize`: the graph behind some tensors through the rewrite pipeline (tinyllm/rewrite/pipeline.py), scheduled
 and run on their runtime, the schedule cached by the graph's structure."""
+import math
 import time
 
 from .replay import record
@@ -29,7 +30,8 @@ def structure(roots):
             leaves.append(n)
             parts.append(("INPUT", n.shape, n.dtype))
         else:
-            parts.append((n.op, n.arg, n.shape, n.dtype, tuple(index[s] for s in n.src)))
+            arg = (n.arg, math.copysign(1.0, n.arg)) if type(n.arg) is float else n.arg  # -0.0 apart from 0.0
+            parts.append((n.op, arg, n.shape, n.dtype, tuple(index[s] for s in n.src)))
         index[n] = len(parts) - 1
     return (tuple(parts), tuple(index[r] for r in roots)), leaves
 

@@ -1,5 +1,7 @@
 """Tensor: the user's API, with PyTorch's names and semantics. It only builds graph nodes; values are computed
 when something needs them (.numpy(), .item(), .backward(), an optimizer step, or tinyllm.realize)."""
+import functools
+import inspect
 import math
 from collections import namedtuple
 
@@ -205,7 +207,7 @@ class Tensor:
     def add_(self, other, alpha=1): return self._update(self.add(other, alpha), "add_")
     def sub_(self, other, alpha=1): return self._update(self.sub(other, alpha), "sub_")
     def mul_(self, other): return self._update(self.mul(other), "mul_")
-    def div_(self, other): return self._update(self.div(other), "div_")
+    def div_(self, other, rounding_mode=None): return self._update(self.div(other, rounding_mode), "div_")
     def clamp_(self, min=None, max=None): return self._update(self.clamp(min, max), "clamp_")
     clip_ = clamp_
     def zero_(self): return self._update(0, "zero_")
@@ -229,25 +231,19 @@ class Tensor:
         return self._make(self._node, self)
 
     def _scatter(self, index, value, accumulate, name):
-        """The positions `index` selects are found by indexing a tensor of positions; the values are scattered
-        there, replacing (or added to) what was there."""
-        n = self.numel()
-        region = arange(n, device=self.device).reshape(*self.shape)[index]
-        positions, k = region.reshape(-1), region.numel()
+        """The positions `index` selects are found by indexing a tensor of positions; the values are written
+        there (scatter.put)."""
+        from .scatter import put
+        region = arange(self.numel(), device=self.device).reshape(*self.shape)[index]
         if isinstance(value, Tensor):
             try:
-                value = value.to(self.dtype).expand(*region.shape).reshape(-1)
+                value = value.to(self.dtype).expand(*region.shape)
             except (RuntimeError, ValueError):
                 raise RuntimeError(f"{name}: a value of shape {value.shape} cannot fill the indexed region of "
                                    f"shape {region.shape}") from None
         else:
-            value = Tensor._from_node(const(value, (k,), self.dtype), self.device)
-        scattered = value._make(build("SCATTER_ADD", value._node, positions._node, arg=(0, n)))
-        flat = self.reshape(-1)
-        if accumulate:
-            return self._update((flat + scattered).reshape(*self.shape), name)
-        hit = self._make(build("SCATTER_ADD", const(1, (k,), dt.int64), positions._node, arg=(0, n))) > 0
-        return self._update(hit.where(scattered, flat).reshape(*self.shape), name)
+            value = Tensor._from_node(const(value, region.shape, self.dtype), self.device)
+        return self._update(put(self, region.reshape(-1), value.reshape(-1), accumulate), name)
 
     def to(self, *args, dtype=None, device=None):
         """.to(dtype), .to(device) or both, as torch."""
@@ -272,6 +268,10 @@ class Tensor:
     def long(self): return self.to(dt.int64)
     def bool(self): return self.to(dt.bool_)
     def type_as(self, other): return self.to(other.dtype)
+
+    def type(self, dtype=None):
+        """.type(dtype) converts, as .to(dtype); .type() names the dtype, as torch's "torch.FloatTensor"."""
+        return self.to(dtype) if dtype is not None else f"tinyllm.{self.dtype.name}"
 
     # ---- autograd -------------------------------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=False):
@@ -367,7 +367,12 @@ class Tensor:
     def add(self, x, alpha=1): return self._binary("ADD", x if alpha == 1 else self._as(x) * alpha, name="add")
     def sub(self, x, alpha=1): return self.add(-(self._as(x)) if alpha == 1 else self._as(x) * -alpha)
     def mul(self, x): return self._binary("MUL", x, name="mul")
-    def div(self, x): return self._float() * self._as(x)._float().reciprocal()
+    # div (x·reciprocal(z), or rounded), the remainders, trigonometric, hyperbolic, rounding, shifts, copysign
+    from .math_ops import (div, true_divide, floor_divide, remainder, fmod, __floordiv__, __rfloordiv__,  # noqa: E402
+                           __mod__, __rmod__, sin, cos, tan, asin, acos, atan, atan2, sinh, cosh, asinh, acosh, atanh,
+                           arcsin, arccos, arctan, arctan2, arcsinh, arccosh, arctanh, floor, ceil, trunc, fix, round,
+                           frac, bitwise_left_shift, bitwise_right_shift, __lshift__, __rlshift__, __rshift__,
+                           __rrshift__, copysign)
     def neg(self): return self._unary("NEG")
     def reciprocal(self): return self._float()._unary("RECIP")
     def maximum(self, x): return self._binary("MAX", x, name="maximum")
@@ -559,6 +564,24 @@ class Tensor:
         x = x if dtype is None else x.to(dtype)
         return x._reduce("SUM", dim, keepdim, "sum")
 
+    def prod(self, dim=None, keepdim=False, dtype=None):
+        """Π over `dim` (integers and bools as int64, as torch): the reduced axes flattened into one, multiplied
+        pairwise in ⌈log₂ n⌉ elementwise steps. Exact with zeros, so the gradient (the product rule through the
+        steps) is torch's, where dy·y/x would be nan."""
+        from .factory import cat
+        x = self if self.dtype.is_float else self.long()
+        x = x if dtype is None else x.to(dtype)
+        axes = self._dims(dim, "prod")
+        kept = [a for a in range(self.ndim) if a not in axes]
+        x = x.permute(*kept, *axes).reshape(*[self.shape[a] for a in kept], -1)
+        if x.shape[-1] == 0:  # the empty product
+            x = Tensor._from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)
+        while x.shape[-1] != 1:
+            if x.shape[-1] % 2:  # the odd one out meets a 1
+                x = cat([x, Tensor._from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)], -1)
+            x = x[..., 0::2] * x[..., 1::2]
+        return x.reshape(*[1 if a in axes else s for a, s in enumerate(self.shape)]) if keepdim else x.squeeze(-1)
+
     def mean(self, dim=None, keepdim=False):
         axes = self._dims(dim, "mean")
         return self._float().sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes), 1)
@@ -576,24 +599,10 @@ class Tensor:
     def std_mean(self, dim=None, unbiased=None, keepdim=False, correction=None):
         return self.std(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
 
-    def cumsum(self, dim):
-        """Running sums along `dim`: the axis times an upper-triangular matrix of ones (U[i, j] = [i <= j]), one
-        matmul that the sgemm runs and whose gradient is the reverse running sum."""
-        d = self._dim(dim, "cumsum")
-        n = self.shape[d]
-        x = self.transpose(d, -1) if d != self.ndim - 1 else self
-        upper = (arange(n, device=self.device).reshape(n, 1) <= arange(n, device=self.device).reshape(1, n))
-        if x.dtype.is_float:
-            y = x @ upper.to(x.dtype)
-        else:  # integers exactly (no float matmul): Σ_i x_i·[i <= j] as a masked sum, n² products
-            y = (x.to(dt.int64).unsqueeze(-1) * upper.to(dt.int64)).sum(-2)
-        return y.transpose(d, -1) if d != self.ndim - 1 else y
-
-    def logcumsumexp(self, dim):
-        """log Σ_{i<=j} e^(x_i), shifted by the (constant) maximum along dim so nothing overflows."""
-        m = self._float().amax(dim, keepdim=True).detach()
-        m = m.isfinite().where(m, 0.0)
-        return (self - m).exp().cumsum(dim).log() + m
+    from .cumulative import cumsum, cumprod, cummax, cummin, logcumsumexp
+    from .sorting import sort, argsort, topk, msort
+    from .scatter import scatter, scatter_add, scatter_reduce
+    from .indexing import nonzero, masked_select
 
     def lerp(self, end, weight):
         """self + weight·(end - self)."""
@@ -610,22 +619,10 @@ class Tensor:
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
     def gather(self, dim, index):
-        """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather: index has self's number
-        of dimensions, no larger than self along the others): one GATHER from the flattened tensor by the linear
-        index, so the gradient is its scatter-add."""
-        d = self._dim(dim, "gather")
-        if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
-            raise RuntimeError(f"gather: index {index.shape} must have the input's {self.ndim} dimensions and be no "
-                               f"larger than the input {self.shape} except along dim {d}")
-        from .factory import zeros
-        strides = [math.prod(self.shape[k + 1:]) for k in range(self.ndim)]
-        checked = arange(self.shape[d], device=self.device)[index]  # a GATHER: checks and wraps each index
-        linear = zeros(*index.shape, dtype=dt.int64, device=self.device)
-        for k, n in enumerate(index.shape):
-            axis = [n if j == k else 1 for j in range(self.ndim)]
-            coord = checked if k == d else arange(n, device=self.device).reshape(*axis)
-            linear = linear + coord * strides[k]
-        return self.reshape(-1)[linear]
+        """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather): one GATHER from the
+        flattened tensor by the linear index, so the gradient is its scatter-add."""
+        from .scatter import linear_index
+        return self.reshape(-1)[linear_index(self, dim, index, "gather")]
 
     def diag(self, diagonal=0):
         """A 1-D tensor: the square matrix with it on the `diagonal`-th diagonal. A 2-D one: that diagonal."""
@@ -898,6 +895,21 @@ class Tensor:
         return x.expand(*x.shape[:d + 1], repeats, *x.shape[d + 2:]).reshape(
             *self.shape[:d], self.shape[d] * repeats, *self.shape[d + 1:])
 
+    def unfold(self, dimension, size, step):
+        """Every window of `size` elements along `dimension`, `step` apart, as a new last axis (torch's
+        Tensor.unfold): one GATHER by the windows' positions, so overlapping windows' gradients add up."""
+        d = self._dim(dimension, "unfold")
+        n = self.shape[d] if self.ndim else 1
+        if not (isinstance(size, int) and isinstance(step, int)) or size < 0 or step <= 0 or size > n:
+            raise RuntimeError(f"unfold: size {size} and step {step} do not fit dimension {d} of size {n} (shape "
+                               f"{self.shape}): need 0 <= size <= {n} and step > 0")
+        x = self if self.ndim else self.reshape(1)
+        starts = arange(0, n - size + 1, step, device=self.device).reshape(-1, 1)
+        windows = x[(slice(None),) * d + (starts + arange(size, device=self.device).reshape(1, -1),)]
+        if not self.ndim:
+            return windows.reshape(size)
+        return windows.permute(*range(d + 1), *range(d + 2, windows.ndim), d + 1)
+
     def diagonal(self, offset=0, dim1=0, dim2=1):
         """The diagonal of the (dim1, dim2) planes, offset above (>0) or below (<0) the main one, as the last axis:
         the plane flattened and sliced with a step of (columns + 1), a view."""
@@ -946,3 +958,21 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     floats = any(isinstance(v, float) for v in (start, end, step))
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32 if floats else dt.int64
     return Tensor(np.arange(start, end, step), dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _numpy_names(method):
+    """torch also takes NumPy's names, axis= for dim= and keepdims= for keepdim=, wherever a method has a dim."""
+    @functools.wraps(method)
+    def accepting(*args, **kwargs):
+        for numpy_name, name in (("axis", "dim"), ("keepdims", "keepdim")):
+            if numpy_name in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{method.__name__}: got both {name}= and its alias {numpy_name}=")
+                kwargs[name] = kwargs.pop(numpy_name)
+        return method(*args, **kwargs)
+    return accepting
+
+
+for _name, _method in list(vars(Tensor).items()):
+    if inspect.isfunction(_method) and "dim" in inspect.signature(_method).parameters:
+        setattr(Tensor, _name, _numpy_names(_method))

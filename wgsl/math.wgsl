@@ -60,6 +60,48 @@ fn tl_pow(x: f32, p: f32) -> f32 {
   return select(m, 1.0, (bitcast<u32>(p) & 0x7fffffffu) == 0u || bitcast<u32>(x) == 0x3f800000u);
 }
 
+// atan by Cephes' atanf (within 2 ulp): the argument reduced to |t| ≤ tan(π/8) by atan x = π/4 + atan((x-1)/(x+1))
+// or π/2 + atan(-1/x), then an odd polynomial. (Drivers' atan builtins may be far worse: lavapipe's is ~350 ulp.)
+// ±inf gives ±π/2, -0 stays -0, NaN stays NaN.
+fn tl_atan(x: f32) -> f32 {
+  let a = abs(x);
+  let big = a > 2.414213562373095;
+  let mid = a > 0.4142135623730950;
+  let t = select(select(a, (a - 1.0) / (a + 1.0), mid), -1.0 / a, big);
+  let base = select(select(0.0, 0.78539816339744831, mid), 1.5707963267948966, big);
+  let z = t * t;
+  let poly = ((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1;
+  let r = base + (poly * z * t + t);
+  return select(select(r, -r, (bitcast<u32>(x) & 0x80000000u) != 0u), x, tl_isnan(x));
+}
+
+// C's fmod, exactly: x - n·y with n = trunc(x/y), by integer long division of the significands (float tricks need
+// a fused multiply-add, which drivers may split: lavapipe's fma rounds twice). |x| = mx·2^ex and |y| = my·2^ey with
+// 24-bit mx, my (subnormals need no normalising), so the remainder is (mx·2^(ex-ey) mod my)·2^ey: mx mod my, then
+// 8 more bits of the shifted dividend per step (r < my < 2^24, so r·2^8 fits in u32). NaN for a NaN operand, x = ±inf
+// or y = 0; x where |x| < |y| (y = ±inf, x = ±0 too); the result has x's sign (±0 as well).
+fn tl_fmod(x: f32, y: f32) -> f32 {
+  let bx = bitcast<u32>(x) & 0x7fffffffu;
+  let by = bitcast<u32>(y) & 0x7fffffffu;
+  if (bx >= 0x7f800000u || by > 0x7f800000u || by == 0u) { return bitcast<f32>(0x7fc00000u); }
+  if (bx < by) { return x; }
+  let fx = bx >> 23u;
+  let fy = by >> 23u;
+  let mx = (bx & 0x7fffffu) | select(0u, 0x800000u, fx != 0u);
+  let my = (by & 0x7fffffu) | select(0u, 0x800000u, fy != 0u);
+  let ey = i32(max(fy, 1u));  // the exponents (plus 150): a subnormal's is that of the smallest normal
+  var d = i32(max(fx, 1u)) - ey;  // ≥ 0, as |x| ≥ |y|
+  var r = mx % my;
+  loop {
+    if (d <= 0) { break; }
+    let k = min(d, 8);
+    r = (r << u32(k)) % my;
+    d = d - k;
+  }
+  let m = ldexp(f32(r), ey - 150);  // exact: r < 2^24, and the remainder is representable
+  return select(m, -m, (bitcast<u32>(x) & 0x80000000u) != 0u);
+}
+
 // x^p for i32, wrapping; a negative p gives the integer part of 1/x^p (1 for x = 1, ±1 for x = -1, else 0)
 fn tl_ipow(x: i32, p: i32) -> i32 {
   if (p < 0) { return select(select(0, select(1, -1, (p & 1) == 1), x == -1), 1, x == 1); }

@@ -141,7 +141,7 @@ class GPT(nn.Module):
             last = Tensor([context.shape[1] - 1], device=device)  # a tensor index: the schedule does not change with it
             logits = last_logits(Tensor(padded, device=device), last) / max(temperature, 1e-8)
             if top_k is not None:
-                v, _ = factory.topk(logits, min(top_k, logits.shape[-1]))
+                v, _ = logits.topk(min(top_k, logits.shape[-1]))
                 logits = logits.masked_fill(logits < v[:, -1:], float("-inf"))
             nxt = factory.multinomial(logits.softmax(-1), num_samples=1)
             ids = np.concatenate([ids, nxt.numpy()], axis=1)

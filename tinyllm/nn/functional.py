@@ -94,6 +94,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
         raise RuntimeError(f"cross_entropy: logits {logits.shape} and target {target.shape} don't fit: expected "
                            "target shape equal to the logits' without the class axis")
     n_classes = logits.shape[-1]
+    _check_loaded_target(target, ignore_index, n_classes)
     logp = logits.log_softmax(-1)
     valid = target != ignore_index
     picked = _checked_target(target, valid, n_classes).unsqueeze(-1) == _classes(n_classes, logits.device)
@@ -112,6 +113,18 @@ def _classes(n, device):
     """arange(n) as float32 (exact up to 2**24) or int64 beyond: the values a checked target is compared with."""
     import numpy as np
     return Tensor(np.arange(n, dtype=np.float32 if n <= 1 << 24 else np.int64), device=device)
+
+
+def _check_loaded_target(target, ignore_index, n):
+    """torch's error for a class index out of range, raised now where the targets already sit in host memory (a
+    batch from the data: a min and a max). Others are checked by _checked_target's GATHER when the loss is computed."""
+    import numpy as np
+    data = target._node.arg.data if target._node.op == "LOAD" else None
+    if isinstance(data, np.ndarray) and data.size:
+        bad = data[(data != ignore_index) & ((data < 0) | (data >= n))]
+        if bad.size:
+            raise IndexError(f"cross_entropy: Target {bad.flat[0]} is out of bounds: the logits have {n} classes, "
+                             f"so targets must be in [0, {n}) or ignore_index ({ignore_index})")
 
 
 def _checked_target(target, valid, n):

@@ -71,6 +71,36 @@ class ERF(FloatUnary):
 
 
 @register
+class SIN(FloatUnary):
+    """y = sin x  ⇒  dx = dy · cos x, with cos x = 1 − 2·sin²(x/2): x/2 is exact, so cos needs no primitive of its
+    own (and has none of the argument error that sin(x + π/2) has for large x)"""
+    def forward(x): return np.sin(x)
+    def backward(dy, y):
+        s = build("SIN", y.src[0] * 0.5)
+        return (dy * (1.0 - s * s * 2.0),)
+
+
+@register
+class ATAN(FloatUnary):
+    """y = atan x  ⇒  dx = dy / (1 + x²)  (asin, acos and atan2 are built on it, each where it is exact)"""
+    def forward(x): return np.arctan(x)
+    def backward(dy, y):
+        x = y.src[0]
+        return (dy / (x * x + 1.0),)
+
+
+@register
+class FLOOR(FloatUnary):
+    """y = ⌊x⌋  ⇒  dx = 0, a step function: zeros (not None, as torch). ceil, trunc and round are built on it
+    exactly; integers are their own floor, so the front end never builds it for them"""
+    def forward(x): return np.floor(x)
+    def backward(dy, y):
+        # zeros through a where on dy, not a bare constant: hash-consing shares a constant with every graph that
+        # builds it, so a realized gradient would leave its buffer (and device) on that shared node
+        return (const(True, dy.shape, dt.bool_).where(const(0, dy.shape, dy.dtype), dy),)
+
+
+@register
 class CAST(Unary):
     """y = x converted to dtype `arg`  ⇒  dx = dy converted back (no gradient reaches integers or bools)"""
     def infer(src, arg):
@@ -202,6 +232,43 @@ class POW(Binary):
         stop = build("MUL", x.eq(0), build("MAX", p > 0, p.eq(0)))  # x = 0 and p ≥ 0 (bools: MUL and, MAX or)
         dp = stop.where(zero, dy * y * x.log())
         return (dx, dp)
+
+
+@register
+class FMOD(Binary):
+    """y = fmod(x, z) = x − z·trunc(x/z), exactly (C's fmod: the remainder is always representable, while
+    x − z·trunc(x/z) computed in floats rounds twice)  ⇒  dx = dy, dz = −dy·trunc(x/z) = −dy·(x − y)/z"""
+    def infer(src, arg):
+        shape, dtype = Binary.infer(src, arg)
+        if not dtype.is_float:
+            raise TypeError(f"needs floating-point operands, got {dtype.name}: integers divide with IDIV")
+        return shape, dtype
+    def forward(x, z):
+        with np.errstate(all="ignore"):
+            return np.fmod(x, z)
+    def backward(dy, y):
+        x, z = y.src
+        q = (x - y) / z  # trunc(x/z) up to rounding; where that is nan (z = 0, x = ±inf), x/z (±inf), as torch's
+        return (dy, -(dy * q.eq(q).where(q, x / z)))
+
+
+@register
+class IDIV(Binary):
+    """y = trunc(x / z) for int64, exactly (C's /), the one exact integer quotient; no gradient. A zero divisor is
+    an error (the front end raises before building; kernels give x there, as WGSL defines it, and never trap), and
+    INT64_MIN / −1 wraps to INT64_MIN"""
+    def infer(src, arg):
+        shape, dtype = Binary.infer(src, arg)
+        if dtype is not dt.int64:
+            raise TypeError(f"needs int64 operands, got {dtype.name}: floats divide with FMOD and FLOOR")
+        return shape, dtype
+    def forward(x, z):
+        if np.any(z == 0):
+            raise ZeroDivisionError("IDIV: integer division by zero")
+        with np.errstate(all="ignore"):  # INT64_MIN // -1 wraps
+            q = np.floor_divide(x, z)
+            return np.where((q * z != x) & ((x < 0) != (z < 0)), q + 1, q)  # floor -> toward zero
+    def backward(dy, y): return (None, None)
 
 
 class Bitwise(Binary):

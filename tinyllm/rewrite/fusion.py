@@ -76,6 +76,9 @@ class _Builder:
         view = _view(node)
         base, strides, offset = view if view is not None else (node, contiguous_strides(node.shape), 0)
         if base.op == "CONST" and base.buffer is None:
+            if type(base.arg) is float and base.arg == 0 and math.copysign(1.0, base.arg) < 0:
+                # -0.0 == 0.0 as a key, here and in every cache of a Kernel: -0.0 is NEG of 0.0, kept apart
+                return self.emit("NEG", None, (self.emit("CONST", 0.0, (), base.dtype.name),), base.dtype.name)
             return self.emit("CONST", base.arg, (), base.dtype.name)
         return self.read(base, strides, offset, node.dtype.name)
 

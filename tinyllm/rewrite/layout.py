@@ -23,8 +23,8 @@ def layout(roots):
     users = consumers(toposort(roots, stop=lambda n: n.buffer is not None))
 
     def transposed_product(t, mm):
-        if len(users[mm]) != 1:  # another user needs the product as it is: computing both costs a matmul
-            return None
+        if len(users.get(mm, ())) > 1:  # another user needs the product as it is: computing both costs a matmul
+            return None  # (a product this pass built has no other user)
         a, b = mm.src
         return build("MATMUL", _transposed(b, t.arg), _transposed(a, t.arg))
 

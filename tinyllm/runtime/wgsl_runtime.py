@@ -1,7 +1,8 @@
 """The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (wgpu_device.py).
 
 Fused kernels are WGSL generated from the fusion pass's Kernels (render/wgsl.py); MATMUL, GATHER, SCATTER_ADD,
-FLASH_ATTN(_BWD) (wgsl_attention.py) and the ROW_* kernels (wgsl_rowwise.py) are hand-written templates (wgsl/).
+FLASH_ATTN(_BWD) (wgsl_attention.py), the ROW_* kernels (wgsl_rowwise.py) and ARGSORT (wgsl_sort.py, a bitonic sort)
+are hand-written templates (wgsl/).
 Movement ops are views (strides and an offset over a GPU buffer); an op that needs a row-major operand gets a
 strided copy first. A schedule's kernels are recorded into one compute pass and submitted once; values come back
 to the host only in to_numpy.
@@ -436,3 +437,4 @@ def _matmul(rt, node, ins):
     return out
 from . import wgsl_attention  # noqa: E402,F401  (FLASH_ATTN, FLASH_ATTN_BWD: registers their kernels)
 from . import wgsl_rowwise  # noqa: E402,F401  (ROW_SOFTMAX, ROW_LOG_SOFTMAX, ROW_LAYER_NORM)
+from . import wgsl_sort  # noqa: E402,F401  (ARGSORT)

@@ -13,7 +13,8 @@ SLICES = 4  # a reduction over the outermost axis runs as this many slices of it
 SLICED_MAX_OUT = 1 << 13  # ... when its partial results fit on the stack (SLICES x this many values)
 
 UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
-         "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})"}
+         "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})", "SIN": "sin{f}({0})",
+         "ATAN": "atan{f}({0})", "FLOOR": "floor{f}({0})"}
 FAST_F32 = {"EXP": "tl_expf({0})", "TANH": "tl_tanhf({0})"}  # vectorisable versions in c_math.h
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c_math.h")
 with open(HEADER, "rb") as _f:  # in every source, so the kernel cache (keyed by source) sees header edits
@@ -50,6 +51,10 @@ class CLanguage(CStyleLanguage):
         if op == "POW":  # C's pow is the reference's (NumPy's power); integers exactly (c_math.h)
             f = {"float32": "powf", "float64": "pow"}.get(dtype, "tl_ipow")
             return f"{f}({operands[0]}, {operands[1]})"
+        if op == "FMOD":  # C's fmod is the reference's (NumPy's fmod), exact
+            return f"fmod{'f' if dtype == 'float32' else ''}({operands[0]}, {operands[1]})"
+        if op == "IDIV":  # guarded (c_math.h): no trap at x / 0 or INT64_MIN / -1
+            return f"tl_idiv({operands[0]}, {operands[1]})"
         if op == "BITNOT":
             return f"(!{operands[0]})" if dtype == "bool" else f"(~{operands[0]})"
         if op in FAST_F32 and dtype == "float32":

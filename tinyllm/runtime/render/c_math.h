@@ -85,5 +85,10 @@ static inline int64_t tl_ipow(int64_t x, int64_t p) {
   }
   return (int64_t)r;
 }
+/* trunc(x / z) for int64 that never traps: x / 0 gives x (as WGSL defines it; the front end refuses a zero
+   divisor before a kernel runs) and INT64_MIN / -1 wraps to INT64_MIN (the negation done unsigned) */
+static inline int64_t tl_idiv(int64_t x, int64_t z) {
+  return z == 0 ? x : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
+}
 
 #endif

@@ -58,13 +58,15 @@ def f32_bits(value):
 
 class WGSLLanguage(CStyleLanguage):
     types = TYPES
-    unary = {"NEG": "(-{0})", "RECIP": "({t}(1) / {0})", "EXP": "exp({0})", "LOG": "log({0})", "SQRT": "sqrt({0})"}
+    unary = {"NEG": "(-{0})", "RECIP": "({t}(1) / {0})", "EXP": "exp({0})", "LOG": "log({0})", "SQRT": "sqrt({0})",
+             "SIN": "sin({0})", "FLOOR": "floor({0})"}
     # math.wgsl, for float operands (f16 versions end in _h): NaN is handled by bit tests there, whatever the
     # shader compiler assumes about comparisons with NaN
     helpers = {"TANH": "tl_tanh", "ERF": "tl_erf", "MAX": "tl_max", "CMPLT": "tl_lt", "CMPEQ": "tl_eq",
-               "POW": "tl_pow"}
+               "POW": "tl_pow", "ATAN": "tl_atan", "FMOD": "tl_fmod"}
     binary = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})",
-              "BITAND": "({0} & {1})", "BITOR": "({0} | {1})", "BITXOR": "({0} ^ {1})", "POW": "tl_ipow({0}, {1})"}
+              "BITAND": "({0} & {1})", "BITOR": "({0} | {1})", "BITXOR": "({0} ^ {1})", "POW": "tl_ipow({0}, {1})",
+              "IDIV": "({0} / {1})"}  # i32: WGSL defines x / 0 and INT32_MIN / -1 as x, with no trap
 
     def literal(self, value, dtype):
         if dtype == "bool":
