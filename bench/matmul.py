@@ -1,7 +1,8 @@
 """sgemm GFLOP/s: tinyllm's C kernel (tinyllm._kernels) against numpy (OpenBLAS) and torch, side by side.
 
-    python bench/matmul.py                      # n = 64 ... 2048, 1 and 2 threads
+    python bench/matmul.py                      # n = 64 ... 2048 and the GEMV table, 1 and 2 threads
     python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
+    python bench/matmul.py --sizes --trans-n 0 --gemv-sizes 768 4096 --gemv-m 1      # the GEMV table alone
     python bench/matmul.py --wgsl-sizes 64 128 256        # + the WGSL runtime (lavapipe: small sizes only)
     python bench/matmul.py --threads 1 --sizes --trans-n 0 --wgsl-sizes 1024 2048 4096   # on a GPU: WGSL alone
 
@@ -15,6 +16,18 @@ each, which on a machine shared with other processes is the one that ran undistu
 libraries the bench sleeps long enough for the previous library's idle threads to stop spinning,
 so they do not steal a core from the next one. Builds the extension in place if it is missing.
 
+The top lines name the CPU (model, family/model, its SIMD flags, cache sizes) and the path tinyllm picked
+(runtime_c/cpu.h). tinyllm gets a column per instruction-set path this CPU supports (portable C, avx2,
+avx512: each forced with tl_cpu_set_path around its calls); the ratios are those of the path it picks by
+itself, which is marked with a '*'.
+
+The GEMV table times products with M = 1 or 4 rows against a square K = N weight, stored K x N (`x W`) or
+N x K (`x W^T`, as a linear layer's weight is), in GB/s of weight read: each timing runs through enough
+copies of the weight (at least 128 MiB, 4x the L3) that each one comes from memory, as a model's weights do
+when decoding. Beside it, a STREAM-style copy of a 256 MiB array (tl_cpu_stream_copy: memcpy of one share per
+thread, on the worker's threads), in GB/s of bytes read plus written, measured in the same worker: the rate the
+memory system gives these cores. gemv/copy compares the two.
+
 With --wgsl-sizes, the worker of the fewest threads also times tinyllm's WGSL runtime at those sizes (per tile
 configuration of --wgsl-tiles), in a table of its own that names the adapter, beside torch: on CUDA when torch sees
 a GPU (fp32 with TF32 off, and a TF32 column), else on the CPU. Two WGSL figures: `wgsl`, (a @ b).realize() many
@@ -26,8 +39,10 @@ time). `--sizes` with no sizes and `--trans-n 0` leave the C / numpy table out (
         --wgsl-tiles auto 128x128x8x8x8 64x64x16x4x4
 """
 import argparse
+import glob
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -37,6 +52,7 @@ from common import worker_env  # bench/common.py: bench/ is the script directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
+GEMV_SIZES = [768, 1024, 2048, 4096]
 SETTLE_S = 0.15   # > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
 SAMPLE_S = 0.002  # one timing: short, so that some land in moments when no other process runs
 ROUND_S = 0.1     # time per library per round
@@ -136,7 +152,66 @@ def wgsl_rows(sizes, rounds, torch, tile_configs=(None,)):
             "rows": rows}
 
 
-def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(None,)):
+SIMD_FLAGS = re.compile(r"^(sse4_2|avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sve\w*|asimd\w*)$")
+
+
+def cpu_description():
+    """Model name, family/model, the SIMD flags and the caches of this CPU, from /proc/cpuinfo and sysfs."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    flags = [f for f in (fields.get("flags") or fields.get("Features") or "").split() if SIMD_FLAGS.match(f)]
+    caches = []
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            level, kind, size = (open(os.path.join(index, n)).read().strip() for n in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            caches.append(f"L{level} {size}")
+    model = fields.get("model name", platform.processor() or platform.machine())
+    family = f"family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields else ""
+    return {"model": model, "family": family, "flags": flags, "caches": caches}
+
+
+def tinyllm_paths(lib, ffi):
+    """(name, cpu.h path) of each path this CPU supports, and the name of the one tinyllm picks itself."""
+    paths = [(ffi.string(lib.tl_cpu_path_name(p)).decode(), p) for p in range(3) if lib.tl_cpu_supports(p)]
+    return paths, ffi.string(lib.tl_cpu_path_name(lib.tl_cpu_path())).decode()
+
+
+def on_path(lib, path, fn):
+    """fn run on tinyllm's path `path`, the picked path restored after it."""
+    def run():
+        lib.tl_cpu_set_path(path)
+        fn()
+        lib.tl_cpu_set_path(-1)
+    return run
+
+
+def copy_bandwidth(lib, ffi, threads, rounds):
+    """STREAM-style copy of 256 MiB (runtime_c/cpu.c's tl_cpu_stream_copy: memcpy of one share per thread, on
+    `threads` threads): the best GB/s over the rounds, bytes read + written."""
+    import numpy as np
+    src = np.ones(64 << 20, np.float32)
+    dst = np.zeros_like(src)
+    psrc, pdst = ffi.cast("float *", src.ctypes.data), ffi.cast("float *", dst.ctypes.data)
+    best = float("inf")
+    for _ in range(max(3, rounds)):
+        time.sleep(SETTLE_S)
+        t = time.perf_counter()
+        lib.tl_cpu_stream_copy(pdst, psrc, src.size, threads)
+        best = min(best, time.perf_counter() - t)
+    return 2 * src.nbytes / best / 1e9
+
+
+def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(None,), gemv_sizes=(),
+           gemv_m=(1, 4)):
     import numpy as np
     try:
         import torch
@@ -151,11 +226,12 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
         blas = ["threadpoolctl not installed: OpenBLAS kernel unknown"]
 
     wgsl = wgsl_rows(wgsl_sizes, rounds, torch, wgsl_tiles) if wgsl_sizes else None
-    if not sizes and not trans_n:  # the WGSL table alone: no C extension needed
+    if not sizes and not trans_n and not gemv_sizes:  # the WGSL table alone: no C extension needed
         print(json.dumps({"info": None, "rows": [], "wgsl": wgsl}))
         return
     sgemm = load_sgemm()
     ffi, lib = sgemm.ffi, sgemm.lib
+    paths, picked = tinyllm_paths(lib, ffi)
 
     def ptr(x):
         return ffi.cast("float *", x.ctypes.data)
@@ -168,8 +244,9 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
         c = np.empty((n, n), np.float32)
         pa, pb, pc = ptr(a), ptr(b), ptr(c)
         na, nb = (a.T if ta else a), (b.T if tb else b)  # views: the BLAS gets the transpose flag
-        fns = {"tinyllm": lambda: lib.tl_sgemm(ta, tb, n, n, n, pa, n, pb, n, 0.0, pc, n),
-               "numpy": lambda: np.matmul(na, nb, out=c)}
+        fns = {name: on_path(lib, p, lambda: lib.tl_sgemm(ta, tb, n, n, n, pa, n, pb, n, 0.0, pc, n))
+               for name, p in paths}
+        fns["numpy"] = lambda: np.matmul(na, nb, out=c)
         if torch is not None:
             tc = torch.from_numpy(c)
             xa, xb = torch.from_numpy(a), torch.from_numpy(b)
@@ -197,21 +274,62 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                     best[name] = min(best[name], (time.perf_counter() - t) / calls)
         return {name: flops / s / 1e9 for name, s in best.items()}
 
+    def gemv_cases(m, n, tb):
+        """x W (tb 0, W stored K x N) or x W^T (tb 1, W stored N x K) through enough copies of W that each comes
+        from memory: one call is a pass over all of them. Returns the callables and the bytes of W read."""
+        rng = np.random.default_rng(n + m)
+        copies = max(1, max(128 << 20, 4 * lib.tl_cpu_cache_size(3)) // (4 * n * n))
+        ws = [rng.standard_normal((n, n), dtype=np.float32) for _ in range(copies)]
+        x = rng.standard_normal((m, n), dtype=np.float32)
+        y = np.empty((m, n), np.float32)
+        px, py, pws = ptr(x), ptr(y), [ptr(w) for w in ws]
+
+        def tinyllm():
+            for pw in pws:
+                lib.tl_sgemm(0, tb, m, n, n, px, n, pw, n, 0.0, py, n)
+        fns = {name: on_path(lib, p, tinyllm) for name, p in paths}
+        views = [w.T if tb else w for w in ws]
+
+        def numpy():
+            for w in views:
+                np.matmul(x, w, out=y)
+        fns["numpy"] = numpy
+        if torch is not None:
+            tx, ty, tws = torch.from_numpy(x), torch.from_numpy(y), [torch.from_numpy(w) for w in views]
+
+            def run_torch():
+                for w in tws:
+                    torch.matmul(tx, w, out=ty)
+            fns["torch"] = run_torch
+        return fns, copies * n * n * 4
+
     rows = [{"label": str(n), **measure(cases(n, 0, 0), 2.0 * n ** 3)} for n in sizes]
     if trans_n:
         for label, ta, tb in (("A^T B", 1, 0), ("A B^T", 0, 1)):
             rows.append({"label": f"{label} {trans_n}", **measure(cases(trans_n, ta, tb), 2.0 * trans_n ** 3)})
+    gemv = []
+    if gemv_sizes:
+        copy = copy_bandwidth(lib, ffi, threads, rounds)
+        for m in gemv_m:
+            for n in gemv_sizes:
+                for tb in (0, 1):
+                    fns, nbytes = gemv_cases(m, n, tb)
+                    gemv.append({"label": f"{m} x {n} {'x W^T' if tb else 'x W'}", "copy": copy,
+                                 **measure(fns, nbytes)})  # GB/s: bytes / s / 1e9
     torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
-    info = {"blas": blas, "tinyllm_path": "AVX2+FMA" if lib.tl_sgemm_uses_avx2() else "portable C",
+    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked,
+            "avx512_full_width": bool(lib.tl_cpu_avx512_full_width()),
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
-    print(json.dumps({"info": info, "rows": rows, "wgsl": wgsl}))
+    print(json.dumps({"info": info, "rows": rows, "gemv": gemv, "wgsl": wgsl}))
 
 
 def run_threads(threads, args):
     env = worker_env(threads)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
            "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
+    if args.gemv_sizes:
+        cmd += ["--gemv-sizes", *map(str, args.gemv_sizes), "--gemv-m", *map(str, args.gemv_m)]
     if threads == min(args.threads) and args.wgsl_sizes:  # the GPU does not care about CPU threads: once
         cmd += ["--wgsl-sizes", *map(str, args.wgsl_sizes), "--wgsl-tiles", *args.wgsl_tiles]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -225,17 +343,27 @@ def main():
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the libraries")
     p.add_argument("--samples", type=int, default=10, help="timings per library per round")
     p.add_argument("--trans-n", type=int, default=512, help="size of the A^T B and A B^T rows (0: none)")
+    p.add_argument("--gemv-sizes", type=int, nargs="*", default=None,
+                   help="K = N of the GEMV table (default 768 1024 2048 4096 with the sgemm table; none: skip it)")
+    p.add_argument("--gemv-m", type=int, nargs="+", default=[1, 4], help="rows M of the GEMV table")
     p.add_argument("--wgsl-sizes", type=int, nargs="*", default=[],
                    help="also time the WGSL runtime at these sizes (lavapipe: <= 256; a GPU: 1024 2048 4096)")
     p.add_argument("--wgsl-tiles", nargs="+", default=["auto"], metavar="BMxBNxBKxTMxTN",
                    help="WGSL matmul tile configurations to time, each a row ('auto': the runtime's choice)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.gemv_sizes is None:
+        args.gemv_sizes = GEMV_SIZES if (args.sizes or args.trans_n) else []
     if args.worker:
         worker(args.threads[0], args.sizes, args.rounds, args.samples, args.trans_n, args.wgsl_sizes,
-               [None if t == "auto" else t for t in args.wgsl_tiles])
+               [None if t == "auto" else t for t in args.wgsl_tiles], args.gemv_sizes, args.gemv_m)
         return
 
+    if args.sizes or args.trans_n or args.gemv_sizes:
+        cpu = cpu_description()
+        print(f"CPU: {cpu['model']} ({cpu['family']}), {os.cpu_count()} cores; caches (per core, cpu0): "
+              f"{', '.join(cpu['caches']) or 'unknown'}")
+        print(f"SIMD flags: {' '.join(cpu['flags']) or 'none found'}")
     if args.sizes or args.trans_n:
         print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
               f"{args.samples} timings (~{SAMPLE_S * 1e3:g} ms each) per library")
@@ -245,29 +373,53 @@ def main():
     for threads in args.threads:
         res, bind = run_threads(threads, args)
         info = res["info"]
-        if info:
+        if info and res["rows"]:
             print_sgemm(threads, bind, info, res["rows"])
+        if info and res.get("gemv"):
+            print_gemv(threads, bind, info, res["gemv"])
         if res.get("wgsl"):
             print_wgsl(res["wgsl"], threads)
 
 
-def print_sgemm(threads, bind, info, rows):
-    print(f"\n{threads} thread{'s' if threads > 1 else ''} (OMP_PROC_BIND={bind}); "
-          f"tinyllm: {info['tinyllm_path']}, {info['tinyllm_threads']} threads; numpy: {'; '.join(info['blas'])}; "
-          f"{info['torch']}")
-    has_torch = "torch" in rows[0]
-    head = f"{'n':>11} {'tinyllm-C':>10} {'numpy':>8}" + (f" {'torch':>8}" if has_torch else "") + \
-        f" {'C/numpy':>8}" + (f" {'C/torch':>8}" if has_torch else "")
+def library_columns(info, rows):
+    """The timed columns of a table: tinyllm's paths (the picked one starred), numpy, torch if there."""
+    cols = [(f"{p}{'*' if p == info['picked'] else ''}", p) for p in info["paths"]] + [("numpy", "numpy")]
+    return cols + ([("torch", "torch")] if "torch" in rows[0] else [])
+
+
+def header_line(threads, bind, info):
+    full = "full-width 512-bit FMAs" if info["avx512_full_width"] else "no full-width 512-bit FMAs"
+    return (f"{threads} thread{'s' if threads > 1 else ''} (OMP_PROC_BIND={bind}); tinyllm: paths "
+            f"{', '.join(info['paths'])}, picks {info['picked']} ({full}), {info['tinyllm_threads']} threads; "
+            f"numpy: {'; '.join(info['blas'])}; {info['torch']}")
+
+
+def print_table(head, rows, fmt):
     print(head)
     print("-" * len(head))
     for r in rows:
-        line = f"{r['label']:>11} {r['tinyllm']:>10.1f} {r['numpy']:>8.1f}"
-        if has_torch:
-            line += f" {r['torch']:>8.1f}"
-        line += f" {r['tinyllm'] / r['numpy']:>8.2f}"
-        if has_torch:
-            line += f" {r['tinyllm'] / r['torch']:>8.2f}"
-        print(line)
+        print(fmt(r))
+
+
+def print_sgemm(threads, bind, info, rows):
+    print(f"\nsgemm GFLOP/s, {header_line(threads, bind, info)}")
+    cols = library_columns(info, rows)
+    picked = info["picked"]
+    ratios = [("numpy", f"{picked}/numpy")] + ([("torch", f"{picked}/torch")] if "torch" in rows[0] else [])
+    head = f"{'n':>11}" + "".join(f" {c:>9}" for c, _ in cols) + "".join(f" {r:>13}" for _, r in ratios)
+    print_table(head, rows, lambda r: f"{r['label']:>11}" + "".join(f" {r[k]:>9.1f}" for _, k in cols) +
+                "".join(f" {r[picked] / r[k]:>13.2f}" for k, _ in ratios))
+
+
+def print_gemv(threads, bind, info, rows):
+    print(f"\nGEMV, GB/s of weight read (M x K=N; W stored K x N: x W, N x K: x W^T), weights from memory; copy: "
+          f"STREAM-style copy (memcpy, same threads), GB/s read + written; {header_line(threads, bind, info)}")
+    cols = library_columns(info, rows)
+    picked = info["picked"]
+    head = f"{'M x n':>17}" + "".join(f" {c:>9}" for c, _ in cols) + f" {'copy':>7} {picked + '/copy':>12}" + \
+        f" {picked + '/numpy':>13}"
+    print_table(head, rows, lambda r: f"{r['label']:>17}" + "".join(f" {r[k]:>9.1f}" for _, k in cols) +
+                f" {r['copy']:>7.1f} {r[picked] / r['copy']:>12.2f} {r[picked] / r['numpy']:>13.2f}")
 
 
 def print_wgsl(res, threads):

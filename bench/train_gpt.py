@@ -1,6 +1,8 @@
 """GPT training tokens/s: tinyllm on each of its runtimes beside torch eager, same model, weights, data and threads.
 
     python bench/train_gpt.py                          # configs S and M, 1 and 2 threads, runtimes numpy, c, c+jit
+    python bench/train_gpt.py --threads 2 --runtimes c c+jit   # torch eager, tinyllm eager and jit side by side,
+                                                               # S and M, ratios against issue 21's targets
     python bench/train_gpt.py --quick                  # smoke run: S only, few steps
     python bench/train_gpt.py --configs M --threads 2 --runtimes c --skip numpy:M
     python bench/train_gpt.py --configs XS S --threads 1 --runtimes c wgsl --skip wgsl:S   # WGSL on lavapipe
@@ -54,6 +56,8 @@ CONFIGS = {  # name: (model config, batch size)
 SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=2, rounds=3, steps=3)}
 QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures replays only
 SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
+# tokens/s over torch eager that issue 21 asks of the C runtime, per (config, runtime); shown beside the ratios
+TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
 
 
@@ -173,9 +177,25 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
     info = {"torch": f"torch {torch.__version__}, {where}",
             "blas": blas, "load_start": load_start, "load_end": os.getloadavg()[0],
             "tinyllm_c_threads": c.lib.tl_get_num_threads() if c is not None and c.lib is not None else None,
+            "cpu_path": _cpu_paths(c),
             "tokens_per_step": tokens, "steps_total": n_steps,
             "main_thread_cpus": {n: sorted(m) for n, m in masks.items()}}
     print(json.dumps({"info": info, "results": res}))
+
+
+def _cpu_paths(c):
+    """Which instruction set tinyllm's C kernels ran on (docs/architecture.md, "Which CPU code runs")."""
+    if c is None or c.lib is None or not hasattr(c.lib, "tl_cpu_path"):
+        return "?"
+    from tinyllm.runtime import compiler
+    name = c.ffi.string(c.lib.tl_cpu_path_name(c.lib.tl_cpu_path())).decode()
+    return f"prebuilt {name}, generated {compiler.path()}"
+
+
+def label(name):
+    """torch eager, tinyllm c eager, tinyllm c jit, ..."""
+    return "torch eager" if name == "torch" else \
+        f"tinyllm {name.removesuffix('+jit')} {'jit' if name.endswith('+jit') else 'eager'}"
 
 
 def run_worker(config, threads, runtimes, sched, args, cache_dir):
@@ -248,29 +268,28 @@ def main():
             info = res["info"]
             print(f"\n{config} {cfg} batch {batch}, {threads} thread{'s' if threads > 1 else ''} "
                   f"(OMP_PROC_BIND={bind}); {info['torch']}; numpy BLAS: {'; '.join(info['blas'])}; "
-                  f"tinyllm C sgemm threads {info['tinyllm_c_threads']}; kernel cache "
+                  f"tinyllm C sgemm threads {info['tinyllm_c_threads']}, CPU path {info.get('cpu_path')}; kernel cache "
                   f"{'warm (usual dir)' if args.warm_cache else 'cold (empty dir)'}")
             print(f"  1 first + {sched['warmup']} warm-up steps, then {sched['rounds']} rounds x {sched['steps']} "
                   f"steps per framework; load average {info['load_start']:.1f} at start, {info['load_end']:.1f} at end; "
                   f"main thread's CPUs per framework {info['main_thread_cpus']}")
-            head = f"  {'framework':<15} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
+            head = f"  {'framework':<17} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
                    f"{'final loss':>11} {'rel vs torch':>12}"
             print(head)
             print("  " + "-" * (len(head) - 2))
             tloss = res["results"]["torch"]["losses"][-1] if res["results"]["torch"]["losses"] else None
             row = {"config": config, "threads": threads, "load": (info["load_start"], info["load_end"])}
             for name, r in res["results"].items():
-                label = "torch eager" if name == "torch" else f"tinyllm-{name}"
                 if r["error"]:
-                    print(f"  {label:<15} ERROR: {r['error']}")
+                    print(f"  {label(name):<17} ERROR: {r['error']}")
                     row[name] = None
                     continue
                 med = statistics.median(r["round_tok_s"])
                 loss = r["losses"][-1]
                 rel = abs(loss - tloss) / abs(tloss) if tloss else float("nan")
                 ok = name == "torch" or (rel <= args.loss_rtol and loss == loss)
-                print(f"  {label:<15} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} {max(r['round_tok_s']):>8,.0f} "
-                      f"{r['first_s']:>12.2f} {loss:>11.5f} "
+                print(f"  {label(name):<17} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} "
+                      f"{max(r['round_tok_s']):>8,.0f} {r['first_s']:>12.2f} {loss:>11.5f} "
                       f"{'' if name == 'torch' else f'{rel:.1e}' + ('' if ok else ' FAIL'):>12}")
                 row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
                              "first": r["first_s"], "ok": ok}
@@ -283,7 +302,8 @@ def main():
     rts = args.runtimes
     print("\nSummary: median tokens/s over rounds (min–max); first step s: torch / tinyllm runtimes in that order; "
           "FAIL = final loss off torch's by more than {:g} relative".format(args.loss_rtol))
-    cols = ["config", "threads", "torch"] + [f"tinyllm-{rt}" for rt in rts] + [f"{rt}/torch" for rt in rts]
+    cols = ["config", "threads", "torch eager"] + [label(rt) for rt in rts] + \
+        [f"{label(rt).removeprefix('tinyllm ')} / torch" for rt in rts]
     if "c" in rts and "numpy" in rts:
         cols.append("c/numpy")
     cols += ["first step s", "load avg"]
@@ -299,8 +319,12 @@ def main():
         def ratio(a, b):
             ra, rb = row.get(a), row.get(b)
             return "—" if not ra or not rb else f"{ra['med'] / rb['med']:.2f}"
+        def against_target(rt):
+            target = TARGETS.get((row["config"], rt))
+            r = ratio(rt, "torch")
+            return r if target is None or r == "—" else f"{r} ({'meets' if float(r) >= target else 'below'} {target})"
         cells = [row["config"], str(row["threads"]), cell("torch")] + [cell(rt) for rt in rts] + \
-                [ratio(rt, "torch") for rt in rts]
+                [against_target(rt) for rt in rts]
         if "c" in rts and "numpy" in rts:
             cells.append(ratio("c", "numpy"))
         cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))

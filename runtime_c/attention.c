@@ -20,21 +20,24 @@ Backward, one task per (batch x head), so dQ, dK and dV of a head have a single 
             P = exp(Q K^T * scale - L);  dV += P^T dO;  dP = dO V^T
             dS = P o (dP - Delta) * scale;  dQ += dS K;  dK += dS^T Q
 
-All the products are small GEMMs C (+)= A B with A read through strides (plain or transposed) and B row-major:
-the AVX2+FMA path does them 6 rows x 16 columns at a time in registers (masked loads at a ragged right edge),
-skips the blocks a causal mask zeroes (mm_causal), and computes exp with a vectorised polynomial; the portable
-path is plain C. The AVX2 path follows the sgemm's dispatch (tl_sgemm_uses_avx2: TINYLLM_NO_AVX2=1 or
-tl_force_portable(1) turn it off).
+All the products are small GEMMs C (+)= A B with A read through strides (plain or transposed) and B row-major,
+the blocks a causal mask zeroes skipped (mm_causal). Three paths, picked per call by tl_cpu_path() (cpu.h: the
+CPU's features, TINYLLM_CPU, tl_cpu_set_path): AVX-512 does the products 6 rows x up to 64 columns at a time in
+registers, exp with a vectorised polynomial over 16 lanes, and uses mask registers at ragged edges; AVX2+FMA the
+same over 6 x 16 blocks and 8 lanes, with masked loads; the portable path is plain C.
 */
 #include <math.h>
 
 #include "attention.h"
 #include "common.h"
+#include "cpu.h"
 #include "sgemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+enum { PATH_PORTABLE, PATH_AVX2, PATH_AVX512 };  // tl_cpu_path()'s numbering (cpu.h)
 
 #define BR 64  // queries per tile
 #define BC 64  // keys per tile
@@ -308,13 +311,193 @@ AVX2 static void transpose_blocks_avx2(float *dst, long ld, const float *src, lo
 #endif
 
 // ----------------------------------------------------------------------------
-// Dispatch.
+// AVX-512 path: the AVX2 path's algorithms on 16-float vectors, with mask registers at ragged edges (a masked load
+// never faults past them, so no row may be read or written past its end).
 
-static void mm(int avx2, long M, long N, long K, const float *A, long ars, long acs,
+#if defined(__x86_64__)
+#define AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+// Lanes below w are on.
+static inline __mmask16 lanes16(long w) { return (__mmask16)(w <= 0 ? 0 : w >= 16 ? 0xFFFF : (1u << w) - 1); }
+
+// Rows [0, R) x V vectors of 16 columns of C (+)= A B, R in 1..6, V in 1..4: up to 24 accumulators and V B
+// vectors within the 32 zmm registers; the A elements are broadcast from memory inside the FMAs. m[v] are the
+// columns of vector v, all on but at the right edge; `full` (a literal at each call) says there is no edge, and
+// the B rows are then read with plain loads (masked ones in the inner loop cost 10% on Zen 4).
+AVX512 static inline __attribute__((always_inline)) void
+mm_block512(int R, int V, int full, long K, const float *A, long ars, long acs, const float *B, long ldb, float *C,
+            long ldc, int accumulate, const __mmask16 *m) {
+    __m512 c[6][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++)
+            c[r][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], C + r * ldc + 16 * v) : _mm512_setzero_ps();
+    for (long k = 0; k < K; k++) {
+        __m512 b[4];
+        for (int v = 0; v < V; v++)
+            b[v] = full ? _mm512_loadu_ps(B + k * ldb + 16 * v) : _mm512_maskz_loadu_ps(m[v], B + k * ldb + 16 * v);
+        for (int r = 0; r < R; r++) {
+            const __m512 a = _mm512_set1_ps(A[r * ars + k * acs]);
+            for (int v = 0; v < V; v++) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], c[r][v]);
+}
+
+// One strip of V vectors of C, in blocks of 6 rows and one block for the rest (V and full literals at each call).
+AVX512 static inline __attribute__((always_inline)) void
+mm_strip512(int V, int full, long M, long K, const float *A, long ars, long acs, const float *b, long ldb, float *C,
+            long ldc, int accumulate, const __mmask16 *mk) {
+    long m = 0;
+    for (; m + 6 <= M; m += 6)
+        mm_block512(6, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk);
+    switch (M - m) {  // the last rows, in one block
+    case 5: mm_block512(5, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
+    case 4: mm_block512(4, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
+    case 3: mm_block512(3, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
+    case 2: mm_block512(2, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
+    case 1: mm_block512(1, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
+    }
+}
+
+// Strips of 64 columns (24 accumulators: 10 loads per 24 FMAs), the last one as narrow as its columns allow.
+AVX512 static void mm_avx512(long M, long N, long K, const float *A, long ars, long acs,
+                             const float *B, long ldb, float *C, long ldc, int accumulate) {
+    for (long n = 0; n < N; n += 64) {
+        const long w = N - n;
+        const __mmask16 mk[4] = {lanes16(w), lanes16(w - 16), lanes16(w - 32), lanes16(w - 48)};
+        const float *b = B + n;
+        float *c = C + n;
+        const int v = w >= 64 ? 4 : (int)((w + 15) / 16), full = w >= 16 * v;  // full: no ragged edge
+        switch (2 * v + full) {
+        case 9: mm_strip512(4, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 8: mm_strip512(4, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 7: mm_strip512(3, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 6: mm_strip512(3, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 5: mm_strip512(2, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 4: mm_strip512(2, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 3: mm_strip512(1, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        default: mm_strip512(1, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        }
+    }
+}
+
+// exp_avx2's arithmetic on 16 lanes (the same results).
+AVX512 static inline __m512 exp_avx512(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    __m512 xc = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y);  // 0 below -87
+}
+
+AVX512 static float scale_max_avx512(float *p, long n, float scale) {
+    const __m512 s = _mm512_set1_ps(scale);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (long j = 0; j < n; j += 16) {  // lanes past n take no part
+        const __mmask16 on = lanes16(n - j);
+        const __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(on, p + j), s);
+        _mm512_mask_storeu_ps(p + j, on, y);
+        mx = _mm512_mask_max_ps(mx, on, mx, y);
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+AVX512 static float exp_sum_avx512(float *p, long n, long bc, float shift) {
+    const __m512 s = _mm512_set1_ps(shift);
+    __m512 acc = _mm512_setzero_ps();
+    for (long j = 0; j < bc; j += 16) {  // 0 past n
+        const __mmask16 on = lanes16(n - j);
+        const __m512 y = on ? _mm512_maskz_mov_ps(on, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(on, p + j), s)))
+                            : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(p + j, lanes16(bc - j), y);
+        acc = _mm512_add_ps(acc, y);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+AVX512 static float dot_avx512(const float *a, const float *b, long n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (long j = 0; j < n; j += 16) {
+        const __mmask16 on = lanes16(n - j);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(on, a + j), _mm512_maskz_loadu_ps(on, b + j), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+AVX512 static void softmax_grad_row_avx512(float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
+    const __m512 sc = _mm512_set1_ps(scale), l = _mm512_set1_ps(lse), d = _mm512_set1_ps(dl);
+    for (long j = 0; j < bc; j += 16) {  // 0 past n; no exp to take where the row sees none of a vector's keys
+        const __mmask16 on = lanes16(n - j), row = lanes16(bc - j);
+        __m512 p = _mm512_setzero_ps(), ds = _mm512_setzero_ps();
+        if (on) {
+            p = _mm512_maskz_mov_ps(on, exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(on, s + j), sc, l)));
+            ds = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(on, dp + j), d)), sc);
+        }
+        _mm512_mask_storeu_ps(s + j, row, p);
+        _mm512_mask_storeu_ps(dp + j, row, ds);
+    }
+}
+
+// The 16 x 16 blocks of transpose() (n and d multiples of 16): 4 x 4 transposes within each 128-bit lane, as the
+// AVX2 path's first two steps, then the lanes moved into place in two rounds of 128-bit shuffles.
+AVX512 static void transpose_blocks_avx512(float *dst, long ld, const float *src, long lds, long n, long d) {
+    for (long i = 0; i < n; i += 16) {
+        for (long j = 0; j < d; j += 16) {
+            __m512 r[16], t[16];
+            for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_ps(src + (i + k) * lds + j);
+            for (int k = 0; k < 16; k += 2) {
+                t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+                t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+            }
+            // lane L of r[4g + c]: column 4L + c of rows 4g .. 4g + 3
+            for (int k = 0; k < 16; k += 4) {
+                r[k] = _mm512_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            // output row 4L + c gathers lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+            for (int c = 0; c < 4; c++) {
+                t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);           // lanes 0, 1 of each
+                t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);       // lanes 2, 3
+                t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+                t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+            }
+            for (int c = 0; c < 4; c++) {
+                _mm512_storeu_ps(dst + (j + c) * ld + i, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
+                _mm512_storeu_ps(dst + (j + 4 + c) * ld + i, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD));
+                _mm512_storeu_ps(dst + (j + 8 + c) * ld + i, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88));
+                _mm512_storeu_ps(dst + (j + 12 + c) * ld + i, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD));
+            }
+        }
+    }
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// Dispatch on tl_cpu_path(): PATH_AVX512 takes the AVX-512 functions, PATH_AVX2 the AVX2 ones, else portable C.
+
+static void mm(int path, long M, long N, long K, const float *A, long ars, long acs,
                const float *B, long ldb, float *C, long ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
 #if defined(__x86_64__)
-    if (avx2) {
+    if (path >= PATH_AVX512) {
+        mm_avx512(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+        return;
+    }
+    if (path == PATH_AVX2) {
         mm_avx2(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
         return;
     }
@@ -322,30 +505,37 @@ static void mm(int avx2, long M, long N, long K, const float *A, long ars, long 
     mm_portable(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
 }
 
-static float scale_max(int avx2, float *p, long n, float scale) {
+static float scale_max(int path, float *p, long n, float scale) {
 #if defined(__x86_64__)
-    if (avx2) return scale_max_avx2(p, n, scale);
+    if (path >= PATH_AVX512) return scale_max_avx512(p, n, scale);
+    if (path == PATH_AVX2) return scale_max_avx2(p, n, scale);
 #endif
     return scale_max_portable(p, n, scale);
 }
 
-static float exp_sum(int avx2, float *p, long n, long bc, float shift) {
+static float exp_sum(int path, float *p, long n, long bc, float shift) {
 #if defined(__x86_64__)
-    if (avx2) return exp_sum_avx2(p, n, bc, shift);
+    if (path >= PATH_AVX512) return exp_sum_avx512(p, n, bc, shift);
+    if (path == PATH_AVX2) return exp_sum_avx2(p, n, bc, shift);
 #endif
     return exp_sum_portable(p, n, bc, shift);
 }
 
-static float dot(int avx2, const float *a, const float *b, long n) {
+static float dot(int path, const float *a, const float *b, long n) {
 #if defined(__x86_64__)
-    if (avx2) return dot_avx2(a, b, n);
+    if (path >= PATH_AVX512) return dot_avx512(a, b, n);
+    if (path == PATH_AVX2) return dot_avx2(a, b, n);
 #endif
     return dot_portable(a, b, n);
 }
 
-static void softmax_grad_row(int avx2, float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
+static void softmax_grad_row(int path, float *s, float *dp, long n, long bc, float scale, float lse, float dl) {
 #if defined(__x86_64__)
-    if (avx2) {
+    if (path >= PATH_AVX512) {
+        softmax_grad_row_avx512(s, dp, n, bc, scale, lse, dl);
+        return;
+    }
+    if (path == PATH_AVX2) {
         softmax_grad_row_avx2(s, dp, n, bc, scale, lse, dl);
         return;
     }
@@ -359,19 +549,23 @@ static long visible(long row, long k0, long bc, int causal) {
     return tl_max(0, tl_min(bc, row - k0 + 1));
 }
 
-// dst[j*ld + i] = src[i*lds + j]: rows [0, n) x columns [0, d) of src, transposed; the AVX2 path moves whole
-// 8 x 8 blocks through registers and the ragged edges one element at a time.
-static void transpose(int avx2, float *dst, long ld, const float *src, long lds, long n, long d) {
-    long n8 = 0, d8 = 0;
+// dst[j*ld + i] = src[i*lds + j]: rows [0, n) x columns [0, d) of src, transposed; the vector paths move whole
+// 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks through registers and the ragged edges one element at a time.
+static void transpose(int path, float *dst, long ld, const float *src, long lds, long n, long d) {
+    long nb = 0, db = 0;
 #if defined(__x86_64__)
-    if (avx2) {
-        n8 = n / 8 * 8;
-        d8 = d / 8 * 8;
-        transpose_blocks_avx2(dst, ld, src, lds, n8, d8);
+    if (path >= PATH_AVX512) {
+        nb = n / 16 * 16;
+        db = d / 16 * 16;
+        transpose_blocks_avx512(dst, ld, src, lds, nb, db);
+    } else if (path == PATH_AVX2) {
+        nb = n / 8 * 8;
+        db = d / 8 * 8;
+        transpose_blocks_avx2(dst, ld, src, lds, nb, db);
     }
 #endif
     for (long i = 0; i < n; i++)
-        for (long j = i < n8 ? d8 : 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
+        for (long j = i < nb ? db : 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
 }
 
 // The (b0, b1) = (bh / B1, bh % B1) matrix of a view.
@@ -389,10 +583,10 @@ static inline const float *head(const tl_attn_view *x, long bh, long B1) {
 #define RB 6  // rows per block: the micro-kernel's
 enum { CUT_N, CUT_K, SKIP_K };
 
-static void mm_causal(int avx2, int causal, int cut, long off, long M, long N, long K, const float *A, long ars,
+static void mm_causal(int path, int causal, int cut, long off, long M, long N, long K, const float *A, long ars,
                       long acs, const float *B, long ldb, float *C, long ldc, int accumulate) {
     if (!causal) {
-        mm(avx2, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+        mm(path, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
         return;
     }
     for (long m = 0; m < M; m += RB) {
@@ -400,12 +594,12 @@ static void mm_causal(int avx2, int causal, int cut, long off, long M, long N, l
         const float *a = A + m * ars;
         float *c = C + m * ldc;
         if (cut == CUT_N) {
-            mm(avx2, rb, tl_min(N, seen), K, a, ars, acs, B, ldb, c, ldc, accumulate);
+            mm(path, rb, tl_min(N, seen), K, a, ars, acs, B, ldb, c, ldc, accumulate);
         } else if (cut == CUT_K) {
-            mm(avx2, rb, N, tl_max(0, tl_min(K, seen)), a, ars, acs, B, ldb, c, ldc, accumulate);
+            mm(path, rb, N, tl_max(0, tl_min(K, seen)), a, ars, acs, B, ldb, c, ldc, accumulate);
         } else {
             const long k = tl_max(0, tl_min(K, m - off));
-            mm(avx2, rb, N, K - k, a + k * acs, ars, acs, B + k * ldb, ldb, c, ldc, accumulate);
+            mm(path, rb, N, K - k, a + k * acs, ars, acs, B + k * ldb, ldb, c, ldc, accumulate);
         }
     }
 }
@@ -415,7 +609,7 @@ static void mm_causal(int avx2, int causal, int cut, long off, long M, long N, l
 
 void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
                        long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal) {
-    const int avx2 = tl_sgemm_uses_avx2();
+    const int path = tl_cpu_path();
     const long BH = B0 * B1, tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
     const int nt = threads_for(BH * Tq * Tk * (D + Dv), BH * tiles);
     // Static, in order: each thread takes whole heads of the same batch rows as the kernels before and after
@@ -436,8 +630,8 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
         const long kend = causal ? tl_min(Tk, i0 + br) : Tk;
         for (long k0 = 0; k0 < kend; k0 += BC) {
             const long bc = tl_min(BC, Tk - k0);
-            transpose(avx2, kt, BC, kb + k0 * k->st, k->st, bc, D);
-            mm_causal(avx2, causal, CUT_N, i0 - k0, br, bc, D, qt, q->st, 1, kt, BC, s, BC, 0);
+            transpose(path, kt, BC, kb + k0 * k->st, k->st, bc, D);
+            mm_causal(path, causal, CUT_N, i0 - k0, br, bc, D, qt, q->st, 1, kt, BC, s, BC, 0);
             for (long r = 0; r < br; r++) {
                 float *row = s + r * BC;
                 const long n = visible(i0 + r, k0, bc, causal);
@@ -445,9 +639,9 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
                     memset(row, 0, (size_t)bc * sizeof(float));
                     continue;
                 }
-                const float mx = scale_max(avx2, row, n, scale);
+                const float mx = scale_max(path, row, n, scale);
                 const float m_new = mrow[r] > mx ? mrow[r] : mx;
-                const float sum = exp_sum(avx2, row, n, bc, m_new);  // and zeros past what the row sees
+                const float sum = exp_sum(path, row, n, bc, m_new);  // and zeros past what the row sees
                 if (mrow[r] == -INFINITY) {  // the row's first visible tile: O and l are still 0
                     lrow[r] = sum;
                 } else {
@@ -458,7 +652,7 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
                 }
                 mrow[r] = m_new;
             }
-            mm_causal(avx2, causal, CUT_K, i0 - k0, br, Dv, bc, s, BC, 1, vb + k0 * v->st, v->st, o, ldo, 1);
+            mm_causal(path, causal, CUT_K, i0 - k0, br, Dv, bc, s, BC, 1, vb + k0 * v->st, v->st, o, ldo, 1);
         }
         for (long r = 0; r < br; r++) {
             const float inv = 1.0f / lrow[r];
@@ -474,7 +668,7 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
 void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
                         const tl_attn_view *out, const tl_attn_view *dout,
                         long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal) {
-    const int avx2 = tl_sgemm_uses_avx2();
+    const int path = tl_cpu_path();
     const long BH = B0 * B1, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
     const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
     // Static, as in the forward: one task per head, all of equal work.
@@ -486,7 +680,7 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
         float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
         float *delta = tl_scratch(2, Tq);
-        for (long i = 0; i < Tq; i++) delta[i] = dot(avx2, dob + i * dos, ob + i * os, Dv) - dob[i * dos + Dv];
+        for (long i = 0; i < Tq; i++) delta[i] = dot(path, dob + i * dos, ob + i * os, Dv) - dob[i * dos + Dv];
         // No zeroing first: the first product into each row of dq, dk and dv writes it (accumulate 0), as the
         // first key tile (k0 = 0) reaches every query row and a key tile's first query tile every key row.
         for (long k0 = 0; k0 < Tk; k0 += BC) {
@@ -496,20 +690,20 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
                 memset(dv + k0 * Dv, 0, (size_t)(bc * Dv) * sizeof(float));
                 continue;
             }
-            transpose(avx2, kt, BC, kb + k0 * k->st, k->st, bc, D);
-            transpose(avx2, vt, BC, vb + k0 * v->st, v->st, bc, Dv);
+            transpose(path, kt, BC, kb + k0 * k->st, k->st, bc, D);
+            transpose(path, vt, BC, vb + k0 * v->st, v->st, bc, Dv);
             for (long i0 = i_first; i0 < Tq; i0 += BR) {
                 const long br = tl_min(BR, Tq - i0), off = i0 - k0;
                 const float *qt = qb + i0 * qs, *dot = dob + i0 * dos;
-                mm_causal(avx2, causal, CUT_N, off, br, bc, D, qt, qs, 1, kt, BC, p, BC, 0);      // S
-                mm_causal(avx2, causal, CUT_N, off, br, bc, Dv, dot, dos, 1, vt, BC, ds, BC, 0);  // dP
+                mm_causal(path, causal, CUT_N, off, br, bc, D, qt, qs, 1, kt, BC, p, BC, 0);      // S
+                mm_causal(path, causal, CUT_N, off, br, bc, Dv, dot, dos, 1, vt, BC, ds, BC, 0);  // dP
                 for (long r = 0; r < br; r++)  // P and dS; past what the row sees (maybe never computed), zeros
-                    softmax_grad_row(avx2, p + r * BC, ds + r * BC, visible(i0 + r, k0, bc, causal), bc, scale,
+                    softmax_grad_row(path, p + r * BC, ds + r * BC, visible(i0 + r, k0, bc, causal), bc, scale,
                                      ob[(i0 + r) * os + Dv], delta[i0 + r]);
                 const int more_q = i0 > i_first, more_k = k0 > 0;  // accumulate into what is written already
-                mm_causal(avx2, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, more_q);  // dV += P^T dO
-                mm_causal(avx2, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, more_k);  // dQ += dS K
-                mm_causal(avx2, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, more_q);  // dK += dS^T Q
+                mm_causal(path, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, more_q);  // dV += P^T dO
+                mm_causal(path, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, more_k);  // dQ += dS K
+                mm_causal(path, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, more_q);  // dK += dS^T Q
             }
         }
     }

@@ -103,7 +103,8 @@ static inline void tl_flag_wait(tl_flag *f, long v) {
 // CPU features. The AVX2 code paths are compiled with
 // __attribute__((target("avx2,fma"))) into the same object file as the
 // portable code, and chosen at run time, so one build runs on any x86-64.
-// __builtin_cpu_supports also checks that the OS saves the ymm registers.
+// Kernels dispatch on cpu.h's tl_cpu_path(), which also honours TINYLLM_CPU
+// and checks that the OS saves the registers; this is the bare CPUID test.
 
 static inline int tl_cpu_avx2_fma(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

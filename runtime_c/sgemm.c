@@ -1,74 +1,82 @@
 /*
-Packed, cache-tiled, register-blocked sgemm (GotoBLAS / BLIS layout).
+Packed, cache-tiled, register-blocked sgemm (GotoBLAS / BLIS layout), and a GEMV for products with at most 4 rows
+or 4 columns.
 
     for jc in N by NC:                          B panel  KC x NC -> L3, shared by the threads
       for pc in K by KC:                        (one "round")
         pack B[pc:+KC, jc:+NC] into NR-wide strips (each thread packs a chunk)
         for ic in (this thread's rows) by MC:   A block  MC x KC -> L2, private
-          pack A[ic:+MC, pc:+KC] into MR-tall strips (unless N <= 256: see below)
+          pack A[ic:+MC, pc:+KC] into MR-tall strips (unless few B strips: see below)
           for jr in (this thread's strips) by NR:   B strip KC x NR -> L1
             for ir in MC by MR:
               micro-kernel: C[MR x NR] (+)= A strip . B strip, in registers
 
-Packing reads op(A) and op(B) in whatever layout they have (plain or
-transposed), so the micro-kernel only ever sees one contiguous layout, and the
-transposed products of the backward pass cost no copies in the caller. When C
-has few columns (N <= 256: an A strip meets at most 16 B strips), packing A
-costs more than it saves, so the AVX2 path reads its full strips in place
-through their strides instead; one with few rows and many columns runs as its
-transpose (as_transpose).
+Packing reads op(A) and op(B) in whatever layout they have (plain or transposed), so the micro-kernel only ever
+sees one contiguous layout, and the transposed products of the backward pass cost no copies in the caller. When
+an A strip meets at most 16 B strips (N <= 16 NR), packing A costs more than it saves, so the paths with an
+in-place kernel read its full strips through their strides instead; a product with few rows and many columns
+runs as its transpose (as_transpose). Products with at most 4 rows or 4 columns take the GEMV below instead.
 
-The micro-kernel is 6 x 16: 12 ymm accumulators (6 rows x 2 vectors of 8),
-2 ymm for the B row and 1 for the broadcast A element = 15 of the 16 ymm
-registers. Each k step issues 12 FMAs against 2 loads and 6 broadcasts,
-enough independent FMAs to keep both FMA pipes busy through their 4-cycle
-latency. AVX-512 would not be faster on Zen 4, which splits 512-bit FMAs in two.
+The kernels follow cpu.h's path (tl_cpu_path), each with its own micro-kernel shape (a gemm_plan):
 
-Threads (OpenMP) split C into a grid: normally M (each thread packs its own A
-blocks and a chunk of the shared B panel), N where that saves over 1/16 of the
-work (thread_grid). They hand the B panel over with per-thread flags and two
-panel buffers instead of barriers (see gemm_thread). Batched products of small
-matrices run one matrix per thread instead. A long sum over rows that both
-operands store (a weight gradient X^T dY, summed over the tokens) runs as two
-halves of K instead, each on the thread that holds its rows, added at the end
-(split_k).
+    portable  6 x 16   plain C that the compiler vectorises for the baseline ISA.
+    avx2      6 x 16   12 ymm accumulators + 2 for the B row + 1 broadcast = 15 of the 16 ymm registers; each
+                       k step issues 12 FMAs against 2 loads and 6 broadcasts, enough independent FMAs to keep
+                       both FMA pipes busy through their 4-cycle latency.
+    avx512   14 x 32   28 zmm accumulators + 2 for the B row + 1 broadcast = 31 of the 32 zmm registers: the
+                       most accumulators they hold, 28 FMAs against 2 loads and 14 broadcasts per k step, few
+                       enough loads for two 512-bit FMAs a cycle.
+
+The cache blocks (KC, MC, NC) come from the cache sizes the OS reports, per shape (plan_blocking).
+
+Threads (OpenMP) split C into a grid: normally M (each thread packs its own A blocks and a chunk of the shared
+B panel), N where that saves over 1/16 of the work (thread_grid). They hand the B panel over with per-thread
+flags and two panel buffers instead of barriers (see gemm_thread). Batched products of small matrices run one
+matrix per thread instead. A long sum over rows that both operands store (a weight gradient X^T dY, summed over
+the tokens) runs as two halves of K instead, each on the thread that holds its rows, added at the end (split_k).
 */
 
 #include "common.h"
+#include "cpu.h"
 #include "sgemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+// The portable and AVX2 micro-tile, and the AVX-512 one.
 #define MR 6
 #define NR 16
+#define MR5 14
+#define NR5 32
+#define TILE_MAX (MR5 * NR5)  // the largest micro-tile, for kernel_edge's buffer
+_Static_assert(MR <= 16 && MR5 <= 16, "pack_a_strip_rows_avx2 packs at most 16 rows");
 
-// Cache blocking (overridable with -D for tuning). A KC x NR strip of B (16 KiB)
-// plus an MR x KC strip of A (6 KiB) stay in the 32 KiB L1; an MC x KC block of
-// A (144 KiB) sits in L2 (512 KiB on Zen 3, 1 MiB on Zen 4) with room for the
-// B strips streaming through; the KC x NC panel of B (4 MiB) lives in L3.
-#ifndef TL_KC
-#define TL_KC 256
-#endif
-#ifndef TL_MC
-#define TL_MC 144
-#endif
-#ifndef TL_NC
-#define TL_NC 4096
-#endif
 // Below this many multiply-adds per thread, waking another thread and handing
 // it the B panel cost more than the thread saves.
 #ifndef TL_MIN_WORK_PER_THREAD
 #define TL_MIN_WORK_PER_THREAD (64L * 64 * 64)
 #endif
+// A sum at least this long over rows both operands store is split in two halves of K (split_k).
+#define SPLIT_K_MIN 512
 // Threads per product at most: bounds the per-call flags on the stack.
 #define TL_MAX_THREADS 256
 
-_Static_assert(TL_MC % MR == 0, "MC must be a multiple of MR");
-_Static_assert(TL_NC % NR == 0, "NC must be a multiple of NR");
-
 enum { SLOT_A, SLOT_B, SLOT_T, SLOT_P };  // per-thread scratch slots (common.h)
+
+// Micro-kernel: C[mr x nr] (row stride ldc) = a . b + beta * C, with the packed
+// strips a[p*mr + i] and b[p*nr + j], p < kc; the in-place variants read A
+// through its row stride lda instead. beta == 0 never reads C.
+typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc);
+
+// One path's micro-kernel and cache blocks.
+typedef struct {
+    int mr, nr;            // micro-tile
+    int kc, mc, nc;        // cache blocks (plan_blocking)
+    kernel_fn packed;      // A strip packed
+    kernel_fn rows, cols;  // A strip read in place from a row-major / transposed A; NULL: always packed
+    int avx2_pack;         // the AVX2 packing routines may run
+} gemm_plan;
 
 typedef struct {
     int transA, transB;
@@ -80,15 +88,10 @@ typedef struct {
     float beta;
     float *C;
     long ldc;
+    const gemm_plan *p;
 } gemm_args;
 
-// Micro-kernel: C[MR x NR] (row stride ldc) = a . b + beta * C, with the packed
-// strips a[p*MR + i] and b[p*NR + j], p < kc; the in-place variants read A
-// through its row stride lda instead. beta == 0 never reads C.
-typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc);
-
 static int g_threads;    // threads for the next call
-static int g_use_avx2;   // dispatch: AVX2+FMA kernels or portable C
 
 static int default_threads(void) {
     int n = tl_env_int("TINYLLM_THREADS", 0);
@@ -97,14 +100,14 @@ static int default_threads(void) {
 
 __attribute__((constructor)) static void sgemm_init(void) {
     g_threads = default_threads();
-    g_use_avx2 = tl_cpu_avx2_fma() && !tl_env_int("TINYLLM_NO_AVX2", 0);
 }
 
 void tl_set_num_threads(int n) { g_threads = n > 0 ? n : default_threads(); }
 int tl_get_num_threads(void) { return g_threads; }
-int tl_cpu_has_avx2_fma(void) { return tl_cpu_avx2_fma(); }
-void tl_force_portable(int on) { g_use_avx2 = !on && tl_cpu_avx2_fma(); }
-int tl_sgemm_uses_avx2(void) { return g_use_avx2; }
+// The interface before cpu.h, kept for its callers.
+int tl_cpu_has_avx2_fma(void) { return tl_cpu_supports(1); }
+void tl_force_portable(int on) { tl_cpu_set_path(on ? 0 : -1); }
+int tl_sgemm_uses_avx2(void) { return tl_cpu_path() >= 1; }
 
 // ----------------------------------------------------------------------------
 // Portable path: plain C with compile-time trip counts, which gcc and clang
@@ -129,51 +132,52 @@ static void kernel_portable(int kc, const float *restrict a, long lda, const flo
     }
 }
 
-// Packs rows [i0, i0+mr) x columns [k0, k0+kc) of op(A) as one MR-row strip:
-// element (i0 + i, k0 + p) at out[p*MR + i]; rows past mr are zero, so the
-// kernel can always compute a full tile. Full strips (the common case) copy
-// contiguous runs with fixed-size memcpy, which compiles to a few vector moves.
+// Packs rows [i0, i0+mr) x columns [k0, k0+kc) of op(A) as one strip of MR = g->p->mr rows: element
+// (i0 + i, k0 + p) at out[p*MR + i]; rows past mr are zero, so the kernel can always compute a full tile.
+// Full strips (the common case) copy contiguous runs with memcpy.
 static void pack_a_strip(const gemm_args *g, long i0, long k0, int mr, int kc, float *out) {
+    const int full = g->p->mr;
     if (g->transA) {  // row k of the stored A holds op(A)'s column k: contiguous in i
         const float *src = g->A + k0 * g->lda + i0;
-        if (mr == MR) {
-            for (int p = 0; p < kc; p++) memcpy(out + p * MR, src + p * g->lda, MR * sizeof(float));
+        if (mr == full) {
+            for (int p = 0; p < kc; p++) memcpy(out + p * full, src + p * g->lda, full * sizeof(float));
         } else {
             for (int p = 0; p < kc; p++) {
-                for (int i = 0; i < MR; i++) out[p * MR + i] = i < mr ? src[p * g->lda + i] : 0.0f;
+                for (int i = 0; i < full; i++) out[p * full + i] = i < mr ? src[p * g->lda + i] : 0.0f;
             }
         }
     } else {
         const float *src = g->A + i0 * g->lda + k0;
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < full; i++) {
             if (i < mr) {
-                for (int p = 0; p < kc; p++) out[p * MR + i] = src[i * g->lda + p];
+                for (int p = 0; p < kc; p++) out[p * full + i] = src[i * g->lda + p];
             } else {
-                for (int p = 0; p < kc; p++) out[p * MR + i] = 0.0f;
+                for (int p = 0; p < kc; p++) out[p * full + i] = 0.0f;
             }
         }
     }
 }
 
-// Packs rows [k0, k0+kc) x columns [j0, j0+nr) of op(B) as one NR-wide strip:
-// element (k0 + p, j0 + j) at out[p*NR + j]; columns past nr are zero.
+// Packs rows [k0, k0+kc) x columns [j0, j0+nr) of op(B) as one strip NR = g->p->nr wide: element
+// (k0 + p, j0 + j) at out[p*NR + j]; columns past nr are zero.
 static void pack_b_strip(const gemm_args *g, long k0, long j0, int nr, int kc, float *out) {
+    const int full = g->p->nr;
     if (g->transB) {  // row j of the stored B holds op(B)'s column j: contiguous in k
         const float *src = g->B + j0 * g->ldb + k0;
-        for (int j = 0; j < NR; j++) {
+        for (int j = 0; j < full; j++) {
             if (j < nr) {
-                for (int p = 0; p < kc; p++) out[p * NR + j] = src[j * g->ldb + p];
+                for (int p = 0; p < kc; p++) out[p * full + j] = src[j * g->ldb + p];
             } else {
-                for (int p = 0; p < kc; p++) out[p * NR + j] = 0.0f;
+                for (int p = 0; p < kc; p++) out[p * full + j] = 0.0f;
             }
         }
     } else {
         const float *src = g->B + k0 * g->ldb + j0;
-        if (nr == NR) {
-            for (int p = 0; p < kc; p++) memcpy(out + p * NR, src + p * g->ldb, NR * sizeof(float));
+        if (nr == full) {
+            for (int p = 0; p < kc; p++) memcpy(out + p * full, src + p * g->ldb, full * sizeof(float));
         } else {
             for (int p = 0; p < kc; p++) {
-                for (int j = 0; j < NR; j++) out[p * NR + j] = j < nr ? src[p * g->ldb + j] : 0.0f;
+                for (int j = 0; j < full; j++) out[p * full + j] = j < nr ? src[p * g->ldb + j] : 0.0f;
             }
         }
     }
@@ -193,11 +197,6 @@ static void pack_b_strip(const gemm_args *g, long k0, long j0, int nr, int kc, f
 AVX2 static inline __attribute__((always_inline)) void
 kernel_avx2_body(int kc, const float *restrict a, long rs, long ks, const float *restrict b,
                  float beta, float *restrict c, long ldc) {
-    // Pull the C tile toward L1 now; it is only touched after the k loop.
-    for (int i = 0; i < MR; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + NR - 1), _MM_HINT_T0);
-    }
     const float *a0 = a, *a1 = a + rs, *a2 = a + 2 * rs, *a3 = a + 3 * rs, *a4 = a + 4 * rs, *a5 = a + 5 * rs;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
@@ -278,52 +277,171 @@ AVX2 static inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// A full MR-row strip of a row-major (untransposed) A: six strided rows become
-// one interleaved stream, 8 columns at a time through an 8 x 8 transpose (two
-// rows of zeros). Each 8-wide store writes 2 lanes of junk past its 6 floats;
-// the next store, at the next higher address, overwrites them, and the last
-// one lands in the following strip (packed later) or the buffer's slack.
-AVX2 static void pack_a_strip_rows_avx2(const float *src, long lda, int kc, float *out) {
+// A full strip of mr <= 16 rows of a row-major (untransposed) A: the strided rows become one interleaved stream,
+// 8 columns at a time, through one 8 x 8 transpose per group of 8 rows (rows past mr read as zeros). Stores
+// go in address order, 8 lanes each: the junk past a strip row's mr values lands where the next store
+// overwrites it, or, after the last one, in the following strip (packed later) or the buffer's slack.
+AVX2 static void pack_a_strip_rows_avx2(const float *src, long lda, int mr, int kc, float *out) {
+    const int groups = (mr + 7) / 8;
     int p = 0;
     for (; p + 8 <= kc; p += 8) {
-        __m256 r[8];
-        for (int i = 0; i < MR; i++) r[i] = _mm256_loadu_ps(src + i * lda + p);
-        r[6] = r[7] = _mm256_setzero_ps();
-        transpose8(r);
-        for (int q = 0; q < 8; q++) _mm256_storeu_ps(out + (p + q) * MR, r[q]);
+        __m256 r[2][8];
+        for (int g = 0; g < groups; g++) {
+            for (int i = 0; i < 8; i++)
+                r[g][i] = 8 * g + i < mr ? _mm256_loadu_ps(src + (8 * g + i) * lda + p) : _mm256_setzero_ps();
+            transpose8(r[g]);
+        }
+        for (int q = 0; q < 8; q++)
+            for (int g = 0; g < groups; g++) _mm256_storeu_ps(out + (p + q) * mr + 8 * g, r[g][q]);
     }
     for (; p < kc; p++) {
-        for (int i = 0; i < MR; i++) out[p * MR + i] = src[i * lda + p];
+        for (int i = 0; i < mr; i++) out[p * mr + i] = src[i * lda + p];
     }
 }
 
-// A full NR-wide strip of a transposed B (16 rows of the stored B, each
-// contiguous in k), through two 8 x 8 transposes per 8 values of k.
-AVX2 static void pack_b_strip_cols_avx2(const float *src, long ldb, int kc, float *out) {
+// A full strip nr wide (a multiple of 8) of a transposed B (nr rows of the stored B, each contiguous in k),
+// through nr / 8 transposes of 8 x 8 per 8 values of k.
+AVX2 static void pack_b_strip_cols_avx2(const float *src, long ldb, int nr, int kc, float *out) {
     int p = 0;
     for (; p + 8 <= kc; p += 8) {
-        for (int h = 0; h < NR; h += 8) {
+        for (int h = 0; h < nr; h += 8) {
             __m256 r[8];
             for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(src + (h + j) * ldb + p);
             transpose8(r);
-            for (int q = 0; q < 8; q++) _mm256_store_ps(out + (p + q) * NR + h, r[q]);
+            for (int q = 0; q < 8; q++) _mm256_store_ps(out + (p + q) * nr + h, r[q]);
         }
     }
     for (; p < kc; p++) {
-        for (int j = 0; j < NR; j++) out[p * NR + j] = src[j * ldb + p];
+        for (int j = 0; j < nr; j++) out[p * nr + j] = src[j * ldb + p];
     }
+}
+
+// ----------------------------------------------------------------------------
+// AVX-512F path: the MR5 x NR5 micro-kernel. Its packing is the AVX2 routines' (they take any strip size).
+
+#define AVX512 __attribute__((target("avx2,fma,avx512f")))
+
+// As kernel_avx2_body, with element (i, p) of the A strip at a[i*rs + p*ks]. The loop over the rows is
+// unrolled, the accumulators stay in registers.
+AVX512 static inline __attribute__((always_inline)) void
+kernel_avx512_body(int kc, const float *restrict a, long rs, long ks, const float *restrict b,
+                   float beta, float *restrict c, long ldc) {
+    __m512 acc[MR5][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR5; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (long p = 0; p < kc * ks; p += ks) {
+        __m512 b0 = _mm512_load_ps(b);
+        __m512 b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            __m512 ai = _mm512_set1_ps(a[i * rs + p]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+        b += NR5;
+    }
+    if (beta == 0.0f) {
+#pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+            _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+        }
+    } else {
+        __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            _mm512_storeu_ps(c + i * ldc, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + i * ldc), acc[i][0]));
+            _mm512_storeu_ps(c + i * ldc + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + i * ldc + 16), acc[i][1]));
+        }
+    }
+}
+
+AVX512 static void kernel_avx512(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc) {
+    (void)lda;
+    kernel_avx512_body(kc, a, 1, MR5, b, beta, c, ldc);
+}
+
+AVX512 static void kernel_avx512_cols(int kc, const float *a, long lda, const float *b, float beta, float *c,
+                                      long ldc) {
+    kernel_avx512_body(kc, a, 1, lda, b, beta, c, ldc);
 }
 #endif  // __x86_64__
 
 // ----------------------------------------------------------------------------
+// Plans: one micro-kernel shape per path, and its cache blocks.
+
+// Cache blocks for an mr x nr micro-kernel, from the per-core cache sizes the OS reports:
+//   KC: the KC x NR B strip, reused by every A strip of an A block, fills L1 (the A strips, 16 B per FMA cycle
+//       at most, stream in from L2 fast enough; a longer KC reads and writes the C tile fewer times);
+//   MC: the MC x KC A block, reused by every B strip of the panel, fills half of L2 (the B strips pass through
+//       the other half on their way to L1);
+//   NC: the KC x NC B panel, reread for every A block, fills a quarter of L3: it has two buffers, and the L3 is
+//       usually shared with other cores and processes.
+// Unknown sizes (0) take small, common ones (32 KiB, 512 KiB, 8 MiB), so a wrong guess costs speed, not memory.
+static void plan_blocking(gemm_plan *p, long l1, long l2, long l3) {
+    const long f = (long)sizeof(float);
+    l1 = l1 > 0 ? l1 : 32L << 10;
+    l2 = l2 > 0 ? l2 : 512L << 10;
+    l3 = l3 > 0 ? l3 : 8L << 20;
+    long kc = tl_max(64, tl_min(1024, l1 / (p->nr * f) / 16 * 16));
+    long mc = tl_max(p->mr, tl_min(4096, l2 / 2 / (kc * f) / p->mr * p->mr));
+    long nc = tl_max(16L * p->nr, tl_min(16384, l3 / 4 / (kc * f) / p->nr * p->nr));
+    p->kc = (int)kc;
+    p->mc = (int)mc;
+    p->nc = (int)nc;
+}
+
+static gemm_plan g_plans[3];
+static pthread_once_t g_plans_once = PTHREAD_ONCE_INIT;
+
+static void plans_init(void) {
+    g_plans[0] = (gemm_plan){MR, NR, 0, 0, 0, kernel_portable, NULL, NULL, 0};
+#if defined(__x86_64__)
+    g_plans[1] = (gemm_plan){MR, NR, 0, 0, 0, kernel_avx2, kernel_avx2_rows, kernel_avx2_cols, 1};
+    // A row-major A is packed: read in place, the 14 row pointers of a strip do not fit the registers.
+    g_plans[2] = (gemm_plan){MR5, NR5, 0, 0, 0, kernel_avx512, NULL, kernel_avx512_cols, 1};
+#else
+    g_plans[1] = g_plans[2] = g_plans[0];
+#endif
+    long l1 = tl_cpu_cache_size(1), l2 = tl_cpu_cache_size(2), l3 = tl_cpu_cache_size(3);
+    for (int i = 0; i < 3; i++) plan_blocking(&g_plans[i], l1, l2, l3);
+}
+
+static int plan_index(int path) { return path < 0 ? 0 : path > 2 ? 2 : path; }
+
+void tl_sgemm_plan(int path, int *out) {
+    pthread_once(&g_plans_once, plans_init);
+    const gemm_plan *p = &g_plans[plan_index(path)];
+    out[0] = p->mr, out[1] = p->nr, out[2] = p->kc, out[3] = p->mc, out[4] = p->nc;
+}
+
+void tl_sgemm_set_blocking(int path, int kc, int mc, int nc) {
+    pthread_once(&g_plans_once, plans_init);
+    gemm_plan *p = &g_plans[plan_index(path)];
+    plan_blocking(p, tl_cpu_cache_size(1), tl_cpu_cache_size(2), tl_cpu_cache_size(3));
+    if (kc > 0) p->kc = kc;
+    if (mc > 0) p->mc = (int)tl_round_up(mc, p->mr);
+    if (nc > 0) p->nc = (int)tl_round_up(nc, p->nr);
+}
+
+// The plan of the path in use; fixed for the whole of one call.
+static const gemm_plan *current_plan(void) {
+    pthread_once(&g_plans_once, plans_init);
+    int path = tl_cpu_path();
+    return &g_plans[plan_index(path)];
+}
+
+// ----------------------------------------------------------------------------
 // Driver.
 
-static void pack_a(const gemm_args *g, int avx2, long i0, long k0, int mc, int kc, float *out) {
-    for (int ir = 0; ir < mc; ir += MR, out += MR * kc) {
-        int mr = (int)tl_min(MR, mc - ir);
+static void pack_a(const gemm_args *g, long i0, long k0, int mc, int kc, float *out) {
+    const int MRp = g->p->mr;
+    for (int ir = 0; ir < mc; ir += MRp, out += MRp * kc) {
+        int mr = (int)tl_min(MRp, mc - ir);
 #if defined(__x86_64__)
-        if (avx2 && mr == MR && !g->transA) {
-            pack_a_strip_rows_avx2(g->A + (i0 + ir) * g->lda + k0, g->lda, kc, out);
+        if (g->p->avx2_pack && mr == MRp && !g->transA) {
+            pack_a_strip_rows_avx2(g->A + (i0 + ir) * g->lda + k0, g->lda, MRp, kc, out);
             continue;
         }
 #endif
@@ -332,28 +450,29 @@ static void pack_a(const gemm_args *g, int avx2, long i0, long k0, int mc, int k
 }
 
 // Packs strips [s0, s1) of the KC x NC panel of op(B) starting at (k0, j0).
-static void pack_b(const gemm_args *g, int avx2, long k0, long j0, int nc, int kc, long s0, long s1,
-                   float *bpack) {
+static void pack_b(const gemm_args *g, long k0, long j0, int nc, int kc, long s0, long s1, float *bpack) {
+    const int NRp = g->p->nr;
     if (!g->transB) {
         // Row by row: each row of the panel is read as one contiguous run of B (a strip at a time would
         // stride through B once per strip).
-        long full = tl_min(s1, nc / NR);  // strips before the ragged one
+        long full = tl_min(s1, nc / NRp);  // strips before the ragged one
         for (int p = 0; p < kc; p++) {
             const float *src = g->B + (k0 + p) * g->ldb + j0;
-            for (long s = s0; s < full; s++) memcpy(bpack + (s * kc + p) * NR, src + s * NR, NR * sizeof(float));
+            for (long s = s0; s < full; s++)
+                memcpy(bpack + (s * kc + p) * NRp, src + s * NRp, NRp * sizeof(float));
         }
         if (full < s0) full = s0;
-        for (long s = full; s < s1; s++) pack_b_strip(g, k0, j0 + s * NR, (int)tl_min(NR, nc - s * NR), kc,
-                                                      bpack + s * NR * kc);
+        for (long s = full; s < s1; s++) pack_b_strip(g, k0, j0 + s * NRp, (int)tl_min(NRp, nc - s * NRp), kc,
+                                                      bpack + s * NRp * kc);
         return;
     }
     for (long s = s0; s < s1; s++) {
-        long jr = s * NR;
-        int nr = (int)tl_min(NR, nc - jr);
-        float *out = bpack + s * NR * kc;
+        long jr = s * NRp;
+        int nr = (int)tl_min(NRp, nc - jr);
+        float *out = bpack + s * NRp * kc;
 #if defined(__x86_64__)
-        if (avx2 && nr == NR && g->transB) {
-            pack_b_strip_cols_avx2(g->B + (j0 + jr) * g->ldb + k0, g->ldb, kc, out);
+        if (g->p->avx2_pack && nr == NRp) {
+            pack_b_strip_cols_avx2(g->B + (j0 + jr) * g->ldb + k0, g->ldb, NRp, kc, out);
             continue;
         }
 #endif
@@ -361,25 +480,36 @@ static void pack_b(const gemm_args *g, int avx2, long k0, long j0, int nc, int k
     }
 }
 
-// Asks for the MR rows of kc floats (lda apart) of a row-major A strip to be brought into L1: issued two
+// Asks for the mr rows of kc floats (lda apart) of a row-major A strip to be brought into L1: issued two
 // strips ahead during the first pass over an A block read in place, so its first reads do not wait on memory
 // (the strips of a transposed A are walked in k order, which the hardware prefetcher follows by itself).
-static void prefetch_strip(const float *a, long lda, int kc) {
-    for (int i = 0; i < MR; i++)
+static void prefetch_strip(const float *a, long lda, int mr, int kc) {
+    for (int i = 0; i < mr; i++)
         for (int p = 0; p < kc; p += 64 / (int)sizeof(float)) __builtin_prefetch(a + i * lda + p, 0, 3);
+}
+
+// Pulls the mr x nr C tile toward L1 as its micro-kernel starts: it is only touched after the k loop, and
+// comes from L3 or memory when C is large (each K block sweeps all of it). Here rather than in the kernels,
+// where the row addresses would take registers the k loop needs.
+static inline void prefetch_c(const float *c, long ldc, int mr, int nr) {
+    for (int i = 0; i < mr; i++) {
+        __builtin_prefetch(c + i * ldc, 1, 3);
+        __builtin_prefetch(c + i * ldc + nr - 1, 1, 3);
+    }
 }
 
 // Partial tile at the bottom or right edge: compute the full tile into a
 // buffer (the packed zeros make the extra rows/columns harmless) and copy out
 // the part that exists.
-static void kernel_edge(kernel_fn kernel, int kc, const float *a, long lda, const float *b, float beta,
-                        float *c, long ldc, int mr, int nr) {
-    float tile[MR * NR] __attribute__((aligned(TL_ALIGN)));
-    kernel(kc, a, lda, b, 0.0f, tile, NR);
+static void kernel_edge(const gemm_plan *pl, kernel_fn kernel, int kc, const float *a, long lda, const float *b,
+                        float beta, float *c, long ldc, int mr, int nr) {
+    float tile[TILE_MAX] __attribute__((aligned(TL_ALIGN)));
+    const int NRp = pl->nr;
+    kernel(kc, a, lda, b, 0.0f, tile, NRp);
     for (int i = 0; i < mr; i++) {
         for (int j = 0; j < nr; j++) {
             float *cij = c + i * ldc + j;
-            *cij = beta == 0.0f ? tile[i * NR + j] : tile[i * NR + j] + beta * *cij;
+            *cij = beta == 0.0f ? tile[i * NRp + j] : tile[i * NRp + j] + beta * *cij;
         }
     }
 }
@@ -413,6 +543,14 @@ typedef struct {
     tl_flag *packed;
 } gemm_shared;
 
+// The in-place kernel for this product's full A strips, or NULL to pack them (see the top of the file). Not a
+// transposed A with lda 0 (a column broadcast along K, stride 0): the in-place kernels step through k by lda.
+static kernel_fn in_place_kernel(const gemm_args *g) {
+    const gemm_plan *p = g->p;
+    if (g->N > 16L * p->nr || (g->transA && g->lda == 0)) return NULL;
+    return g->transA ? p->cols : p->rows;
+}
+
 // The body each of the nt threads runs (tid in [0, nt)).
 //
 // Synchronisation without barriers: the tm threads of a grid column share its
@@ -424,66 +562,61 @@ typedef struct {
 // r. So a thread can run up to a round ahead of the others instead of meeting
 // them twice a round; that matters most when another process takes a core.
 static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int nt) {
-    const int avx2 = g_use_avx2;
-#if defined(__x86_64__)
-    const kernel_fn kernel = avx2 ? kernel_avx2 : kernel_portable;
-    // Full strips of A read in place (kernel_avx2_body) when each meets few B strips (see the top of the file).
-    // Not a transposed A with lda 0 (a column broadcast along K, stride 0): the body steps through k by lda.
-    const int read_in_place = avx2 && g->N <= 256 && (g->lda != 0 || !g->transA);
-    const kernel_fn in_place = !read_in_place ? NULL : g->transA ? kernel_avx2_cols : kernel_avx2_rows;
-#else
-    const kernel_fn kernel = kernel_portable, in_place = NULL;
-#endif
-    long m_strips = (g->M + MR - 1) / MR;
+    const gemm_plan *pl = g->p;
+    const int MRp = pl->mr, NRp = pl->nr, KC = pl->kc, MC = pl->mc, NC = pl->nc;
+    const kernel_fn kernel = pl->packed, in_place = in_place_kernel(g);
+    long m_strips = (g->M + MRp - 1) / MRp;
     int tm, tn;
-    thread_grid(nt, m_strips, (tl_min(g->N, TL_NC) + NR - 1) / NR, &tm, &tn);
+    thread_grid(nt, m_strips, (tl_min(g->N, NC) + NRp - 1) / NRp, &tm, &tn);
     int trow = tid / tn, tcol = tid % tn;
-    long m0 = m_strips * trow / tm * MR;
-    long m1 = tl_min(g->M, m_strips * (trow + 1) / tm * MR);
-    // MR*NR floats of slack for the overlapping stores of pack_a_strip_rows_avx2
-    float *apack = tl_scratch(SLOT_A, (size_t)TL_MC * TL_KC + MR * NR);
+    long m0 = m_strips * trow / tm * MRp;
+    long m1 = tl_min(g->M, m_strips * (trow + 1) / tm * MRp);
+    // 8 floats of slack for the overlapping stores of pack_a_strip_rows_avx2
+    float *apack = tl_scratch(SLOT_A, (size_t)MC * KC + 8);
 
     long round = 0;
-    for (long jc = 0; jc < g->N; jc += TL_NC) {
-        int nc = (int)tl_min(TL_NC, g->N - jc);
-        long n_strips = (nc + NR - 1) / NR;
+    for (long jc = 0; jc < g->N; jc += NC) {
+        int nc = (int)tl_min(NC, g->N - jc);
+        long n_strips = (nc + NRp - 1) / NRp;
         // this thread column's strips, packed in chunks by its tm threads
         long s0 = n_strips * tcol / tn, s1 = n_strips * (tcol + 1) / tn;
         long chunk = (s1 - s0 + tm - 1) / tm;
         long own0 = tl_min(s1, s0 + trow * chunk), own1 = tl_min(s1, own0 + chunk);
-        for (long pc = 0; pc < g->K; pc += TL_KC, round++) {
-            int kc = (int)tl_min(TL_KC, g->K - pc);
+        for (long pc = 0; pc < g->K; pc += KC, round++) {
+            int kc = (int)tl_min(KC, g->K - pc);
             float beta = pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
             float *bpack = sh->bpack[round % 2];
             // Buffer round % 2 was last read in round - 2: wait until every
             // thread has packed round - 1, and so is done with round - 2.
             for (int t = 0; t < nt; t++) tl_flag_wait(&sh->packed[t], round);
-            pack_b(g, avx2, pc, jc, nc, kc, own0, own1, bpack);
+            pack_b(g, pc, jc, nc, kc, own0, own1, bpack);
             tl_flag_set(&sh->packed[tid], round + 1);
 
-            for (long ic = m0; ic < m1; ic += TL_MC) {
-                int mc = (int)tl_min(TL_MC, m1 - ic);
-                if (!in_place) pack_a(g, avx2, ic, pc, mc, kc, apack);
-                else if (mc % MR) pack_a(g, avx2, ic + mc / MR * MR, pc, mc % MR, kc, apack + (long)(mc / MR * MR) * kc);
+            for (long ic = m0; ic < m1; ic += MC) {
+                int mc = (int)tl_min(MC, m1 - ic);
+                int full = mc / MRp * MRp;
+                if (!in_place) pack_a(g, ic, pc, mc, kc, apack);
+                else if (mc > full) pack_a(g, ic + full, pc, mc - full, kc, apack + (long)full * kc);
                 for (long q = 0; q < s1 - s0; q++) {
                     long s = s0 + (own0 - s0 + q) % (s1 - s0);  // own chunk first
                     if (ic == m0) tl_flag_wait(&sh->packed[(s - s0) / chunk * tn + tcol], round + 1);
-                    long jr = s * NR;
-                    int nr = (int)tl_min(NR, nc - jr);
-                    const float *bp = bpack + s * NR * kc;
-                    for (int ir = 0; ir < mc; ir += MR) {
-                        int mr = (int)tl_min(MR, mc - ir);
+                    long jr = s * NRp;
+                    int nr = (int)tl_min(NRp, nc - jr);
+                    const float *bp = bpack + s * NRp * kc;
+                    for (int ir = 0; ir < mc; ir += MRp) {
+                        int mr = (int)tl_min(MRp, mc - ir);
                         float *c = g->C + (ic + ir) * g->ldc + jc + jr;
                         kernel_fn kern = kernel;
                         const float *ap = apack + (long)ir * kc;
-                        if (in_place && q == 0 && !g->transA && ir + 3 * MR <= mc)
-                            prefetch_strip(g->A + (ic + ir + 2 * MR) * g->lda + pc, g->lda, kc);
-                        if (in_place && mr == MR) {
+                        if (in_place && q == 0 && !g->transA && ir + 3 * MRp <= mc)
+                            prefetch_strip(g->A + (ic + ir + 2 * MRp) * g->lda + pc, g->lda, MRp, kc);
+                        if (in_place && mr == MRp) {
                             kern = in_place;
                             ap = g->transA ? g->A + pc * g->lda + ic + ir : g->A + (ic + ir) * g->lda + pc;
                         }
-                        if (mr == MR && nr == NR) kern(kc, ap, g->lda, bp, beta, c, g->ldc);
-                        else kernel_edge(kern, kc, ap, g->lda, bp, beta, c, g->ldc, mr, nr);
+                        prefetch_c(c, g->ldc, mr, nr);
+                        if (mr == MRp && nr == NRp) kern(kc, ap, g->lda, bp, beta, c, g->ldc);
+                        else kernel_edge(pl, kern, kc, ap, g->lda, bp, beta, c, g->ldc, mr, nr);
                     }
                 }
             }
@@ -500,9 +633,9 @@ static void scale_c(const gemm_args *g) {
 }
 
 // How many of the nt threads one M x N x K product is worth.
-static int useful_threads(long M, long N, long K, int nt) {
+static int useful_threads(const gemm_plan *p, long M, long N, long K, int nt) {
     double work = (double)M * N * K;
-    long tiles = (M + MR - 1) / MR * ((tl_min(N, TL_NC) + NR - 1) / NR);
+    long tiles = (M + p->mr - 1) / p->mr * ((tl_min(N, p->nc) + p->nr - 1) / p->nr);
     long n = (long)(work / TL_MIN_WORK_PER_THREAD);
     return (int)tl_max(1, tl_min(tl_min(nt, TL_MAX_THREADS), tl_min(n, tiles)));
 }
@@ -521,20 +654,23 @@ static void transpose_into_c(const gemm_args *g, const float *t, int nt) {
 // A product with few rows, many columns and a long sum (the GPT's weight gradients X^T dY: M = n_embd, N = 4 n_embd,
 // K = batch x block) runs as its transpose C^T = op(B)^T op(A)^T: with M columns, its A strips are read in place
 // and the threads pack K M floats instead of K (M + N), which pays for the transpose into C when K is long and M
-// small (bench/RESULTS.md, "Figures moved from code comments"). The scratch stays under 4 MiB.
+// small (bench/RESULTS.md, "Figures moved from code comments"). The scratch stays under 4 MiB. Only where the
+// plan has an in-place kernel for the transpose's A.
 static int as_transpose(const gemm_args *g) {
-    return g_use_avx2 && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M && g->M * g->N <= (1L << 20);
+    const kernel_fn in_place = g->transB ? g->p->rows : g->p->cols;  // the transpose's, for its op(A) = op(B)^T
+    return in_place != NULL && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M &&
+           g->M * g->N <= (1L << 20);
 }
 
 static void gemm_blocked(const gemm_args *g, int nt) {
     if (as_transpose(g)) {
         float *t = tl_scratch(SLOT_T, (size_t)g->M * g->N);
-        gemm_args gt = {!g->transB, !g->transA, g->N, g->M, g->K, g->B, g->ldb, g->A, g->lda, 0.0f, t, g->M};
+        gemm_args gt = {!g->transB, !g->transA, g->N, g->M, g->K, g->B, g->ldb, g->A, g->lda, 0.0f, t, g->M, g->p};
         gemm_blocked(&gt, nt);  // its M is over 256: not transposed again
         transpose_into_c(g, t, nt);
         return;
     }
-    size_t panel = (size_t)(tl_min(g->K, TL_KC) * tl_round_up(tl_min(g->N, TL_NC), NR));
+    size_t panel = (size_t)(tl_min(g->K, g->p->kc) * tl_round_up(tl_min(g->N, g->p->nc), g->p->nr));
     if (nt <= 1) {
         tl_flag packed = {0};
         float *bpack = tl_scratch(SLOT_B, panel);  // one thread: no need for a second buffer
@@ -560,7 +696,7 @@ static void gemm_blocked(const gemm_args *g, int nt) {
 // on the thread that wrote its rows, into C and into a partial that is then added to C. Always two halves, on
 // any number of threads, so the result does not depend on the thread count.
 static int split_k(const gemm_args *g) {
-    return g->transA && !g->transB && g->K >= 2 * TL_KC && g->K >= g->M && g->K >= g->N;
+    return g->transA && !g->transB && g->K >= SPLIT_K_MIN && g->K >= g->M && g->K >= g->N;
 }
 
 // Rows [r0, r1) of C += part (M x N, row-major).
@@ -572,10 +708,17 @@ static void add_partial(const gemm_args *g, const float *part, long r0, long r1)
     }
 }
 
+static int gemv_applies(const gemm_args *g);
+static void gemv(const gemm_args *g, int nt);
+
 static void gemm(const gemm_args *g, int nt) {
     if (g->M <= 0 || g->N <= 0) return;
     if (g->K <= 0) {
         scale_c(g);
+        return;
+    }
+    if (gemv_applies(g)) {
+        gemv(g, nt);
         return;
     }
     if (!split_k(g)) {
@@ -608,20 +751,405 @@ static void gemm(const gemm_args *g, int nt) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// GEMV: C = op(A) op(B) + beta C with M <= 4 (decoding: a token's row times a weight), or its mirror N <= 4 run
+// as C^T = op(B)^T op(A)^T. The weight W is read once, straight from where it is, at memory bandwidth: packing it
+// as the sgemm does would read it and write it once more. The few rows of the other operand ("x", up to
+// GEMV_M x K) are read in place when they are rows, else gathered into a contiguous buffer first. W is either
+// "rows" (stored K x n, W[p*ldw + j]: a row of W feeds a run of outputs) or "cols" (stored n x K, W[j*ldw + p]:
+// an output is a dot product along a row of W). The threads split the n outputs.
+//
+// Runs of W are read whole, a row of the thread's share at a time: one long stream in address order is what
+// the hardware prefetchers follow best (shorter runs, say to keep the sums in L1, halved the bandwidth). Each
+// value of W meets m values of x, and the operand reused along the run (the m x n sums of a rows kernel, the
+// m x K of x of a cols kernel) is loaded once per value of W too: where it does not fit in L1 (GEMV_L1 floats)
+// the kernels read several rows of W at once instead (GEMV_ROWS for a rows kernel, GEMV_DOTS for a cols kernel),
+// loading it once per few values of W. With several rows at once the prefetchers follow several streams at once,
+// slower where the rows are short.
+
+#define GEMV_M 4
+#define GEMV_COLS 4096  // outputs per pass of a rows kernel: GEMV_M x GEMV_COLS sums (64 KiB) stay in L2
+#define GEMV_L1 3072    // floats of the reused operand (12 KiB) that leave room in L1 for W's stream
+#define GEMV_ROWS 8     // rows of W per pass of a rows kernel whose sums do not fit in L1
+#define GEMV_DOTS 4     // rows of W per pass of a cols kernel whose x does not fit in L1
+#define GEMV_MIN_PER_THREAD (64L << 10)  // floats of W below which another thread costs more than it saves
+// kernel(M, ...) with the row count m (1..GEMV_M) as a compile-time constant, so its loops over rows unroll
+#define GEMV_BY_M(m, kernel, ...)                       \
+    do {                                                \
+        switch (m) {                                    \
+        case 1: kernel(1, __VA_ARGS__); break;          \
+        case 2: kernel(2, __VA_ARGS__); break;          \
+        case 3: kernel(3, __VA_ARGS__); break;          \
+        default: kernel(GEMV_M, __VA_ARGS__); break;    \
+        }                                               \
+    } while (0)
+
+typedef struct {
+    int m;            // rows of x: 1..GEMV_M
+    long n, k;        // outputs per row of x, length of the sums
+    const float *x;   // x[i*ldx + p]
+    long ldx;
+    const float *w;   // the weight: W[p*ldw + j] (w_cols 0) or W[j*ldw + p] (w_cols 1)
+    long ldw;
+    int w_cols;
+    float beta;
+    float *y;         // output (i, j) at y[i*ys_i + j*ys_j]
+    long ys_i, ys_j;
+} gemv_args;
+
+// Sum kernels, per path: out[i*n + j] = sum_p x[i*ldx + p] W(p, j) for i < m, j < n, p < k; n <= GEMV_COLS
+// for a rows kernel.
+typedef void (*gemv_fn)(int m, long k, const float *x, long ldx, const float *w, long ldw, long n, float *out);
+
+static void gemv_rows_portable(int m, long k, const float *restrict x, long ldx, const float *restrict w, long ldw,
+                               long n, float *restrict out) {
+    memset(out, 0, (size_t)m * n * sizeof(float));
+    for (long p = 0; p < k; p++) {
+        const float *wp = w + p * ldw;
+        for (int i = 0; i < m; i++) {
+            const float xi = x[i * ldx + p];
+            float *o = out + i * n;
+            for (long j = 0; j < n; j++) o[j] += xi * wp[j];
+        }
+    }
+}
+
+// Eight partial sums per dot product, so the compiler vectorises it without reassociating anything.
+static float dot_portable(long k, const float *restrict x, const float *restrict w) {
+    float s[8] = {0};
+    long p = 0;
+    for (; p + 8 <= k; p += 8)
+        for (int l = 0; l < 8; l++) s[l] += x[p + l] * w[p + l];
+    for (; p < k; p++) s[0] += x[p] * w[p];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static void gemv_cols_portable(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                               float *out) {
+    for (long j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) out[i * n + j] = dot_portable(k, x + i * ldx, w + j * ldw);
+}
+
+#if defined(__x86_64__)
+// Rows kernel: RP rows of W per pass over the M x n sums. M and RP are compile-time constants in each instance
+// (the dispatcher below), so the loops over them unroll and the broadcasts of x stay in registers where they fit.
+AVX2 static inline __attribute__((always_inline)) void
+gemv_rows_avx2_m(const int M, const int RP, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                 float *out) {
+    const long n8 = n / 8 * 8;
+    memset(out, 0, (size_t)M * n * sizeof(float));
+    long p = 0;
+    for (; p + RP <= k; p += RP) {
+        const float *wp = w + p * ldw;
+        __m256 xv[GEMV_M][GEMV_ROWS];
+        for (int i = 0; i < M; i++)
+            for (int q = 0; q < RP; q++) xv[i][q] = _mm256_set1_ps(x[i * ldx + p + q]);
+        for (long j = 0; j < n8; j += 8) {
+            __m256 v[GEMV_ROWS];
+            for (int q = 0; q < RP; q++) v[q] = _mm256_loadu_ps(wp + q * ldw + j);
+            for (int i = 0; i < M; i++) {
+                __m256 s = _mm256_loadu_ps(out + i * n + j);
+                for (int q = 0; q < RP; q++) s = _mm256_fmadd_ps(xv[i][q], v[q], s);
+                _mm256_storeu_ps(out + i * n + j, s);
+            }
+        }
+        for (long j = n8; j < n; j++)
+            for (int i = 0; i < M; i++) {
+                float s = out[i * n + j];
+                for (int q = 0; q < RP; q++) s += x[i * ldx + p + q] * wp[q * ldw + j];
+                out[i * n + j] = s;
+            }
+    }
+    for (; p < k; p++)
+        for (int i = 0; i < M; i++)
+            for (long j = 0; j < n; j++) out[i * n + j] += x[i * ldx + p] * w[p * ldw + j];
+}
+
+AVX2 static void gemv_rows_avx2(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                                float *out) {
+    if (m * n <= GEMV_L1)  // the sums fit in L1: one row of W at a time
+        GEMV_BY_M(m, gemv_rows_avx2_m, 1, k, x, ldx, w, ldw, n, out);
+    else
+        GEMV_BY_M(m, gemv_rows_avx2_m, GEMV_ROWS, k, x, ldx, w, ldw, n, out);
+}
+
+AVX2 static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// Cols kernel: R rows of W (R outputs) against the M rows of x, 8 values of k per step (16 with two
+// accumulators when R is 1, to cover the FMA latency), the last few through a masked load (lanes past k
+// read as zero).
+AVX2 static inline __attribute__((always_inline)) void
+gemv_dots_avx2(const int M, const int R, long k, const float *x, long ldx, const float *w, long ldw, long n,
+               float *out) {
+    const int U = R == 1 ? 2 : 1;
+    __m256 s[GEMV_M][GEMV_DOTS][2];
+    for (int i = 0; i < M; i++)
+        for (int r = 0; r < R; r++) s[i][r][0] = s[i][r][1] = _mm256_setzero_ps();
+    long p = 0;
+    for (; p + 8 * U <= k; p += 8 * U)
+        for (int u = 0; u < U; u++) {
+            __m256 v[GEMV_DOTS];
+            for (int r = 0; r < R; r++) v[r] = _mm256_loadu_ps(w + r * ldw + p + 8 * u);
+            for (int i = 0; i < M; i++) {
+                __m256 xi = _mm256_loadu_ps(x + i * ldx + p + 8 * u);
+                for (int r = 0; r < R; r++) s[i][r][u] = _mm256_fmadd_ps(xi, v[r], s[i][r][u]);
+            }
+        }
+    for (; p < k; p += 8) {
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)tl_min(8, k - p)),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 v[GEMV_DOTS];
+        for (int r = 0; r < R; r++) v[r] = _mm256_maskload_ps(w + r * ldw + p, mask);
+        for (int i = 0; i < M; i++) {
+            __m256 xi = _mm256_maskload_ps(x + i * ldx + p, mask);
+            for (int r = 0; r < R; r++) s[i][r][0] = _mm256_fmadd_ps(xi, v[r], s[i][r][0]);
+        }
+    }
+    for (int i = 0; i < M; i++)
+        for (int r = 0; r < R; r++)
+            out[i * n + r] = hsum256(U == 2 ? _mm256_add_ps(s[i][r][0], s[i][r][1]) : s[i][r][0]);
+}
+
+AVX2 static inline __attribute__((always_inline)) void
+gemv_cols_avx2_m(const int M, long k, const float *x, long ldx, const float *w, long ldw, long n, float *out) {
+    long j = 0;
+    if (M * k > GEMV_L1)  // x does not fit in L1: several rows of W per pass over it
+        for (; j + GEMV_DOTS <= n; j += GEMV_DOTS)
+            gemv_dots_avx2(M, GEMV_DOTS, k, x, ldx, w + j * ldw, ldw, n, out + j);
+    for (; j < n; j++) gemv_dots_avx2(M, 1, k, x, ldx, w + j * ldw, ldw, n, out + j);
+}
+
+AVX2 static void gemv_cols_avx2(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                                float *out) {
+    GEMV_BY_M(m, gemv_cols_avx2_m, k, x, ldx, w, ldw, n, out);
+}
+
+// The AVX-512 twins of the kernels above: 16 lanes, masked loads and stores for the ragged ends.
+AVX512 static inline __attribute__((always_inline)) void
+gemv_rows_avx512_m(const int M, const int RP, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                   float *out) {
+    memset(out, 0, (size_t)M * n * sizeof(float));
+    long p = 0;
+    for (; p + RP <= k; p += RP) {
+        const float *wp = w + p * ldw;
+        __m512 xv[GEMV_M][GEMV_ROWS];
+        for (int i = 0; i < M; i++)
+            for (int q = 0; q < RP; q++) xv[i][q] = _mm512_set1_ps(x[i * ldx + p + q]);
+        for (long j = 0; j < n; j += 16) {
+            const __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+            __m512 v[GEMV_ROWS];
+            for (int q = 0; q < RP; q++) v[q] = _mm512_maskz_loadu_ps(mask, wp + q * ldw + j);
+            for (int i = 0; i < M; i++) {
+                __m512 s = _mm512_maskz_loadu_ps(mask, out + i * n + j);
+                for (int q = 0; q < RP; q++) s = _mm512_fmadd_ps(xv[i][q], v[q], s);
+                _mm512_mask_storeu_ps(out + i * n + j, mask, s);
+            }
+        }
+    }
+    for (; p < k; p++)
+        for (int i = 0; i < M; i++)
+            for (long j = 0; j < n; j++) out[i * n + j] += x[i * ldx + p] * w[p * ldw + j];
+}
+
+AVX512 static void gemv_rows_avx512(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                                    float *out) {
+    if (m * n <= GEMV_L1)  // the sums fit in L1: one row of W at a time
+        GEMV_BY_M(m, gemv_rows_avx512_m, 1, k, x, ldx, w, ldw, n, out);
+    else
+        GEMV_BY_M(m, gemv_rows_avx512_m, GEMV_ROWS, k, x, ldx, w, ldw, n, out);
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+gemv_dots_avx512(const int M, const int R, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                 float *out) {
+    const int U = R == 1 ? 2 : 1;
+    __m512 s[GEMV_M][GEMV_DOTS][2];
+    for (int i = 0; i < M; i++)
+        for (int r = 0; r < R; r++) s[i][r][0] = s[i][r][1] = _mm512_setzero_ps();
+    long p = 0;
+    for (; p + 16 * U <= k; p += 16 * U)
+        for (int u = 0; u < U; u++) {
+            __m512 v[GEMV_DOTS];
+            for (int r = 0; r < R; r++) v[r] = _mm512_loadu_ps(w + r * ldw + p + 16 * u);
+            for (int i = 0; i < M; i++) {
+                __m512 xi = _mm512_loadu_ps(x + i * ldx + p + 16 * u);
+                for (int r = 0; r < R; r++) s[i][r][u] = _mm512_fmadd_ps(xi, v[r], s[i][r][u]);
+            }
+        }
+    for (; p < k; p += 16) {
+        const __mmask16 mask = k - p >= 16 ? 0xFFFF : (__mmask16)((1u << (k - p)) - 1);
+        __m512 v[GEMV_DOTS];
+        for (int r = 0; r < R; r++) v[r] = _mm512_maskz_loadu_ps(mask, w + r * ldw + p);
+        for (int i = 0; i < M; i++) {
+            __m512 xi = _mm512_maskz_loadu_ps(mask, x + i * ldx + p);
+            for (int r = 0; r < R; r++) s[i][r][0] = _mm512_fmadd_ps(xi, v[r], s[i][r][0]);
+        }
+    }
+    for (int i = 0; i < M; i++)
+        for (int r = 0; r < R; r++)
+            out[i * n + r] = _mm512_reduce_add_ps(U == 2 ? _mm512_add_ps(s[i][r][0], s[i][r][1]) : s[i][r][0]);
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+gemv_cols_avx512_m(const int M, long k, const float *x, long ldx, const float *w, long ldw, long n, float *out) {
+    long j = 0;
+    if (M * k > GEMV_L1)
+        for (; j + GEMV_DOTS <= n; j += GEMV_DOTS)
+            gemv_dots_avx512(M, GEMV_DOTS, k, x, ldx, w + j * ldw, ldw, n, out + j);
+    for (; j < n; j++) gemv_dots_avx512(M, 1, k, x, ldx, w + j * ldw, ldw, n, out + j);
+}
+
+AVX512 static void gemv_cols_avx512(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
+                                    float *out) {
+    GEMV_BY_M(m, gemv_cols_avx512_m, k, x, ldx, w, ldw, n, out);
+}
+#endif  // __x86_64__
+
+static gemv_fn gemv_kernel(int path, int w_cols) {
+#if defined(__x86_64__)
+    if (path >= 2) return w_cols ? gemv_cols_avx512 : gemv_rows_avx512;
+    if (path == 1) return w_cols ? gemv_cols_avx2 : gemv_rows_avx2;
+#else
+    (void)path;
+#endif
+    return w_cols ? gemv_cols_portable : gemv_rows_portable;
+}
+
+static int gemv_applies(const gemm_args *g) { return g->M <= GEMV_M || g->N <= GEMV_M; }
+
+// y(i, j0 + j) = out[i*n + j] + beta * y(i, j0 + j); beta == 0 never reads y.
+static void gemv_store(const gemv_args *v, long j0, long n, const float *out) {
+    for (int i = 0; i < v->m; i++)
+        for (long j = 0; j < n; j++) {
+            float *y = v->y + i * v->ys_i + (j0 + j) * v->ys_j;
+            *y = v->beta == 0.0f ? out[i * n + j] : out[i * n + j] + v->beta * *y;
+        }
+}
+
+// Outputs [j0, j1) of the product: a rows kernel in passes of at most GEMV_COLS outputs, a cols kernel in
+// passes whose m x n sums fill the same buffer.
+static void gemv_range(const gemv_args *v, gemv_fn kernel, long j0, long j1) {
+    const long pass = v->w_cols ? GEMV_M * GEMV_COLS / v->m : GEMV_COLS;
+    float *out = tl_scratch(SLOT_A, (size_t)GEMV_M * GEMV_COLS);
+    for (long j = j0; j < j1; j += pass) {
+        long n = tl_min(pass, j1 - j);
+        const float *w = v->w_cols ? v->w + j * v->ldw : v->w + j;
+        kernel(v->m, v->k, v->x, v->ldx, w, v->ldw, n, out);
+        gemv_store(v, j, n, out);
+    }
+}
+
+// Rows [k0, k1) of a rows-layout W into this thread's partial sums `part`, laid out as gemv_range's passes
+// (pass jb, np outputs wide: element (i, j) at part[m*jb + i*np + j - jb]).
+static void gemv_rows_part(const gemv_args *v, gemv_fn kernel, long k0, long k1, float *part) {
+    for (long jb = 0; jb < v->n; jb += GEMV_COLS)
+        kernel(v->m, k1 - k0, v->x + k0, v->ldx, v->w + k0 * v->ldw + jb, v->ldw, tl_min(GEMV_COLS, v->n - jb),
+               part + v->m * jb);
+}
+
+// Outputs [j0, j1) = the sum of the nt partial sums (each m x n, consecutive in parts) + beta y.
+static void gemv_reduce(const gemv_args *v, const float *parts, int nt, long j0, long j1) {
+    const long size = v->m * v->n;
+    for (long j = j0; j < j1; j++) {
+        const long jb = j / GEMV_COLS * GEMV_COLS, np = tl_min(GEMV_COLS, v->n - jb);
+        for (int i = 0; i < v->m; i++) {
+            const float *e = parts + v->m * jb + i * np + (j - jb);
+            float s = 0.0f;
+            for (int t = 0; t < nt; t++) s += e[t * size];
+            float *y = v->y + i * v->ys_i + j * v->ys_j;
+            *y = v->beta == 0.0f ? s : s + v->beta * *y;
+        }
+    }
+}
+
+// The threads split the outputs of a cols-layout W: each reads whole rows of W, a contiguous share of it. A
+// rows-layout W they split along K instead, into partial sums added at the end: each then reads a contiguous
+// share of W too, where splitting the outputs would have each read half of every row, two streams of runs
+// half as long, at half the bandwidth.
+static void gemv_run(const gemv_args *v, int nt) {
+    const gemv_fn kernel = gemv_kernel(tl_cpu_path(), v->w_cols);
+    nt = (int)tl_max(1, tl_min(nt, v->n * v->k / GEMV_MIN_PER_THREAD));
+    if (nt <= 1) {
+        gemv_range(v, kernel, 0, v->n);
+        return;
+    }
+    if (!v->w_cols) {
+        float *parts = tl_scratch(SLOT_P, (size_t)nt * v->m * v->n);
+#pragma omp parallel num_threads(nt)
+        {
+            const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
+            gemv_rows_part(v, kernel, v->k * t / n, v->k * (t + 1) / n, parts + (long)t * v->m * v->n);
+#pragma omp barrier
+            gemv_reduce(v, parts, n, v->n * t / n, v->n * (t + 1) / n);
+        }
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
+        gemv_range(v, kernel, v->n * t / n, v->n * (t + 1) / n);
+    }
+}
+
+// The m x K rows x(i, p) = src[i*rs + p*ks] as x[i*k + p] in this thread's scratch.
+static const float *gemv_gather(int m, long k, const float *src, long rs, long ks) {
+    float *x = tl_scratch(SLOT_T, (size_t)m * k);
+    for (long p = 0; p < k; p++)
+        for (int i = 0; i < m; i++) x[i * k + p] = src[i * rs + p * ks];
+    return x;
+}
+
+static void gemv(const gemm_args *g, int nt) {
+    gemv_args v;
+    v.beta = g->beta;
+    v.k = g->K;
+    v.y = g->C;
+    if (g->M <= GEMV_M) {  // x = the rows of op(A), W = op(B)
+        v.m = (int)g->M;
+        v.n = g->N;
+        v.x = g->transA ? gemv_gather(v.m, g->K, g->A, 1, g->lda) : g->A;
+        v.ldx = g->transA ? g->K : g->lda;
+        v.w = g->B;
+        v.ldw = g->ldb;
+        v.w_cols = g->transB;
+        v.ys_i = g->ldc;
+        v.ys_j = 1;
+    } else {  // C^T: x = the columns of op(B), W = op(A)^T
+        v.m = (int)g->N;
+        v.n = g->M;
+        v.x = g->transB ? g->B : gemv_gather(v.m, g->K, g->B, 1, g->ldb);
+        v.ldx = g->transB ? g->ldb : g->K;
+        v.w = g->A;
+        v.ldw = g->lda;
+        v.w_cols = !g->transA;
+        v.ys_i = 1;
+        v.ys_j = g->ldc;
+    }
+    gemv_run(&v, nt);
+}
+
+// ----------------------------------------------------------------------------
+// Entry points.
+
 void tl_sgemm(int transA, int transB, int M, int N, int K, const float *A, long lda, const float *B,
               long ldb, float beta, float *C, long ldc) {
-    gemm_args g = {transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc};
-    gemm(&g, useful_threads(M, N, K, g_threads));
+    const gemm_plan *p = current_plan();
+    gemm_args g = {transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, p};
+    gemm(&g, gemv_applies(&g) ? g_threads : useful_threads(p, M, N, K, g_threads));
 }
 
 // Matrix b of a two-axis batch (b = b0 * batch1 + b1), on nt threads.
-static void gemm_one(int batch1, long b, int transA, int transB, int M, int N, int K,
+static void gemm_one(const gemm_plan *p, int batch1, long b, int transA, int transB, int M, int N, int K,
                      const float *A, long lda, long strideA0, long strideA1,
                      const float *B, long ldb, long strideB0, long strideB1,
                      float beta, float *C, long ldc, long strideC0, long strideC1, int nt) {
     long b0 = b / batch1, b1 = b % batch1;
     gemm_args g = {transA, transB, M, N, K, A + b0 * strideA0 + b1 * strideA1, lda,
-                   B + b0 * strideB0 + b1 * strideB1, ldb, beta, C + b0 * strideC0 + b1 * strideC1, ldc};
+                   B + b0 * strideB0 + b1 * strideB1, ldb, beta, C + b0 * strideC0 + b1 * strideC1, ldc, p};
     gemm(&g, nt);
 }
 
@@ -638,18 +1166,20 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
                        float beta, float *C, long ldc, long strideC0, long strideC1) {
     long batch = (long)batch0 * batch1;
     if (batch <= 0) return;
+    const gemm_plan *p = current_plan();
     int nt = g_threads;
-    int per_matrix = useful_threads(M, N, K, nt);
+    gemm_args shape = {transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, p};
+    int per_matrix = gemv_applies(&shape) ? nt : useful_threads(p, M, N, K, nt);
     // One matrix per thread at a time needs no hand-offs and no shared panel,
     // so prefer it, unless the matrices are big enough to keep all threads busy
     // on their own and the batch does not divide evenly among the threads.
     if (nt > 1 && batch > 1 && (per_matrix < nt || batch % nt == 0)) {
 #pragma omp parallel for num_threads((int)tl_min(nt, batch)) schedule(static)
-        for (long b = 0; b < batch; b++) gemm_one(batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
+        for (long b = 0; b < batch; b++) gemm_one(p, batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
                                                   B, ldb, strideB0, strideB1, beta, C, ldc, strideC0, strideC1, 1);
         return;
     }
-    for (long b = 0; b < batch; b++) gemm_one(batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
+    for (long b = 0; b < batch; b++) gemm_one(p, batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
                                               B, ldb, strideB0, strideB1, beta, C, ldc, strideC0, strideC1,
                                               per_matrix);
 }

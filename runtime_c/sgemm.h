@@ -47,6 +47,15 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
 void tl_set_num_threads(int n);
 int tl_get_num_threads(void);
 
+// The micro-tile and cache blocks of cpu.h's `path`: out[0..4] = MR, NR, KC, MC, NC (KC, MC, NC derived from
+// the cache sizes the OS reports: see plan_blocking in sgemm.c).
+void tl_sgemm_plan(int path, int *out);
+
+// Testing and tuning aid: sets `path`'s KC, MC, NC (MC and NC rounded up to multiples of MR and NR); a value
+// <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
+void tl_sgemm_set_blocking(int path, int kc, int mc, int nc);
+
+// Kept for their callers; cpu.h's tl_cpu_supports, tl_cpu_set_path and tl_cpu_path say more.
 // 1 when this CPU (and OS) can run the AVX2+FMA kernels.
 int tl_cpu_has_avx2_fma(void);
 

@@ -1,11 +1,13 @@
-"""tinyllm._kernels (runtime_c/sgemm.c) against numpy float64 matmul.
+"""tinyllm._kernels (runtime_c/sgemm.c, runtime_c/cpu.c) against numpy float64 matmul.
 
 The extension is built in place (python runtime_c/build.py) when it is missing or older than its
 sources; the tests skip only when it is missing and no C compiler exists to build it.
 
-Every product runs on both code paths (AVX2+FMA where the CPU has it, and the portable C one) and on
-1 and 2 threads. The tolerance is the classic bound for a K-term dot product in float32,
-|C - C_ref| <= K * eps * (|op(A)| |op(B)|), plus one rounding for the beta * C term.
+Every product runs on each code path this CPU supports (portable C, AVX2+FMA, AVX-512F: cpu.h's paths,
+forced with tl_cpu_set_path; one the CPU lacks is skipped, but in CI, with CI set, AVX2 must be there)
+and on 1 and 2 threads. The tolerance is the classic bound for a K-term dot product in float32,
+|C - C_ref| <= K * eps * (|op(A)| |op(B)|), plus one rounding for the beta * C term: it holds for any
+order of summation, so it covers the sgemm's blocked sums and the GEMV's alike.
 """
 import glob
 import importlib.machinery
@@ -50,21 +52,29 @@ def _load_extension():
 sgemm = _load_extension()
 ffi, lib = sgemm.ffi, sgemm.lib
 HAS_AVX2 = bool(lib.tl_cpu_has_avx2_fma())
-PATHS = ["avx2", "portable"]
+PATHS = {"portable": 0, "avx2": 1, "avx512": 2}  # cpu.h
 ODD = [1, 2, 3, 5, 7, 16, 17, 33, 65, 127, 129, 257]
+
+
+def plan(path):
+    """(MR, NR, KC, MC, NC) of a path's sgemm."""
+    out = ffi.new("int[5]")
+    lib.tl_sgemm_plan(path, out)
+    return tuple(out)
 
 
 @pytest.fixture(params=[(p, t) for p in PATHS for t in (1, 2)], ids=lambda pt: f"{pt[0]}-{pt[1]}t")
 def config(request):
     """Runs the test on one code path with one thread count, then restores the defaults."""
-    path, threads = request.param
-    if path == "avx2" and not HAS_AVX2:
-        pytest.skip("this CPU has no AVX2+FMA")
-    lib.tl_force_portable(path == "portable")
+    name, threads = request.param
+    path = PATHS[name]
+    if not lib.tl_cpu_supports(path):
+        pytest.skip(f"this CPU has no {name}")
+    lib.tl_cpu_set_path(path)
     lib.tl_set_num_threads(threads)
-    assert lib.tl_sgemm_uses_avx2() == (path == "avx2")
-    yield path, threads
-    lib.tl_force_portable(0)
+    assert lib.tl_cpu_path() == path
+    yield name, threads
+    lib.tl_cpu_set_path(-1)
     lib.tl_set_num_threads(0)
 
 
@@ -120,8 +130,9 @@ def test_sgemm_random_shapes(config, m, n, k, ta, tb, beta, pad, seed):
     assert_close(c, ref, tol)
 
 
-# Shapes that cross every blocking boundary (MR 6, NR 16, KC 256, MC 144, NC 4096) and the thread
-# splits: many rows (threads split M), one row (threads split N), panels wider than NC.
+# Shapes that cross the micro-tiles' edges and the thread splits: many rows (threads split M), few rows (the
+# GEMV, threads split N), few columns (its mirror). The cache blocks come from the CPU's caches:
+# test_sgemm_small_blocks crosses them with blocks set small.
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (6, 16, 256), (7, 17, 257), (145, 33, 513), (289, 300, 100),
                                    (1, 5000, 70), (3, 4113, 40), (600, 1, 300), (128, 128, 128), (129, 127, 65),
                                    (128, 300, 1024), (5, 290, 41)])  # these two: computed as C^T, then transposed
@@ -256,14 +267,160 @@ def test_threads_setting():
     assert lib.tl_get_num_threads() >= 1
 
 
-def _in_subprocess(env, code):
-    env = {**os.environ, **env, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", "from tinyllm._kernels import lib; " + code],
+def _in_subprocess(env, code, stderr=False):
+    env = {**os.environ, "TINYLLM_CPU": "", "TINYLLM_NO_AVX2": "", **env,
+           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", "from tinyllm._kernels import ffi, lib; " + code],
                          env=env, check=True, capture_output=True, text=True, cwd=ROOT)
-    return out.stdout.strip()
+    return (out.stdout.strip(), out.stderr) if stderr else out.stdout.strip()
 
 
 def test_environment_settings():
     assert _in_subprocess({"TINYLLM_THREADS": "3"}, "print(lib.tl_get_num_threads())") == "3"
     assert _in_subprocess({"TINYLLM_NO_AVX2": "1"}, "print(lib.tl_sgemm_uses_avx2())") == "0"
     assert _in_subprocess({"TINYLLM_NO_AVX2": ""}, "print(lib.tl_sgemm_uses_avx2())") == str(int(HAS_AVX2))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Run-time dispatch (runtime_c/cpu.c), the per-path cache blocks and the GEMV.
+
+def best_path():
+    """The path cpu.c picks by itself: AVX-512 only where its FMAs are full width (not a double-pumped unit)."""
+    if lib.tl_cpu_supports(2) and lib.tl_cpu_avx512_full_width():
+        return 2
+    return 1 if lib.tl_cpu_supports(1) else 0
+
+
+def test_ci_machine_has_avx2():
+    """CI runs the SIMD paths for real: a runner without AVX2 would test the portable path alone, unnoticed."""
+    if not os.environ.get("CI"):
+        pytest.skip("not in CI")
+    assert lib.tl_cpu_supports(1), "CI runner without AVX2+FMA: the SIMD paths go untested"
+
+
+def test_cpu_paths():
+    assert lib.tl_cpu_supports(0)
+    assert not lib.tl_cpu_supports(3) and not lib.tl_cpu_supports(-1)
+    assert [ffi.string(lib.tl_cpu_path_name(p)).decode() for p in (0, 1, 2, 7)] == ["portable", "avx2", "avx512", "?"]
+    assert lib.tl_cpu_supports(2) <= lib.tl_cpu_supports(1)  # avx512 implies the avx2 kernels run
+    try:
+        for path in range(4):  # a path the CPU lacks falls back to the best one below it
+            lib.tl_cpu_set_path(path)
+            want = max(p for p in range(min(path, 2) + 1) if lib.tl_cpu_supports(p))
+            assert lib.tl_cpu_path() == want
+            assert lib.tl_sgemm_uses_avx2() == (want >= 1)  # the interface attention.c uses
+        lib.tl_force_portable(1)
+        assert lib.tl_cpu_path() == 0
+    finally:
+        lib.tl_cpu_set_path(-1)
+
+
+@pytest.mark.parametrize("name", ["portable", "avx2", "avx512"])
+def test_cpu_environment_forces_a_path(name):
+    """TINYLLM_CPU picks the path at load; one this CPU lacks falls back to the best below it, and says so."""
+    path = PATHS[name]
+    want = max(p for p in range(path + 1) if lib.tl_cpu_supports(p))
+    out, err = _in_subprocess({"TINYLLM_CPU": name}, "print(lib.tl_cpu_path(), lib.tl_cpu_requested_path())",
+                              stderr=True)
+    assert out == f"{want} {path}"
+    assert ("not supported by this CPU" in err) == (want != path)
+
+
+def test_cpu_environment_default_and_bad_values():
+    assert _in_subprocess({}, "print(lib.tl_cpu_path(), lib.tl_cpu_requested_path())") == f"{best_path()} -1"
+    assert _in_subprocess({"TINYLLM_NO_AVX2": "1"}, "print(lib.tl_cpu_path())") == "0"  # the older alias
+    out, err = _in_subprocess({"TINYLLM_CPU": "sse9"}, "print(lib.tl_cpu_path(), lib.tl_cpu_requested_path())",
+                              stderr=True)
+    assert out == f"{best_path()} -2" and "TINYLLM_CPU=sse9 is not one of" in err
+
+
+def test_cache_blocks_follow_the_caches():
+    """KC, MC, NC per path, from the cache sizes the OS reports (sgemm.c, plan_blocking)."""
+    l1, l2, l3 = (lib.tl_cpu_cache_size(level) or default for level, default in ((1, 32 << 10), (2, 512 << 10),
+                                                                                 (3, 8 << 20)))
+    for path in PATHS.values():
+        mr, nr, kc, mc, nc = plan(path)
+        assert mc % mr == 0 and nc % nr == 0 and kc % 16 == 0
+        assert kc == max(64, min(1024, l1 // (4 * nr) // 16 * 16))  # the B strip fills L1
+        assert mc == max(mr, min(4096, l2 // 2 // (4 * kc) // mr * mr))  # the A block half of L2
+        assert nc == max(16 * nr, min(16384, l3 // 4 // (4 * kc) // nr * nr))  # the B panel a quarter of L3
+    if lib.tl_cpu_supports(2):
+        assert plan(2)[:2] == (14, 32)
+
+
+@pytest.fixture
+def small_blocks():
+    """Cache blocks a few micro-tiles big on every path, so small products cross each block many times."""
+    for path in PATHS.values():
+        mr, nr = plan(path)[:2]
+        lib.tl_sgemm_set_blocking(path, 24, 2 * mr, 3 * nr)
+    yield
+    for path in PATHS.values():
+        lib.tl_sgemm_set_blocking(path, 0, 0, 0)
+
+
+@pytest.mark.parametrize("m,n,k", [(31, 101, 53), (5, 200, 49), (64, 7, 100), (1, 1, 1)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_sgemm_small_blocks(config, small_blocks, m, n, k, ta, tb, beta):
+    mr, nr, kc, mc, nc = plan(PATHS[config[0]])
+    assert (kc, mc, nc) == (24, 2 * mr, 3 * nr)
+    c, ref, tol = run_sgemm(np.random.default_rng(m + n + k), ta, tb, m, n, k, beta, pad=(2, 3, 1))
+    assert_close(c, ref, tol)
+
+
+gemv_dims = st.one_of(st.sampled_from([1, 15, 16, 17, 31, 33, 1000, 1025]), st.integers(1, 1100))
+
+
+@shared_config
+@given(few=st.integers(1, 4), many=gemv_dims, k=gemv_dims, mirror=st.booleans(), ta=st.booleans(),
+       tb=st.booleans(), beta=st.sampled_from([0.0, 1.0, -0.5]), pad=st.tuples(*[st.sampled_from([0, 3])] * 3),
+       seed=st.integers(0, 2**32 - 1))
+def test_gemv_random_shapes(config, few, many, k, mirror, ta, tb, beta, pad, seed):
+    """M <= 4 rows (the GEMV, threaded over N), or N <= 4 columns (its mirror, threaded over M)."""
+    m, n = (many, few) if mirror else (few, many)
+    c, ref, tol = run_sgemm(np.random.default_rng(seed), int(ta), int(tb), m, n, k, beta, pad)
+    assert_close(c, ref, tol)
+
+
+# A stride of 0: every row of op(A) (or every column of op(B)) is the same stored one, as a broadcast operand.
+@pytest.mark.parametrize("m,n,k", [(1, 1000, 300), (4, 77, 1030), (3, 5, 2), (300, 2, 129), (40, 300, 70)])
+@pytest.mark.parametrize("which", ["a", "b"])
+@pytest.mark.parametrize("t", [0, 1])
+def test_sgemm_stride_zero(config, m, n, k, which, t):
+    rng = np.random.default_rng(m * n + k)
+    # A stored row with lda 0 (transA 0): op(A) rows all alike. B with ldb 0 (transB 1): op(B) columns alike.
+    ta, tb = (0, t) if which == "a" else (t, 1)
+    a_rows, a_cols = (k, m) if ta else (m, k)
+    b_rows, b_cols = (n, k) if tb else (k, n)
+    a = rng.standard_normal((a_rows, a_cols)).astype(np.float32)
+    b = rng.standard_normal((b_rows, b_cols)).astype(np.float32)
+    if which == "a":
+        a[1:] = a[0]
+    else:
+        b[1:] = b[0]
+    lda, ldb = (0 if which == "a" else a_cols), (0 if which == "b" else b_cols)
+    c = np.full((m, n), np.nan, np.float32)
+    lib.tl_sgemm(ta, tb, m, n, k, ptr(a), lda, ptr(b), ldb, 0.0, ptr(c), n)
+    ref, tol = reference(ta, tb, a, b, 0.0, np.zeros((m, n), np.float32))
+    assert_close(c, ref, tol)
+
+
+# Decoding: a batch of single rows against per-matrix or shared (stride 0) weights.
+@pytest.mark.parametrize("batch,m,n,k", [(3, 1, 300, 70), (4, 2, 129, 33), (2, 200, 3, 64), (5, 4, 1, 9)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_gemv_batched(config, batch, m, n, k, ta, tb):
+    run_batched(np.random.default_rng(batch * m + n), batch, ta, tb, m, n, k, 1.0, gap=5)
+
+
+@pytest.mark.parametrize("tb", [0, 1])
+def test_gemv_shared_weight_across_a_batch(config, tb):
+    rng = np.random.default_rng(tb)
+    batch, m, n, k = 3, 1, 700, 400
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    c = np.full((batch, m, n), np.nan, np.float32)
+    lib.tl_sgemm_batched(batch, 0, tb, m, n, k, ptr(a), k, m * k, ptr(w), w.shape[1], 0, 0.0, ptr(c), n, m * n)
+    for i in range(batch):
+        ref, tol = reference(0, tb, a[i], w, 0.0, c[i])
+        assert_close(c[i], ref, tol)

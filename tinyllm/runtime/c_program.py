@@ -232,7 +232,8 @@ def execute(runtime, schedule, vals, donate=()):
     the arena). `donate`: feed positions whose memory a replay may write its results over (Runtime.execute)."""
     inputs = [vals[n] for n in schedule.inputs]
     key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
-    programs = schedule.prepared.setdefault("c programs", {})  # input layout -> runs so far, or its Program
+    # input layout -> runs so far, or its Program; per CPU path, as the kernels it calls are
+    programs = schedule.prepared.setdefault(("c programs", compiler.path()), {})
     got = programs.get(key, 0)
     if isinstance(got, Program):
         if runtime.arena_lock.acquire(blocking=False):  # else another thread is replaying: the normal path

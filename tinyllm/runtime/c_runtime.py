@@ -49,7 +49,7 @@ class CRuntime(NumpyRuntime):
 
     def __init__(self):
         self.ffi, self.lib = _load_prebuilt()
-        self.kernels = {}  # (Kernel, dtypes) -> compiled function
+        self.kernels = {}  # (CPU path, (Kernel, dtypes)) -> compiled function
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.made = WeakValues()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
@@ -64,8 +64,10 @@ class CRuntime(NumpyRuntime):
             _set_omp_threads(threads)
 
     def execute(self, schedule, feeds=(), donate=()):
-        if self.name not in schedule.prepared:
-            schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"])
+        cpu = compiler.path()  # kernels compiled for another CPU path (compiler.set_path) are not these
+        if self.name not in schedule.prepared or schedule.prepared["c path"] != cpu:
+            schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"], cpu)
+            schedule.prepared["c path"] = cpu
         self._fns = schedule.prepared[self.name]
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
             vals = self.input_values(schedule, feeds)
@@ -136,14 +138,15 @@ class CRuntime(NumpyRuntime):
     def _key(self, node):
         return node.arg, node.dtype.name, tuple(s.dtype.name for s in node.src)
 
-    def _compile(self, nodes):
-        """{node: compiled function} for these FUSED nodes, compiling what this process has not yet."""
+    def _compile(self, nodes, cpu):
+        """{node: compiled function} for these FUSED nodes on CPU path `cpu`, compiling what this process has not
+        yet."""
         if not self.compiles:
             return {}
         todo = {}
         for n in nodes:
             key = self._key(n)
-            if key not in self.kernels and key not in todo.values():
+            if (cpu, key) not in self.kernels and key not in todo.values():
                 name = "k" + hashlib.sha1(repr(key).encode()).hexdigest()[:20]
                 todo[name] = key
         if todo:
@@ -152,8 +155,8 @@ class CRuntime(NumpyRuntime):
                 for source in sources.values():
                     print(source)
             for name, fn in compiler.load(sources).items():
-                self.kernels[todo[name]] = fn
-        return {n: self.kernels[self._key(n)] for n in nodes}
+                self.kernels[cpu, todo[name]] = fn
+        return {n: self.kernels[cpu, self._key(n)] for n in nodes}
 
     def run(self, node, ins):
         if self.recorder is not None:

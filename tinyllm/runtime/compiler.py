@@ -1,8 +1,15 @@
-"""Compiles generated C kernels into shared libraries, cached on disk by a hash of their source, and loads them
-through cffi. Safe when several processes compile at once: each writes a private temporary file and renames it
-into place atomically. With no C compiler, `available()` is False and callers fall back (with one warning)."""
+"""Compiles generated C kernels into shared libraries, cached on disk by a hash of their source and of the CPU path
+they are compiled for, and loads them through cffi. Safe when several processes compile at once: each writes a
+private temporary file and renames it into place atomically. With no C compiler, `available()` is False and callers
+fall back (with one warning).
+
+The CPU path (portable, avx2, avx512; see path()): by default the best this CPU has, forced by TINYLLM_CPU as the
+prebuilt kernels' is (runtime_c/cpu.c), a path this CPU lacks falling back to the best one below it. It is read on
+every load(), so set_path() (for tests) switches the kernels compiled afterwards; it is part of each library's name
+and hash, so a kernel built for one path is never loaded for another."""
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -14,12 +21,28 @@ import cffi
 
 ffi = cffi.FFI()  # makes the char*[] argument arrays; each library gets its own FFI for its declarations
 # -ffp-contract=off: a value recomputed in two kernels must round the same in both (amax's backward compares
-# them), so no kernel may fuse a multiply-add the other does not
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", "-std=gnu11",
-         "-w"]
+# them), so no kernel may fuse a multiply-add the other does not. -fno-trapping-math: nothing reads the FP
+# exception flags, and without it gcc may not if-convert tl_expf's selects on AVX2 (no masked arithmetic there), so
+# exp stays scalar: 5x slower. It changes no value.
+FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", "-fno-trapping-math",
+         "-std=gnu11", "-w"]
+PATHS = ("portable", "avx2", "avx512")  # tl_cpu_path()'s numbering
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+# The instructions each path may use: the x86-64 baseline (SSE2) plus exactly what tl_cpu_supports checks for that
+# path, never -march=native (under TINYLLM_CPU=avx2 on an AVX-512 CPU that would put AVX-512 in the kernels, and
+# a cache shared between machines would hand them to CPUs without it). Tuning stays generic, which already
+# vectorises at 512 bits; -mprefer-vector-width=512 keeps it so under any tuning: 15-50% faster than 256 bits for
+# exp, tanh and the row reductions on Zen 4, even with its double-pumped 512-bit unit (see path()).
+# Elsewhere (aarch64) only the portable path exists and it takes the compiler's baseline (NEON).
+ISA = {"portable": ["-march=x86-64"], "avx2": ["-march=x86-64", "-mavx2", "-mfma"],
+       "avx512": ["-march=x86-64", "-mavx2", "-mfma", "-mavx512f", "-mprefer-vector-width=512"]} if X86 \
+    else {p: [] for p in PATHS}
 _lock = threading.Lock()
 _libs = []  # loaded libraries stay alive for the life of the process
 _warned = [False]
+_forced = [None]  # set_path's choice, for when no prebuilt module keeps it
+_prebuilt = []  # [lib or None, default path or None] once looked up (_lib)
+_flags = []  # [the CPU's flags] once read
 
 
 def cache_dir():
@@ -44,17 +67,106 @@ def available():
     return True
 
 
-def _build(source, path):
-    """Compile `source` to the shared library `path` (atomically)."""
-    fd, tmp_c = tempfile.mkstemp(suffix=".c", dir=os.path.dirname(path))
+def _cpu_flags():
+    """The CPU's feature flags as Linux reports them (none elsewhere)."""
+    if not _flags:
+        _flags.append(set())
+        try:
+            with open("/proc/cpuinfo") as f:
+                line = next((line for line in f if line.startswith("flags")), "flags:")
+            _flags[0] = set(line.split(":", 1)[1].split())
+        except OSError:
+            pass
+    return _flags[0]
+
+
+def _fallback_path():
+    """path() where the prebuilt module cannot say (missing, or built before cpu.c): TINYLLM_CPU (or set_path) where
+    this CPU has it, else the best path below it; by default the best path this CPU has."""
+    flags = _cpu_flags() if X86 else set()
+    ok = ["portable"] + ["avx2"] * ({"avx2", "fma"} <= flags) + ["avx512"] * ({"avx2", "fma", "avx512f"} <= flags)
+    want = _forced[0] or os.environ.get("TINYLLM_CPU") or ("portable" if os.environ.get("TINYLLM_NO_AVX2") == "1"
+                                                            else "avx512")
+    i = PATHS.index(want) if want in PATHS else len(PATHS) - 1
+    while PATHS[i] not in ok:
+        i -= 1
+    return PATHS[i]
+
+
+def _lib():
+    """The prebuilt module's lib where it has the CPU-path functions of runtime_c/cpu.h, else None; and, once, its
+    default for generated kernels: the best path this CPU has, unless TINYLLM_CPU asked for one (None then)."""
+    if not _prebuilt:
+        try:
+            from .. import _kernels
+            lib = _kernels.lib if hasattr(_kernels.lib, "tl_cpu_path") else None
+        except ImportError:
+            lib = None
+        best = None
+        if lib is not None and lib.tl_cpu_requested_path() < 0:
+            best = PATHS[max(p for p in range(len(PATHS)) if lib.tl_cpu_supports(p))]
+        _prebuilt[:] = [lib, best]
+    return _prebuilt[0]
+
+
+def path():
+    """The CPU path kernels are compiled for now: "portable", "avx2" or "avx512". Where a path was asked for
+    (TINYLLM_CPU, set_path) it is tl_cpu_path(), that one or the best below it this CPU has. Otherwise it is the best
+    path this CPU has, even where tl_cpu_path() stays at avx2 because 512-bit FMAs run at the 256-bit rate (Zen 4's
+    double-pumped unit): right for the FMA-bound sgemm and attention, but generated kernels are bound by the
+    instructions and loads they issue, half as many at 512 bits (1.1-1.5x faster exp, tanh, softmax and layer-norm
+    kernels on Zen 4)."""
+    lib = _lib()
+    if lib is None:
+        return _fallback_path()
+    return PATHS[lib.tl_cpu_path()] if _forced[0] is not None or _prebuilt[1] is None else _prebuilt[1]
+
+
+def set_path(name):
+    """Makes the kernels compiled from now on, and the prebuilt ones, use path `name`, or the best one this CPU has
+    below it; None restores the default. Returns the path in use. For tests: not while a kernel runs. (The C side's
+    tl_cpu_set_path alone switches only the prebuilt kernels.)"""
+    if name is not None and name not in PATHS:
+        raise ValueError(f"unknown CPU path {name!r}: choose one of {', '.join(PATHS)}")
+    lib = _lib()
+    if lib is not None:
+        lib.tl_cpu_set_path(-1 if name is None else PATHS.index(name))
+    _forced[0] = name
+    return path()
+
+
+def supports(name):
+    """True when this CPU (and OS) can run path `name`."""
+    lib = _lib()
+    if lib is not None:
+        return bool(lib.tl_cpu_supports(PATHS.index(name)))
+    saved, _forced[0] = _forced[0], name
+    try:
+        return _fallback_path() == name
+    finally:
+        _forced[0] = saved
+
+
+def library_path(text, cpu):
+    """Where the library of kernel source `text` compiled for path `cpu` is cached."""
+    digest = hashlib.sha256((" ".join(FLAGS + ISA[cpu]) + "\n" + text).encode()).hexdigest()[:24]
+    return os.path.join(cache_dir(), f"k_{cpu}_{digest}.so")  # the path in the name is what _build compiles for
+
+
+def _build(source, library):
+    """Compile `source` to the shared library `library` (atomically), for the CPU path its name gives."""
+    cpu = os.path.basename(library).split("_")[1]
+    fd, tmp_c = tempfile.mkstemp(suffix=".c", dir=os.path.dirname(library))
     with os.fdopen(fd, "w") as f:
         f.write(source)
     tmp_so = tmp_c[:-2] + ".so"
     try:
-        for flags in (FLAGS, [f for f in FLAGS if f != "-march=native"]):
-            proc = subprocess.run([compiler(), *flags, tmp_c, "-o", tmp_so, "-lm"], capture_output=True, text=True)
+        # a compiler that rejects the path's flags (too old for AVX-512) gets the baseline ones: slower, never wrong
+        for isa in ([ISA[cpu], ISA["portable"]] if ISA[cpu] != ISA["portable"] else [ISA[cpu]]):
+            proc = subprocess.run([compiler(), *FLAGS, *isa, tmp_c, "-o", tmp_so, "-lm"], capture_output=True,
+                                  text=True)
             if proc.returncode == 0:
-                os.replace(tmp_so, path)
+                os.replace(tmp_so, library)
                 return
         raise RuntimeError(f"C compiler failed on a generated kernel:\n{proc.stderr[-2000:]}")
     finally:
@@ -64,24 +176,25 @@ def _build(source, path):
 
 
 def load(sources):
-    """{name: C source} -> {name: callable(bufs)}. Compiles what the disk cache lacks, two chunks in parallel."""
+    """{name: C source} -> {name: callable(bufs)}, compiled for the current CPU path (path()). Compiles what the
+    disk cache lacks, two chunks in parallel."""
+    cpu = path()
     names = sorted(sources)
     chunks = [names[i::2] for i in range(2)] if len(names) > 8 else [names]
     jobs = []
     for chunk in (c for c in chunks if c):
         text = "\n".join(sources[n] for n in chunk)
-        digest = hashlib.sha256((" ".join(FLAGS) + "\n" + text).encode()).hexdigest()[:24]  # flags change the code
-        jobs.append((chunk, text, os.path.join(cache_dir(), f"k_{digest}.so")))
-    missing = [(text, path) for _, text, path in jobs if not os.path.exists(path)]
+        jobs.append((chunk, text, library_path(text, cpu)))
+    missing = [(text, so) for _, text, so in jobs if not os.path.exists(so)]
     if missing:
         with ThreadPoolExecutor(len(missing)) as pool:
             list(pool.map(lambda job: _build(*job), missing))
     out = {}
     with _lock:
-        for chunk, _, path in jobs:
+        for chunk, _, so in jobs:
             lib_ffi = cffi.FFI()
             lib_ffi.cdef("".join(f"void {n}(char **bufs);\n" for n in chunk))
-            lib = lib_ffi.dlopen(path)
+            lib = lib_ffi.dlopen(so)
             _libs.append((lib_ffi, lib))
             for n in chunk:
                 out[n] = getattr(lib, n)

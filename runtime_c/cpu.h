@@ -1,0 +1,49 @@
+/*
+Which instruction set the C kernels run on, chosen once at run time from the CPU's features (one build runs on
+any x86-64, and builds on aarch64 with the portable path only).
+
+Paths, in increasing order:
+    0 portable  plain C, the baseline ISA (SSE2 on x86-64, NEON on aarch64)
+    1 avx2      AVX2 + FMA (256-bit)
+    2 avx512    AVX-512F + FMA (512-bit); also runs every avx2 kernel
+
+Default: the best path this CPU supports, except that avx512 is only chosen where a 512-bit FMA really does
+twice the work of a 256-bit one (not on a double-pumped unit such as AMD Zen 4's: see cpu.c). TINYLLM_CPU=
+portable|avx2|avx512 in the environment forces a path (TINYLLM_NO_AVX2=1: portable); a path this CPU lacks
+falls back to the best supported one below it, with a note on stderr.
+
+Every C kernel dispatches on tl_cpu_path(); a kernel with no code for that path takes the best one it has below
+(an avx2 kernel under avx512). tl_cpu_set_path is for tests: not while another thread is inside a kernel.
+
+This header is also the cffi cdef: keep it to plain declarations (lines starting with '#' are dropped by
+runtime_c/build.py).
+*/
+#ifndef TINYLLM_CPU_H
+#define TINYLLM_CPU_H
+
+// The path in use (0 portable, 1 avx2, 2 avx512).
+int tl_cpu_path(void);
+
+// 1 when this CPU and OS can run `path`.
+int tl_cpu_supports(int path);
+
+// Makes every kernel use `path`, or the best supported one below it; path < 0 restores the default.
+void tl_cpu_set_path(int path);
+
+// "portable", "avx2", "avx512", or "?" for anything else.
+const char *tl_cpu_path_name(int path);
+
+// The path TINYLLM_CPU (or TINYLLM_NO_AVX2) asked for: -1 when neither is set, -2 when the value is unknown.
+int tl_cpu_requested_path(void);
+
+// 1 when a 512-bit FMA runs at twice the rate of a 256-bit one here (the calibration cpu.c runs once).
+int tl_cpu_avx512_full_width(void);
+
+// Size in bytes of this core's data cache at `level` (1, 2, 3) as the OS reports it, or 0 when unknown.
+long tl_cpu_cache_size(int level);
+
+// Bench aid, STREAM's "copy": dst[0..n) = src[0..n) on `threads` threads (OpenMP), each copying one contiguous
+// share with memcpy. Timed by the caller, it gives the memory bandwidth these cores get.
+void tl_cpu_stream_copy(float *dst, const float *src, long n, int threads);
+
+#endif  // TINYLLM_CPU_H
