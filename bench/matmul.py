@@ -2,7 +2,7 @@
 
     python bench/matmul.py                      # n = 64 ... 2048 and the GEMV table, 1 and 2 threads
     python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
-    python bench/matmul.py --sizes --trans-n 0 --gemv-sizes 768 4096 --gemv-m 1      # the GEMV table alone
+    python bench/matmul.py --sizes --trans-n 0 --gemv-sizes 768 384x1536 --gemv-m 1  # the GEMV table alone
     python bench/matmul.py --wgsl-sizes 64 128 256        # + the WGSL runtime (lavapipe: small sizes only)
     python bench/matmul.py --threads 1 --sizes --trans-n 0 --wgsl-sizes 1024 2048 4096   # on a GPU: WGSL alone
 
@@ -21,8 +21,10 @@ The top lines name the CPU (model, family/model, its SIMD flags, cache sizes) an
 avx512: each forced with tl_cpu_set_path around its calls); the ratios are those of the path it picks by
 itself, which is marked with a '*'.
 
-The GEMV table times products with M = 1 or 4 rows against a square K = N weight, stored K x N (`x W`) or
-N x K (`x W^T`, as a linear layer's weight is), in GB/s of weight read: each timing runs through enough
+The GEMV table times products with M = 1 or 4 rows against a K x N weight (a size n: K = N = n; KxN: the
+shape of a linear layer with K inputs and N outputs, by default those of config M's GPT decoding one token:
+attention's qkv, the MLP's two), stored K x N (`x W`) or N x K (`x W^T`, as a linear layer's weight is), in
+GB/s of weight read: each timing runs through enough
 copies of the weight (at least 128 MiB, 4x the L3) that each one comes from memory, as a model's weights do
 when decoding. Beside it, a STREAM-style copy of a 256 MiB array (tl_cpu_stream_copy: memcpy of one share per
 thread, on the worker's threads), in GB/s of bytes read plus written, measured in the same worker: the rate the
@@ -52,7 +54,7 @@ from common import worker_env  # bench/common.py: bench/ is the script directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
-GEMV_SIZES = [768, 1024, 2048, 4096]
+GEMV_SIZES = ["384x1152", "384x1536", "1536x384", "768", "1024", "2048", "4096"]
 SETTLE_S = 0.15   # > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
 SAMPLE_S = 0.002  # one timing: short, so that some land in moments when no other process runs
 ROUND_S = 0.1     # time per library per round
@@ -274,19 +276,20 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                     best[name] = min(best[name], (time.perf_counter() - t) / calls)
         return {name: flops / s / 1e9 for name, s in best.items()}
 
-    def gemv_cases(m, n, tb):
+    def gemv_cases(m, k, n, tb):
         """x W (tb 0, W stored K x N) or x W^T (tb 1, W stored N x K) through enough copies of W that each comes
         from memory: one call is a pass over all of them. Returns the callables and the bytes of W read."""
         rng = np.random.default_rng(n + m)
-        copies = max(1, max(128 << 20, 4 * lib.tl_cpu_cache_size(3)) // (4 * n * n))
-        ws = [rng.standard_normal((n, n), dtype=np.float32) for _ in range(copies)]
-        x = rng.standard_normal((m, n), dtype=np.float32)
+        copies = max(1, max(128 << 20, 4 * lib.tl_cpu_cache_size(3)) // (4 * k * n))
+        ws = [rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32) for _ in range(copies)]
+        x = rng.standard_normal((m, k), dtype=np.float32)
         y = np.empty((m, n), np.float32)
         px, py, pws = ptr(x), ptr(y), [ptr(w) for w in ws]
+        ldw = k if tb else n
 
         def tinyllm():
             for pw in pws:
-                lib.tl_sgemm(0, tb, m, n, n, px, n, pw, n, 0.0, py, n)
+                lib.tl_sgemm(0, tb, m, n, k, px, k, pw, ldw, 0.0, py, n)
         fns = {name: on_path(lib, p, tinyllm) for name, p in paths}
         views = [w.T if tb else w for w in ws]
 
@@ -301,7 +304,7 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                 for w in tws:
                     torch.matmul(tx, w, out=ty)
             fns["torch"] = run_torch
-        return fns, copies * n * n * 4
+        return fns, copies * k * n * 4
 
     rows = [{"label": str(n), **measure(cases(n, 0, 0), 2.0 * n ** 3)} for n in sizes]
     if trans_n:
@@ -311,10 +314,11 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
     if gemv_sizes:
         copy = copy_bandwidth(lib, ffi, threads, rounds)
         for m in gemv_m:
-            for n in gemv_sizes:
+            for size in gemv_sizes:
+                k, n = gemv_shape(size)
                 for tb in (0, 1):
-                    fns, nbytes = gemv_cases(m, n, tb)
-                    gemv.append({"label": f"{m} x {n} {'x W^T' if tb else 'x W'}", "copy": copy,
+                    fns, nbytes = gemv_cases(m, k, n, tb)
+                    gemv.append({"label": f"{m} x {size} {'x W^T' if tb else 'x W'}", "copy": copy,
                                  **measure(fns, nbytes)})  # GB/s: bytes / s / 1e9
     torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
     info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked,
@@ -322,6 +326,12 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
     print(json.dumps({"info": info, "rows": rows, "gemv": gemv, "wgsl": wgsl}))
+
+
+def gemv_shape(size):
+    """(K, N) of a --gemv-sizes entry: "768" is 768 x 768, "384x1536" is K = 384, N = 1536."""
+    k, _, n = str(size).partition("x")
+    return int(k), int(n or k)
 
 
 def run_threads(threads, args):
@@ -343,8 +353,9 @@ def main():
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the libraries")
     p.add_argument("--samples", type=int, default=10, help="timings per library per round")
     p.add_argument("--trans-n", type=int, default=512, help="size of the A^T B and A B^T rows (0: none)")
-    p.add_argument("--gemv-sizes", type=int, nargs="*", default=None,
-                   help="K = N of the GEMV table (default 768 1024 2048 4096 with the sgemm table; none: skip it)")
+    p.add_argument("--gemv-sizes", nargs="*", default=None, metavar="N|KxN",
+                   help="weights of the GEMV table, K = N or K x N (default 384x1152 384x1536 1536x384 768 1024 2048 "
+                        "4096 with the sgemm table; none: skip it)")
     p.add_argument("--gemv-m", type=int, nargs="+", default=[1, 4], help="rows M of the GEMV table")
     p.add_argument("--wgsl-sizes", type=int, nargs="*", default=[],
                    help="also time the WGSL runtime at these sizes (lavapipe: <= 256; a GPU: 1024 2048 4096)")
@@ -412,13 +423,14 @@ def print_sgemm(threads, bind, info, rows):
 
 
 def print_gemv(threads, bind, info, rows):
-    print(f"\nGEMV, GB/s of weight read (M x K=N; W stored K x N: x W, N x K: x W^T), weights from memory; copy: "
-          f"STREAM-style copy (memcpy, same threads), GB/s read + written; {header_line(threads, bind, info)}")
+    print(f"\nGEMV, GB/s of weight read (M x K=N or M x KxN; W stored K x N: x W, N x K: x W^T), weights from "
+          f"memory; copy: STREAM-style copy (memcpy, same threads), GB/s read + written; "
+          f"{header_line(threads, bind, info)}")
     cols = library_columns(info, rows)
     picked = info["picked"]
-    head = f"{'M x n':>17}" + "".join(f" {c:>9}" for c, _ in cols) + f" {'copy':>7} {picked + '/copy':>12}" + \
+    head = f"{'M x n':>21}" + "".join(f" {c:>9}" for c, _ in cols) + f" {'copy':>7} {picked + '/copy':>12}" + \
         f" {picked + '/numpy':>13}"
-    print_table(head, rows, lambda r: f"{r['label']:>17}" + "".join(f" {r[k]:>9.1f}" for _, k in cols) +
+    print_table(head, rows, lambda r: f"{r['label']:>21}" + "".join(f" {r[k]:>9.1f}" for _, k in cols) +
                 f" {r['copy']:>7.1f} {r[picked] / r['copy']:>12.2f} {r[picked] / r['numpy']:>13.2f}")
 
 

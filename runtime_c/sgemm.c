@@ -1,6 +1,6 @@
 /*
-Packed, cache-tiled, register-blocked sgemm (GotoBLAS / BLIS layout), and a GEMV for products with at most 4 rows
-or 4 columns.
+Packed, cache-tiled, register-blocked sgemm (GotoBLAS / BLIS layout). Products with at most 4 rows or 4 columns
+go to the GEMV in gemv.c instead.
 
     for jc in N by NC:                          B panel  KC x NC -> L3, shared by the threads
       for pc in K by KC:                        (one "round")
@@ -15,7 +15,7 @@ Packing reads op(A) and op(B) in whatever layout they have (plain or transposed)
 sees one contiguous layout, and the transposed products of the backward pass cost no copies in the caller. When
 an A strip meets at most 16 B strips (N <= 16 NR), packing A costs more than it saves, so the paths with an
 in-place kernel read its full strips through their strides instead; a product with few rows and many columns
-runs as its transpose (as_transpose). Products with at most 4 rows or 4 columns take the GEMV below instead.
+runs as its transpose (as_transpose).
 
 The kernels follow cpu.h's path (tl_cpu_path), each with its own micro-kernel shape (a gemm_plan):
 
@@ -38,6 +38,7 @@ the tokens) runs as two halves of K instead, each on the thread that holds its r
 
 #include "common.h"
 #include "cpu.h"
+#include "gemv.h"
 #include "sgemm.h"
 
 #if defined(__x86_64__)
@@ -708,17 +709,14 @@ static void add_partial(const gemm_args *g, const float *part, long r0, long r1)
     }
 }
 
-static int gemv_applies(const gemm_args *g);
-static void gemv(const gemm_args *g, int nt);
-
 static void gemm(const gemm_args *g, int nt) {
     if (g->M <= 0 || g->N <= 0) return;
     if (g->K <= 0) {
         scale_c(g);
         return;
     }
-    if (gemv_applies(g)) {
-        gemv(g, nt);
+    if (tl_gemv_applies(g->M, g->N)) {
+        tl_gemv(g->transA, g->transB, g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb, g->beta, g->C, g->ldc, nt);
         return;
     }
     if (!split_k(g)) {
@@ -752,394 +750,13 @@ static void gemm(const gemm_args *g, int nt) {
 }
 
 // ----------------------------------------------------------------------------
-// GEMV: C = op(A) op(B) + beta C with M <= 4 (decoding: a token's row times a weight), or its mirror N <= 4 run
-// as C^T = op(B)^T op(A)^T. The weight W is read once, straight from where it is, at memory bandwidth: packing it
-// as the sgemm does would read it and write it once more. The few rows of the other operand ("x", up to
-// GEMV_M x K) are read in place when they are rows, else gathered into a contiguous buffer first. W is either
-// "rows" (stored K x n, W[p*ldw + j]: a row of W feeds a run of outputs) or "cols" (stored n x K, W[j*ldw + p]:
-// an output is a dot product along a row of W). The threads split the n outputs.
-//
-// Runs of W are read whole, a row of the thread's share at a time: one long stream in address order is what
-// the hardware prefetchers follow best (shorter runs, say to keep the sums in L1, halved the bandwidth). Each
-// value of W meets m values of x, and the operand reused along the run (the m x n sums of a rows kernel, the
-// m x K of x of a cols kernel) is loaded once per value of W too: where it does not fit in L1 (GEMV_L1 floats)
-// the kernels read several rows of W at once instead (GEMV_ROWS for a rows kernel, GEMV_DOTS for a cols kernel),
-// loading it once per few values of W. With several rows at once the prefetchers follow several streams at once,
-// slower where the rows are short.
-
-#define GEMV_M 4
-#define GEMV_COLS 4096  // outputs per pass of a rows kernel: GEMV_M x GEMV_COLS sums (64 KiB) stay in L2
-#define GEMV_L1 3072    // floats of the reused operand (12 KiB) that leave room in L1 for W's stream
-#define GEMV_ROWS 8     // rows of W per pass of a rows kernel whose sums do not fit in L1
-#define GEMV_DOTS 4     // rows of W per pass of a cols kernel whose x does not fit in L1
-#define GEMV_MIN_PER_THREAD (64L << 10)  // floats of W below which another thread costs more than it saves
-// kernel(M, ...) with the row count m (1..GEMV_M) as a compile-time constant, so its loops over rows unroll
-#define GEMV_BY_M(m, kernel, ...)                       \
-    do {                                                \
-        switch (m) {                                    \
-        case 1: kernel(1, __VA_ARGS__); break;          \
-        case 2: kernel(2, __VA_ARGS__); break;          \
-        case 3: kernel(3, __VA_ARGS__); break;          \
-        default: kernel(GEMV_M, __VA_ARGS__); break;    \
-        }                                               \
-    } while (0)
-
-typedef struct {
-    int m;            // rows of x: 1..GEMV_M
-    long n, k;        // outputs per row of x, length of the sums
-    const float *x;   // x[i*ldx + p]
-    long ldx;
-    const float *w;   // the weight: W[p*ldw + j] (w_cols 0) or W[j*ldw + p] (w_cols 1)
-    long ldw;
-    int w_cols;
-    float beta;
-    float *y;         // output (i, j) at y[i*ys_i + j*ys_j]
-    long ys_i, ys_j;
-} gemv_args;
-
-// Sum kernels, per path: out[i*n + j] = sum_p x[i*ldx + p] W(p, j) for i < m, j < n, p < k; n <= GEMV_COLS
-// for a rows kernel.
-typedef void (*gemv_fn)(int m, long k, const float *x, long ldx, const float *w, long ldw, long n, float *out);
-
-static void gemv_rows_portable(int m, long k, const float *restrict x, long ldx, const float *restrict w, long ldw,
-                               long n, float *restrict out) {
-    memset(out, 0, (size_t)m * n * sizeof(float));
-    for (long p = 0; p < k; p++) {
-        const float *wp = w + p * ldw;
-        for (int i = 0; i < m; i++) {
-            const float xi = x[i * ldx + p];
-            float *o = out + i * n;
-            for (long j = 0; j < n; j++) o[j] += xi * wp[j];
-        }
-    }
-}
-
-// Eight partial sums per dot product, so the compiler vectorises it without reassociating anything.
-static float dot_portable(long k, const float *restrict x, const float *restrict w) {
-    float s[8] = {0};
-    long p = 0;
-    for (; p + 8 <= k; p += 8)
-        for (int l = 0; l < 8; l++) s[l] += x[p + l] * w[p + l];
-    for (; p < k; p++) s[0] += x[p] * w[p];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-static void gemv_cols_portable(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                               float *out) {
-    for (long j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) out[i * n + j] = dot_portable(k, x + i * ldx, w + j * ldw);
-}
-
-#if defined(__x86_64__)
-// Rows kernel: RP rows of W per pass over the M x n sums. M and RP are compile-time constants in each instance
-// (the dispatcher below), so the loops over them unroll and the broadcasts of x stay in registers where they fit.
-AVX2 static inline __attribute__((always_inline)) void
-gemv_rows_avx2_m(const int M, const int RP, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                 float *out) {
-    const long n8 = n / 8 * 8;
-    memset(out, 0, (size_t)M * n * sizeof(float));
-    long p = 0;
-    for (; p + RP <= k; p += RP) {
-        const float *wp = w + p * ldw;
-        __m256 xv[GEMV_M][GEMV_ROWS];
-        for (int i = 0; i < M; i++)
-            for (int q = 0; q < RP; q++) xv[i][q] = _mm256_set1_ps(x[i * ldx + p + q]);
-        for (long j = 0; j < n8; j += 8) {
-            __m256 v[GEMV_ROWS];
-            for (int q = 0; q < RP; q++) v[q] = _mm256_loadu_ps(wp + q * ldw + j);
-            for (int i = 0; i < M; i++) {
-                __m256 s = _mm256_loadu_ps(out + i * n + j);
-                for (int q = 0; q < RP; q++) s = _mm256_fmadd_ps(xv[i][q], v[q], s);
-                _mm256_storeu_ps(out + i * n + j, s);
-            }
-        }
-        for (long j = n8; j < n; j++)
-            for (int i = 0; i < M; i++) {
-                float s = out[i * n + j];
-                for (int q = 0; q < RP; q++) s += x[i * ldx + p + q] * wp[q * ldw + j];
-                out[i * n + j] = s;
-            }
-    }
-    for (; p < k; p++)
-        for (int i = 0; i < M; i++)
-            for (long j = 0; j < n; j++) out[i * n + j] += x[i * ldx + p] * w[p * ldw + j];
-}
-
-AVX2 static void gemv_rows_avx2(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                                float *out) {
-    if (m * n <= GEMV_L1)  // the sums fit in L1: one row of W at a time
-        GEMV_BY_M(m, gemv_rows_avx2_m, 1, k, x, ldx, w, ldw, n, out);
-    else
-        GEMV_BY_M(m, gemv_rows_avx2_m, GEMV_ROWS, k, x, ldx, w, ldw, n, out);
-}
-
-AVX2 static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-// Cols kernel: R rows of W (R outputs) against the M rows of x, 8 values of k per step (16 with two
-// accumulators when R is 1, to cover the FMA latency), the last few through a masked load (lanes past k
-// read as zero).
-AVX2 static inline __attribute__((always_inline)) void
-gemv_dots_avx2(const int M, const int R, long k, const float *x, long ldx, const float *w, long ldw, long n,
-               float *out) {
-    const int U = R == 1 ? 2 : 1;
-    __m256 s[GEMV_M][GEMV_DOTS][2];
-    for (int i = 0; i < M; i++)
-        for (int r = 0; r < R; r++) s[i][r][0] = s[i][r][1] = _mm256_setzero_ps();
-    long p = 0;
-    for (; p + 8 * U <= k; p += 8 * U)
-        for (int u = 0; u < U; u++) {
-            __m256 v[GEMV_DOTS];
-            for (int r = 0; r < R; r++) v[r] = _mm256_loadu_ps(w + r * ldw + p + 8 * u);
-            for (int i = 0; i < M; i++) {
-                __m256 xi = _mm256_loadu_ps(x + i * ldx + p + 8 * u);
-                for (int r = 0; r < R; r++) s[i][r][u] = _mm256_fmadd_ps(xi, v[r], s[i][r][u]);
-            }
-        }
-    for (; p < k; p += 8) {
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)tl_min(8, k - p)),
-                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256 v[GEMV_DOTS];
-        for (int r = 0; r < R; r++) v[r] = _mm256_maskload_ps(w + r * ldw + p, mask);
-        for (int i = 0; i < M; i++) {
-            __m256 xi = _mm256_maskload_ps(x + i * ldx + p, mask);
-            for (int r = 0; r < R; r++) s[i][r][0] = _mm256_fmadd_ps(xi, v[r], s[i][r][0]);
-        }
-    }
-    for (int i = 0; i < M; i++)
-        for (int r = 0; r < R; r++)
-            out[i * n + r] = hsum256(U == 2 ? _mm256_add_ps(s[i][r][0], s[i][r][1]) : s[i][r][0]);
-}
-
-AVX2 static inline __attribute__((always_inline)) void
-gemv_cols_avx2_m(const int M, long k, const float *x, long ldx, const float *w, long ldw, long n, float *out) {
-    long j = 0;
-    if (M * k > GEMV_L1)  // x does not fit in L1: several rows of W per pass over it
-        for (; j + GEMV_DOTS <= n; j += GEMV_DOTS)
-            gemv_dots_avx2(M, GEMV_DOTS, k, x, ldx, w + j * ldw, ldw, n, out + j);
-    for (; j < n; j++) gemv_dots_avx2(M, 1, k, x, ldx, w + j * ldw, ldw, n, out + j);
-}
-
-AVX2 static void gemv_cols_avx2(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                                float *out) {
-    GEMV_BY_M(m, gemv_cols_avx2_m, k, x, ldx, w, ldw, n, out);
-}
-
-// The AVX-512 twins of the kernels above: 16 lanes, masked loads and stores for the ragged ends.
-AVX512 static inline __attribute__((always_inline)) void
-gemv_rows_avx512_m(const int M, const int RP, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                   float *out) {
-    memset(out, 0, (size_t)M * n * sizeof(float));
-    long p = 0;
-    for (; p + RP <= k; p += RP) {
-        const float *wp = w + p * ldw;
-        __m512 xv[GEMV_M][GEMV_ROWS];
-        for (int i = 0; i < M; i++)
-            for (int q = 0; q < RP; q++) xv[i][q] = _mm512_set1_ps(x[i * ldx + p + q]);
-        for (long j = 0; j < n; j += 16) {
-            const __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-            __m512 v[GEMV_ROWS];
-            for (int q = 0; q < RP; q++) v[q] = _mm512_maskz_loadu_ps(mask, wp + q * ldw + j);
-            for (int i = 0; i < M; i++) {
-                __m512 s = _mm512_maskz_loadu_ps(mask, out + i * n + j);
-                for (int q = 0; q < RP; q++) s = _mm512_fmadd_ps(xv[i][q], v[q], s);
-                _mm512_mask_storeu_ps(out + i * n + j, mask, s);
-            }
-        }
-    }
-    for (; p < k; p++)
-        for (int i = 0; i < M; i++)
-            for (long j = 0; j < n; j++) out[i * n + j] += x[i * ldx + p] * w[p * ldw + j];
-}
-
-AVX512 static void gemv_rows_avx512(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                                    float *out) {
-    if (m * n <= GEMV_L1)  // the sums fit in L1: one row of W at a time
-        GEMV_BY_M(m, gemv_rows_avx512_m, 1, k, x, ldx, w, ldw, n, out);
-    else
-        GEMV_BY_M(m, gemv_rows_avx512_m, GEMV_ROWS, k, x, ldx, w, ldw, n, out);
-}
-
-AVX512 static inline __attribute__((always_inline)) void
-gemv_dots_avx512(const int M, const int R, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                 float *out) {
-    const int U = R == 1 ? 2 : 1;
-    __m512 s[GEMV_M][GEMV_DOTS][2];
-    for (int i = 0; i < M; i++)
-        for (int r = 0; r < R; r++) s[i][r][0] = s[i][r][1] = _mm512_setzero_ps();
-    long p = 0;
-    for (; p + 16 * U <= k; p += 16 * U)
-        for (int u = 0; u < U; u++) {
-            __m512 v[GEMV_DOTS];
-            for (int r = 0; r < R; r++) v[r] = _mm512_loadu_ps(w + r * ldw + p + 16 * u);
-            for (int i = 0; i < M; i++) {
-                __m512 xi = _mm512_loadu_ps(x + i * ldx + p + 16 * u);
-                for (int r = 0; r < R; r++) s[i][r][u] = _mm512_fmadd_ps(xi, v[r], s[i][r][u]);
-            }
-        }
-    for (; p < k; p += 16) {
-        const __mmask16 mask = k - p >= 16 ? 0xFFFF : (__mmask16)((1u << (k - p)) - 1);
-        __m512 v[GEMV_DOTS];
-        for (int r = 0; r < R; r++) v[r] = _mm512_maskz_loadu_ps(mask, w + r * ldw + p);
-        for (int i = 0; i < M; i++) {
-            __m512 xi = _mm512_maskz_loadu_ps(mask, x + i * ldx + p);
-            for (int r = 0; r < R; r++) s[i][r][0] = _mm512_fmadd_ps(xi, v[r], s[i][r][0]);
-        }
-    }
-    for (int i = 0; i < M; i++)
-        for (int r = 0; r < R; r++)
-            out[i * n + r] = _mm512_reduce_add_ps(U == 2 ? _mm512_add_ps(s[i][r][0], s[i][r][1]) : s[i][r][0]);
-}
-
-AVX512 static inline __attribute__((always_inline)) void
-gemv_cols_avx512_m(const int M, long k, const float *x, long ldx, const float *w, long ldw, long n, float *out) {
-    long j = 0;
-    if (M * k > GEMV_L1)
-        for (; j + GEMV_DOTS <= n; j += GEMV_DOTS)
-            gemv_dots_avx512(M, GEMV_DOTS, k, x, ldx, w + j * ldw, ldw, n, out + j);
-    for (; j < n; j++) gemv_dots_avx512(M, 1, k, x, ldx, w + j * ldw, ldw, n, out + j);
-}
-
-AVX512 static void gemv_cols_avx512(int m, long k, const float *x, long ldx, const float *w, long ldw, long n,
-                                    float *out) {
-    GEMV_BY_M(m, gemv_cols_avx512_m, k, x, ldx, w, ldw, n, out);
-}
-#endif  // __x86_64__
-
-static gemv_fn gemv_kernel(int path, int w_cols) {
-#if defined(__x86_64__)
-    if (path >= 2) return w_cols ? gemv_cols_avx512 : gemv_rows_avx512;
-    if (path == 1) return w_cols ? gemv_cols_avx2 : gemv_rows_avx2;
-#else
-    (void)path;
-#endif
-    return w_cols ? gemv_cols_portable : gemv_rows_portable;
-}
-
-static int gemv_applies(const gemm_args *g) { return g->M <= GEMV_M || g->N <= GEMV_M; }
-
-// y(i, j0 + j) = out[i*n + j] + beta * y(i, j0 + j); beta == 0 never reads y.
-static void gemv_store(const gemv_args *v, long j0, long n, const float *out) {
-    for (int i = 0; i < v->m; i++)
-        for (long j = 0; j < n; j++) {
-            float *y = v->y + i * v->ys_i + (j0 + j) * v->ys_j;
-            *y = v->beta == 0.0f ? out[i * n + j] : out[i * n + j] + v->beta * *y;
-        }
-}
-
-// Outputs [j0, j1) of the product: a rows kernel in passes of at most GEMV_COLS outputs, a cols kernel in
-// passes whose m x n sums fill the same buffer.
-static void gemv_range(const gemv_args *v, gemv_fn kernel, long j0, long j1) {
-    const long pass = v->w_cols ? GEMV_M * GEMV_COLS / v->m : GEMV_COLS;
-    float *out = tl_scratch(SLOT_A, (size_t)GEMV_M * GEMV_COLS);
-    for (long j = j0; j < j1; j += pass) {
-        long n = tl_min(pass, j1 - j);
-        const float *w = v->w_cols ? v->w + j * v->ldw : v->w + j;
-        kernel(v->m, v->k, v->x, v->ldx, w, v->ldw, n, out);
-        gemv_store(v, j, n, out);
-    }
-}
-
-// Rows [k0, k1) of a rows-layout W into this thread's partial sums `part`, laid out as gemv_range's passes
-// (pass jb, np outputs wide: element (i, j) at part[m*jb + i*np + j - jb]).
-static void gemv_rows_part(const gemv_args *v, gemv_fn kernel, long k0, long k1, float *part) {
-    for (long jb = 0; jb < v->n; jb += GEMV_COLS)
-        kernel(v->m, k1 - k0, v->x + k0, v->ldx, v->w + k0 * v->ldw + jb, v->ldw, tl_min(GEMV_COLS, v->n - jb),
-               part + v->m * jb);
-}
-
-// Outputs [j0, j1) = the sum of the nt partial sums (each m x n, consecutive in parts) + beta y.
-static void gemv_reduce(const gemv_args *v, const float *parts, int nt, long j0, long j1) {
-    const long size = v->m * v->n;
-    for (long j = j0; j < j1; j++) {
-        const long jb = j / GEMV_COLS * GEMV_COLS, np = tl_min(GEMV_COLS, v->n - jb);
-        for (int i = 0; i < v->m; i++) {
-            const float *e = parts + v->m * jb + i * np + (j - jb);
-            float s = 0.0f;
-            for (int t = 0; t < nt; t++) s += e[t * size];
-            float *y = v->y + i * v->ys_i + j * v->ys_j;
-            *y = v->beta == 0.0f ? s : s + v->beta * *y;
-        }
-    }
-}
-
-// The threads split the outputs of a cols-layout W: each reads whole rows of W, a contiguous share of it. A
-// rows-layout W they split along K instead, into partial sums added at the end: each then reads a contiguous
-// share of W too, where splitting the outputs would have each read half of every row, two streams of runs
-// half as long, at half the bandwidth.
-static void gemv_run(const gemv_args *v, int nt) {
-    const gemv_fn kernel = gemv_kernel(tl_cpu_path(), v->w_cols);
-    nt = (int)tl_max(1, tl_min(nt, v->n * v->k / GEMV_MIN_PER_THREAD));
-    if (nt <= 1) {
-        gemv_range(v, kernel, 0, v->n);
-        return;
-    }
-    if (!v->w_cols) {
-        float *parts = tl_scratch(SLOT_P, (size_t)nt * v->m * v->n);
-#pragma omp parallel num_threads(nt)
-        {
-            const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
-            gemv_rows_part(v, kernel, v->k * t / n, v->k * (t + 1) / n, parts + (long)t * v->m * v->n);
-#pragma omp barrier
-            gemv_reduce(v, parts, n, v->n * t / n, v->n * (t + 1) / n);
-        }
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
-        gemv_range(v, kernel, v->n * t / n, v->n * (t + 1) / n);
-    }
-}
-
-// The m x K rows x(i, p) = src[i*rs + p*ks] as x[i*k + p] in this thread's scratch.
-static const float *gemv_gather(int m, long k, const float *src, long rs, long ks) {
-    float *x = tl_scratch(SLOT_T, (size_t)m * k);
-    for (long p = 0; p < k; p++)
-        for (int i = 0; i < m; i++) x[i * k + p] = src[i * rs + p * ks];
-    return x;
-}
-
-static void gemv(const gemm_args *g, int nt) {
-    gemv_args v;
-    v.beta = g->beta;
-    v.k = g->K;
-    v.y = g->C;
-    if (g->M <= GEMV_M) {  // x = the rows of op(A), W = op(B)
-        v.m = (int)g->M;
-        v.n = g->N;
-        v.x = g->transA ? gemv_gather(v.m, g->K, g->A, 1, g->lda) : g->A;
-        v.ldx = g->transA ? g->K : g->lda;
-        v.w = g->B;
-        v.ldw = g->ldb;
-        v.w_cols = g->transB;
-        v.ys_i = g->ldc;
-        v.ys_j = 1;
-    } else {  // C^T: x = the columns of op(B), W = op(A)^T
-        v.m = (int)g->N;
-        v.n = g->M;
-        v.x = g->transB ? g->B : gemv_gather(v.m, g->K, g->B, 1, g->ldb);
-        v.ldx = g->transB ? g->ldb : g->K;
-        v.w = g->A;
-        v.ldw = g->lda;
-        v.w_cols = !g->transA;
-        v.ys_i = 1;
-        v.ys_j = g->ldc;
-    }
-    gemv_run(&v, nt);
-}
-
-// ----------------------------------------------------------------------------
 // Entry points.
 
 void tl_sgemm(int transA, int transB, int M, int N, int K, const float *A, long lda, const float *B,
               long ldb, float beta, float *C, long ldc) {
     const gemm_plan *p = current_plan();
     gemm_args g = {transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, p};
-    gemm(&g, gemv_applies(&g) ? g_threads : useful_threads(p, M, N, K, g_threads));
+    gemm(&g, tl_gemv_applies(M, N) ? g_threads : useful_threads(p, M, N, K, g_threads));
 }
 
 // Matrix b of a two-axis batch (b = b0 * batch1 + b1), on nt threads.
@@ -1168,8 +785,7 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
     if (batch <= 0) return;
     const gemm_plan *p = current_plan();
     int nt = g_threads;
-    gemm_args shape = {transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, p};
-    int per_matrix = gemv_applies(&shape) ? nt : useful_threads(p, M, N, K, nt);
+    int per_matrix = tl_gemv_applies(M, N) ? nt : useful_threads(p, M, N, K, nt);
     // One matrix per thread at a time needs no hand-offs and no shared panel,
     // so prefer it, unless the matrices are big enough to keep all threads busy
     // on their own and the batch does not divide evenly among the threads.

@@ -383,6 +383,17 @@ def test_gemv_random_shapes(config, few, many, k, mirror, ta, tb, beta, pad, see
     assert_close(c, ref, tol)
 
 
+# Sums longer than the GEMV's x buffer in L1 (3072 floats, at any M) take its kernels that read 8 or 4 rows of W
+# at a time; every count of rows left over (n mod 8: by 4, 2 and 1), with a ragged end of k.
+@pytest.mark.parametrize("few", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8, 9, 15, 23])
+@pytest.mark.parametrize("tb,mirror", [(1, False), (0, False), (0, True)])
+def test_gemv_long_sums_every_leftover_row(config, few, n, tb, mirror):
+    m, n2 = (n, few) if mirror else (few, n)
+    c, ref, tol = run_sgemm(np.random.default_rng(few * 100 + n), 0, tb, m, n2, 3083, 0.5, (0, 0, 0))
+    assert_close(c, ref, tol)
+
+
 # A stride of 0: every row of op(A) (or every column of op(B)) is the same stored one, as a broadcast operand.
 @pytest.mark.parametrize("m,n,k", [(1, 1000, 300), (4, 77, 1030), (3, 5, 2), (300, 2, 129), (40, 300, 70)])
 @pytest.mark.parametrize("which", ["a", "b"])

@@ -15,7 +15,7 @@ SLICED_MAX_OUT = 1 << 13  # ... when its partial results fit on the stack (SLICE
 UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
          "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})", "SIN": "sin{f}({0})",
          "ATAN": "atan{f}({0})", "FLOOR": "floor{f}({0})"}
-FAST_F32 = {"EXP": "tl_expf({0})", "TANH": "tl_tanhf({0})"}  # vectorisable versions in c_math.h
+FAST_F32 = {"EXP": "tl_expf({0})", "TANH": "tl_tanhf({0})", "ERF": "tl_erff({0})"}  # vectorisable versions in c_math.h
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c_math.h")
 with open(HEADER, "rb") as _f:  # in every source, so the kernel cache (keyed by source) sees header edits
     HEADER_TAG = hashlib.sha256(_f.read()).hexdigest()[:16]

@@ -1,15 +1,15 @@
 /*
 Vectorisable float math for generated kernels. libm's expf/tanhf are scalar calls that stop gcc from
 vectorising a loop (glibc's vector versions need -ffast-math, which would break NaN and signed-zero
-semantics), so exp and tanh are written here with arithmetic and selects only, keeping IEEE special values:
+semantics), so exp, tanh and erf are written here with arithmetic and selects only, keeping IEEE special values:
 exp(-inf) = 0, exp(+inf) = inf, tanh(+-inf) = +-1, NaN stays NaN. exp is Cephes' polynomial (within 2 ulp); tanh
 is a rational function, within 5.2 ulp with fused multiply-adds and 6.1 without (every float32 checked): less
 exact than a tanh built on exp's polynomial, but cheaper, and GELU's kernels cost mostly tanh (see
 docs/design-history.md). The polynomials use explicit fused multiply-adds where the CPU path has them (TL_FMA:
 avx2 and avx512, see compiler.ISA): half the instructions of a multiply and an add, and the same rounding in every
-kernel (kernels are compiled with -ffp-contract=off: the compiler fuses nothing itself). gcc vectorises both at 16
+kernel (kernels are compiled with -ffp-contract=off: the compiler fuses nothing itself). gcc vectorises them at 16
 lanes on the avx512 path and 8 on avx2, where exp's selects only if-convert with -fno-trapping-math (compiler.FLAGS);
-the vector results equal the scalar ones bit for bit (every float32 checked, both paths).
+the vector results equal the scalar ones bit for bit (every float32 checked for exp and tanh, both paths).
 */
 #ifndef TL_C_MATH_H
 #define TL_C_MATH_H
@@ -74,6 +74,38 @@ static inline float tl_tanhf(float x) {
     float t = x * p / q;
     t = t > 1.0f ? 1.0f : t;
     return t < -1.0f ? -1.0f : t;
+}
+static inline float tl_erff(float x) {
+    /* erf as two odd pieces, both computed and one selected, so gcc vectorises it (no branch, no libm call):
+       |x| <= 0.927734375: x + x P(x^2), P of degree 5; beyond: 1 - exp(R(|x|)), R of degree 8 fitting
+       log(erfc(t)), signed as x. The coefficients are near-minimax fits made for this file (Lawson's iteratively
+       reweighted least squares against scipy's erf and erfc in float64: P within 1.7e-8 of erf(x)/x - 1, R within
+       1.2e-8 of log erfc), rounded to float; tests/test_c_math.py measures the float result on each path (every
+       509th float and a dense grid). |x| is capped at 4, where erf is 1 in float (1 - 1.5e-8), so the polynomial
+       never meets inf and +-inf give +-1 exactly; NaN fails every comparison and stays NaN through the small piece;
+       -0 gives -0. The exp is tl_exp_reduced's, unclamped: R stays in [-18, 0]. gcc vectorises it with exp's flags
+       (avx2 and avx512; the portable path has no vector rint), and the vector results equal the scalar ones. */
+    float t = __builtin_fabsf(x), s = x * x;
+    float small = -5.987081095e-04f;
+    small = TL_FMA(small, s, 4.992952105e-03f);
+    small = TL_FMA(small, s, -2.676688507e-02f);
+    small = TL_FMA(small, s, 1.128183827e-01f);
+    small = TL_FMA(small, s, -3.761249781e-01f);
+    small = TL_FMA(small, s, 1.283791512e-01f);
+    small = TL_FMA(small, x, x);
+    float tc = t > 4.0f ? 4.0f : t;
+    float r = 1.602487600e-06f;
+    r = TL_FMA(r, tc, -4.535453263e-05f);
+    r = TL_FMA(r, tc, 5.907148006e-04f);
+    r = TL_FMA(r, tc, -4.730280023e-03f);
+    r = TL_FMA(r, tc, 2.633553371e-02f);
+    r = TL_FMA(r, tc, -1.099251732e-01f);
+    r = TL_FMA(r, tc, -6.319953203e-01f);
+    r = TL_FMA(r, tc, -1.130131483e+00f);
+    r = TL_FMA(r, tc, 2.942740975e-04f);
+    float n, e = tl_exp_reduced(r, &n);
+    float big = __builtin_copysignf(1.0f - e * tl_pow2i((int32_t)n), x);
+    return t > 0.927734375f ? big : small;
 }
 /* x^p for int64, exact and wrapping as NumPy's and torch's (unsigned products wrap defined); a negative p gives
    the integer part of 1/x^p: 1 for x = 1, ±1 for x = -1, 0 otherwise */
