@@ -261,3 +261,24 @@ def test_sum_of_n_uses_gives_n(n):
     sum(x for _ in range(n)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full(2, float(n)))
     assert math.isfinite(float(x.grad.sum()))
+
+
+def test_backward_and_realize_leave_the_cyclic_collector_as_they_found_it():
+    """backward and realize pause Python's cyclic collector while they build and free their graph (graph.bulk):
+    on again afterwards, also after an error, and left off where the caller had turned it off."""
+    import gc
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        x = leaf(3)
+        (x * x).sum().backward()
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError, match="implicitly"):
+            (x * 2).backward()
+        assert gc.isenabled()
+        gc.disable()
+        (x * x).sum().backward()
+        tl.realize(x * 3)
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -1,6 +1,7 @@
 """The FlashAttention rewrite (tinyllm/rewrite/flash.py) and its kernels (ops/attention.py, runtime_c/attention.c),
 on every runtime: attention written the plain way must become one FLASH_ATTN node, and its values and gradients
 must match torch's scaled_dot_product_attention and the unrewritten graph; near misses must stay as written."""
+import gc
 import math
 
 import numpy as np
@@ -300,6 +301,7 @@ def test_gpt_uses_flash_attention_in_every_layer():
 def test_training_steps_keep_no_old_graph_alive():
     """Rewriting before autograd caches the rewritten graph by its root; the cache must not keep the graph (and
     the old parameters it reads) alive once the step is over: memory after each step stays the same."""
+    gc.collect()  # earlier tests' garbage cycles, freed whenever the collector next runs, are no part of this
     held = [tl.memory_allocated() for _ in tiny_gpt_steps(4)]
     assert held[1] == held[2] == held[3], held
 

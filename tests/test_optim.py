@@ -298,6 +298,43 @@ def test_step_frees_old_values_chunk_by_chunk(runtime):
     assert tl.memory_allocated() - before <= param_bytes / 16  # nothing else stays
 
 
+@pytest.mark.parametrize("runtime", ["numpy", "c"])
+@pytest.mark.parametrize("name", ["AdamW", "Adam", "SGD"])
+def test_update_from_a_remembered_schedule_equals_the_built_graph(name, runtime):
+    """From its third step a chunk runs the schedule its update graph had before, without building the graph
+    (Optimizer._apply): bit for bit what building it gives (a subclass with its own _update builds it every time),
+    through a changing learning rate, a parameter without a gradient for a step, an option changed and one
+    gradient given to two parameters."""
+    kw = dict(SGD=dict(lr=0.1, momentum=0.9, weight_decay=0.01), AdamW=dict(lr=0.01, weight_decay=0.1),
+              Adam=dict(lr=0.01, weight_decay=0.05))[name]
+    cls = getattr(optim, name)
+    built = type("Built", (cls,), {"_update": lambda self, *args: cls._update(self, *args)})
+    shapes = [(4, 3), (3,), (4, 3), (2, 5)]
+    runs = []
+    for kind in (cls, built):
+        rng = np.random.default_rng(0)
+        params = [tl.tensor(rng.standard_normal(s).astype(np.float32), device=runtime, requires_grad=True)
+                  for s in shapes]
+        opt = kind([{"params": params[:3]}, {"params": params[3:], "weight_decay": 0.0}], **kw)
+        opt.CHUNKS = 2
+        sched = optim.LambdaLR(opt, lambda step: 1.0 / (1 + step))
+        for step in range(8):
+            grads = [tl.tensor(rng.standard_normal(s).astype(np.float32), device=runtime) for s in shapes]
+            grads[2] = grads[0] if step == 5 else grads[2]  # one tensor read twice: another graph
+            for i, (p, g) in enumerate(zip(params, grads)):
+                p.grad = None if (step == 4 and i == 1) else g
+            if step == 6:
+                opt.param_groups[0]["weight_decay"] = 0.2
+            opt.step()
+            sched.step()
+        runs.append([p.numpy() for p in params] + [v.numpy() for st in opt.state.values() for v in st.values()
+                                                   if isinstance(v, tl.Tensor)])
+        if kind is cls:
+            assert opt._schedules, "the schedules were not remembered"
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
 # ---- impossible hyperparameters and clip_grad_norm_'s flags (issue 20) -----------------------------------
 
 @pytest.mark.parametrize("cls, kwargs, message", [

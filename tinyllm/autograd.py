@@ -26,16 +26,31 @@ def prepare(root):
     return root
 
 
-def gradients(root, root_grad, targets):
+def walk(root):
+    """The nodes gradients() walks from `root` (already prepared), sources first: the walk stops at DETACH."""
+    return toposort([root], stop=_detached)
+
+
+def _detached(node):
+    return node.op == "DETACH"
+
+
+def gradients(root, root_grad, targets, order=None):
     """d root / d t for each node t in `targets`, as graph nodes (None where root does not depend on t).
-    The walk starts from `prepare(root)`."""
+    The walk starts from `prepare(root)`; `order`: walk(prepare(root)), where the caller has it."""
     root = prepare(root)
     targets = set(targets)
-    order = toposort([root], stop=lambda n: n.op == "DETACH")
+    if order is None or order[-1] is not root:
+        order = walk(root)
     leads = set()  # nodes with a path to a target: only those need a gradient
     for node in order:
-        if node in targets or any(s in leads for s in node.src):
+        if node in targets:
             leads.add(node)
+            continue
+        for s in node.src:
+            if s in leads:
+                leads.add(node)
+                break
     grads = {root: root_grad}
     for node in reversed(order):
         dy = grads.get(node)

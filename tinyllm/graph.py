@@ -4,10 +4,13 @@ A Node is (op, src, arg, shape, dtype). Building a node that already exists retu
 equal subexpressions are shared and a node can key any cache. Shape and dtype come from the op's own rule in
 `tinyllm.ops`, which raises a clear error for bad input when the node is built, long before anything runs.
 """
+import functools
+import gc
 import math
+import weakref
 
 from . import dtype as dt
-from .weak import WeakValues
+from .weak import WeakValues, forget as _forget
 
 OPS = {}  # op name -> its definition class (filled by tinyllm.ops)
 
@@ -19,13 +22,14 @@ class Node:
     def __new__(cls, op, src, arg, shape, dtype):
         # -0.0 == 0.0 in Python, but they are different constants (1/-0.0 is -inf): key floats by their sign too
         key = (op, src, (arg, math.copysign(1.0, arg)) if type(arg) is float else arg, shape, dtype)
-        node = Node._cache.get(key)
+        ref = _refs.get(key)  # (WeakValues.get and __setitem__ inlined: this runs for every node of every step)
+        node = None if ref is None else ref()
         if node is None:
             node = object.__new__(cls)
             node.op, node.src, node.arg, node.shape, node.dtype = op, src, arg, shape, dtype
             node.buffer = None  # set when the node's value is realized and kept (see realizer.py)
             node._strides = None
-            Node._cache[key] = node
+            _refs[key] = _weakref(node, _partial(_forget, _refs, key))
         return node
 
     def __repr__(self):
@@ -76,6 +80,28 @@ class Node:
         return self.permute(tuple(range(n - 2)) + (n - 1, n - 2))
 
 
+_refs = Node._cache._refs
+_weakref, _partial = weakref.ref, functools.partial
+
+
+def bulk(fn):
+    """Decorator for the library's bursts of graph (a backward pass, an optimizer step, a realize): Python's cyclic
+    collector waits until fn returns. The thousands of nodes, keys and tensors such a burst makes die by reference
+    counting when it ends; collections in the middle would only walk them, and by promoting them bring on full
+    collections that walk the whole heap (several ms per training step). Nothing goes uncollected: the
+    collector's counts keep growing meanwhile, so it runs on the next allocation after fn if it is due."""
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():  # (the caller's choice, or an enclosing burst)
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+    return paused
+
+
 def build(op, *src, arg=None):
     """Make (or find) the node `op(src; arg)`, checking shapes and dtypes with the op's own rule."""
     definition = OPS.get(op)
@@ -96,27 +122,28 @@ def const(value, shape=(), dtype=dt.float32):
     return Node("CONST", (), value, tuple(shape), dtype)
 
 
-def toposort(roots, stop=lambda node: False, sources=lambda node: node.src):
+def toposort(roots, stop=None, sources=None):
     """Nodes reachable from `roots`, each after all of its sources. Iterative, so graphs of any depth work.
     A node for which `stop(node)` is true is listed but not walked into; `sources(node)` gives the order in
-    which a node's sources are visited (and so listed)."""
+    which a node's sources are visited (and so listed), node.src where it is None."""
     order, done = [], set()
     for root in roots:
         if root in done:
             continue
         stack = [(root, False)]
+        push, pop = stack.append, stack.pop
         while stack:
-            node, expanded = stack.pop()
+            node, expanded = pop()
             if node in done:
                 continue
-            if expanded or stop(node):
+            if expanded or (stop is not None and stop(node)):
                 done.add(node)
                 order.append(node)
                 continue
-            stack.append((node, True))
-            for s in reversed(sources(node)):
+            push((node, True))
+            for s in reversed(node.src if sources is None else sources(node)):
                 if s not in done:
-                    stack.append((s, False))
+                    push((s, False))
     return order
 
 

@@ -3,7 +3,11 @@ parameter as graph and realizes it in a few chunks (C runtime: one kernel per pa
 import math
 import numbers
 
+from . import realizer
+from .env import debug_level
 from .factory import zeros_like
+from .graph import Node, bulk
+from .replay import record
 from .replay.jit import host_values
 from .realizer import assign
 from .tensor import Tensor
@@ -34,6 +38,7 @@ class Optimizer:
                 seen.add(id(p))
             self.param_groups.append(group)
         self.defaults, self.state = defaults, {}
+        self._schedules = {}  # _chunk_key -> (runtime, schedule, feeds as positions in the tensors read, writes)
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
@@ -41,6 +46,7 @@ class Optimizer:
                 if p.grad is not None:
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
+    @bulk
     def step(self):
         """Update the parameters in about CHUNKS realizes: a chunk's old values (parameters, moments) are freed
         as soon as its new ones exist, so the step's peak memory holds one chunk of new values beside the
@@ -63,19 +69,109 @@ class Optimizer:
 
         scalars = host_values(host_step)
         budget = sum(p.numel() for _, p, _ in params) / self.CHUNKS
-        targets, values, size = [], [], 0
+        chunk, size = [], 0
         for _, p, group in params:
+            chunk.append((p, group, {name: scalars[key] for name, key in keys[p].items()}))
+            size += p.numel()
+            if size >= budget:
+                self._apply(chunk)
+                chunk, size = [], 0
+        if chunk:
+            self._apply(chunk)
+
+    def _apply(self, chunk):
+        """Compute and assign the updates of a chunk of (parameter, group, host values). The update's graph is a
+        function of what `_chunk_key` names (shapes, dtypes, devices, the group's options, the state's tensors
+        and which of the tensors read are one and the same), so once a chunk of one key ran, its schedule runs
+        again on the new values without building the graph: the same kernels on the same inputs, the same results.
+        Only where the update's graph is known to be such a function (the built-in `_update`s), and never while
+        tinyllm.jit records a step or TINYLLM_DEBUG reports each realize."""
+        read = []  # the tensors the update reads: per parameter itself, its gradient, state tensors, host values
+        for p, group, hyper in chunk:
             state = self.state[p]
-            hyper = {name: scalars[key] for name, key in keys[p].items()}
+            read += [p, p.grad, *(state[k] for k in sorted(state) if isinstance(state[k], Tensor)),
+                     *(hyper[k] for k in sorted(hyper))]
+        key = self._chunk_key(chunk, read)
+        schedules = vars(self).setdefault("_schedules", {})  # (a subclass's __init__ may not call Optimizer's)
+        cached = schedules.get(key) if key is not None else None
+        if cached is not None and record.active is None and realizer.CACHE_SCHEDULES and not debug_level():
+            runtime, schedule, feeding, writes = cached
+            nodes = [t.node for t in read]
+            feeds = []
+            for i in feeding:
+                n = nodes[i]
+                buf = n.buffer if n.buffer is not None else n.arg if n.op == "LOAD" else None
+                if buf is None or buf.runtime is not runtime:
+                    break
+                feeds.append(buf)
+            else:
+                buffers = runtime.execute(schedule, feeds)
+                for (j, name), buf in zip(writes, buffers):
+                    p = chunk[j][0]
+                    (self.state[p][name] if name is not None else p).node = Node("LOAD", (), buf, buf.shape, buf.dtype)
+                return
+        nodes = [t.node for t in read]  # (assign replaces the nodes of what it updates)
+        targets, values, writes = [], [], []
+        for j, (p, group, hyper) in enumerate(chunk):
+            state = self.state[p]
             for t, v in self._update(p.detach(), p.grad, state, group, hyper):
                 targets.append(state[t] if isinstance(t, str) else p)
                 values.append(v)
-            size += p.numel()
-            if size >= budget:
-                assign(targets, values)
-                targets, values, size = [], [], 0
-        if targets:
-            assign(targets, values)
+                writes.append((j, t if isinstance(t, str) else None))
+        done = assign(targets, values)
+        if key is None or done is None or len(done[3]) != len(values) or key != self._chunk_key(chunk, read):
+            return  # (the state gained its tensors: the next step's graph is another one)
+        runtime, schedule, leaves, _ = done
+        first = {}
+        for i, n in enumerate(nodes):
+            first.setdefault(n, i)
+        feeding = [first.get(leaf) for leaf in leaves]
+        if None not in feeding:
+            schedules[key] = (runtime, schedule, feeding, writes)
+            while len(schedules) > 4 * self.CHUNKS:
+                del schedules[next(iter(schedules))]  # the oldest goes first
+
+    def _chunk_key(self, chunk, read):
+        """What the update graph of `chunk` is built from, or None where the cache does not apply: an `_update`
+        not known to depend on nothing else, an unhashable option, a tensor read that is not a realized value."""
+        if type(self)._update not in _PURE_UPDATES:
+            return None
+        nodes = [t.node for t in read]
+        for n in nodes:
+            if n.buffer is None and n.op != "LOAD":
+                return None
+        first = {}
+        same = tuple(first.setdefault(n, i) for i, n in enumerate(nodes))
+        parts, options = [same, type(self), tuple(realizer.PASSES["schedule"])], {}
+        try:
+            for p, group, hyper in chunk:
+                state = self.state[p]
+                if id(group) not in options:  # (a chunk's parameters mostly share a group)
+                    options[id(group)] = tuple((k, _frozen(v)) for k, v in sorted(group.items())
+                                               if k not in _HOST_OPTIONS)
+                parts.append((p.shape, p.dtype, p.device, p.grad.shape, p.grad.dtype, p.grad.device,
+                              options[id(group)],
+                              tuple((k, state[k].shape, state[k].dtype, state[k].device) for k in sorted(state)
+                                    if isinstance(state[k], Tensor)),
+                              tuple((k, hyper[k].shape, hyper[k].dtype, hyper[k].device) for k in sorted(hyper))))
+        except TypeError:
+            return None
+        return tuple(parts)
+
+
+_HOST_OPTIONS = ("params", "lr")  # group entries no built-in update bakes into its graph (lr is a host value)
+
+
+def _frozen(value):
+    """An option as a key that is equal only where the graphs built from it are: its type, and a float's sign (the
+    constants -0.0 and 0.0 differ); TypeError for what does not compare by value (a Tensor's == builds a graph)."""
+    if isinstance(value, tuple):
+        return tuple(_frozen(v) for v in value)
+    if type(value) is float:
+        return float, value, math.copysign(1.0, value)
+    if value is None or type(value) in (bool, int, str):
+        return type(value), value
+    raise TypeError(f"option {value!r:.40} is not a plain value")
 
 
 def _check_lr(lr):
@@ -206,3 +302,6 @@ def warmup_cosine(warmup_steps, max_steps, min_ratio=0.1):
 class WarmupCosineLR(LambdaLR):
     def __init__(self, optimizer, warmup_steps, max_steps, min_ratio=0.1):
         super().__init__(optimizer, warmup_cosine(warmup_steps, max_steps, min_ratio))
+
+
+_PURE_UPDATES = (SGD._update, AdamW._update, Adam._update)  # their graphs depend on _chunk_key's parts alone

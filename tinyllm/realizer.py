@@ -5,7 +5,7 @@ import time
 
 from .replay import record
 from .env import debug_level
-from .graph import Node, substitute, toposort
+from .graph import Node, bulk, substitute
 from .ops import Group
 from .rewrite.engine import trace
 from .rewrite.pipeline import PASSES, pipeline
@@ -17,22 +17,29 @@ CACHE_SCHEDULES = True  # tests of the passes turn this off to see them run on e
 _schedules = {}  # (runtime, passes, structure) -> Schedule over SLOT inputs
 
 
-def _is_input(node):
-    return node.buffer is not None or node.op == "LOAD"
-
-
 def structure(roots):
     """The graph behind `roots` as a hashable key in which buffers count only by shape and dtype, and the
     buffers themselves in the order the key numbers them. Equal keys mean one schedule serves both graphs."""
     index, parts, leaves = {}, [], []
-    for n in toposort(roots, stop=_is_input):
-        if _is_input(n):
-            leaves.append(n)
-            parts.append(("INPUT", n.shape, n.dtype))
-        else:
-            arg = (n.arg, math.copysign(1.0, n.arg)) if type(n.arg) is float else n.arg  # -0.0 apart from 0.0
-            parts.append((n.op, arg, n.shape, n.dtype, tuple(index[s] for s in n.src)))
-        index[n] = len(parts) - 1
+    for root in roots:  # graph.toposort with inputs as stops, inlined: this runs on every step's whole graph
+        stack = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if n in index:
+                continue
+            if n.buffer is not None or n.op == "LOAD":  # an input
+                leaves.append(n)
+                parts.append(("INPUT", n.shape, n.dtype))
+            elif expanded:
+                arg = (n.arg, math.copysign(1.0, n.arg)) if type(n.arg) is float else n.arg  # -0.0 apart from 0.0
+                parts.append((n.op, arg, n.shape, n.dtype, tuple([index[s] for s in n.src])))
+            else:
+                stack.append((n, True))
+                for s in reversed(n.src):
+                    if s not in index:
+                        stack.append((s, False))
+                continue
+            index[n] = len(parts) - 1
     return (tuple(parts), tuple(index[r] for r in roots)), leaves
 
 
@@ -49,9 +56,17 @@ def realize(*tensors):
     nothing needs them. Realized tensors keep their graph if they need gradients, and drop it otherwise.
     Schedules (rewritten, scheduled, compiled graphs) are cached by structure: a training step that repeats
     with the same shapes runs no pass and compiles nothing again."""
+    _realize(tensors)
+    return tensors
+
+
+@bulk
+def _realize(tensors):
+    """realize's work; returns (runtime, schedule, leaves, todo): the schedule that ran, the input nodes its SLOTs
+    stand for (in order) and the tensors it computed, or None when nothing was to compute."""
     todo = [t for t in tensors if t.node.op != "LOAD" and t.node.buffer is None]
     if not todo:
-        return tensors
+        return None
     devices = {t.device for t in todo}
     if len(devices) > 1:
         raise RuntimeError(f"realize: tensors are on different devices {sorted(devices)}: move them with .to()")
@@ -92,14 +107,15 @@ def realize(*tensors):
         print(f"[tinyllm] realize on {runtime.name}: {len(schedule.kernels)} kernels, "
               f"{(time.perf_counter() - start) * 1e3:.1f} ms; rewrites: {rules}")
         del trace[mark:]
-    return tensors
+    return runtime, schedule, leaves, todo
 
 
 def assign(targets, values):
     """Give each target tensor the realized value of its new tensor, keeping the target's identity: how the
-    optimizers update parameters and moments (torch updates them in place)."""
-    realize(*values)
+    optimizers update parameters and moments (torch updates them in place). Returns what _realize returns."""
+    done = _realize(values)
     for t, v in zip(targets, values):
         if record.active is not None:
             record.active.assigned(t, v.node)
         t.node = v.node
+    return done

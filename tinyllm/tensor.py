@@ -9,8 +9,8 @@ import numpy as np
 
 from .replay import record
 from . import dtype as dt
-from .autograd import gradients, prepare
-from .graph import Node, build, const, toposort
+from .autograd import gradients, prepare, walk
+from .graph import Node, build, bulk, const
 from .realizer import realize
 from .runtime import get as get_runtime
 from .views import is_contiguous, strides_of, view_strides
@@ -30,6 +30,7 @@ class no_grad:
         _grad_enabled.pop()
 
     def __call__(self, fn):
+        @functools.wraps(fn)  # keeps fn's name, docstring and signature (inspect.signature follows __wrapped__)
         def wrapped(*args, **kwargs):
             with no_grad():
                 return fn(*args, **kwargs)
@@ -74,7 +75,9 @@ class Tensor:
     @classmethod
     def _from_node(cls, node, device, requires_grad=False, leaf=True):
         t = object.__new__(cls)
-        t._init(node, device, requires_grad, leaf)
+        t._node, t.device, t._grad, t.is_leaf, t.requires_grad = node, device, None, leaf, False  # (_init, inlined)
+        if requires_grad:
+            t.requires_grad_(True)
         return t
 
     # The graph node behind this tensor. A leaf that requires grad always sits on its own buffer, so the
@@ -274,6 +277,7 @@ class Tensor:
         return self.to(dtype) if dtype is not None else f"tinyllm.{self.dtype.name}"
 
     # ---- autograd -------------------------------------------------------------------------------------------
+    @bulk
     def backward(self, gradient=None, retain_graph=False):
         """Build the gradient graph of this tensor and realize it with the forward pass; gradients accumulate
         into the .grad of every leaf that requires grad."""
@@ -295,9 +299,9 @@ class Tensor:
             seed = gradient.to(self.dtype)._node
         if self._node.buffer is None:  # compute the value through the graph the gradients are built from
             self._node = prepare(self._node)
-        leaves = [t for n in toposort([self._node], stop=lambda n: n.op == "DETACH")
-                  if (t := _grad_leaves.get(n)) is not None and t.requires_grad]
-        grads = gradients(self._node, seed, [t._node for t in leaves])
+        order = walk(self._node)  # (the walk gradients() makes too, when this node is the prepared one)
+        leaves = [t for n in order if (t := _grad_leaves.get(n)) is not None and t.requires_grad]
+        grads = gradients(self._node, seed, [t._node for t in leaves], order)
         updated = []
         for t in leaves:
             g = grads[t._node]
@@ -315,10 +319,13 @@ class Tensor:
     def _make(self, node, *inputs):
         """Wrap a new node; it requires grad if any input does (unless gradients are off), and only if it is
         floating-point: comparisons, argmax and casts to integers have no gradient, as in torch."""
-        needs = node.dtype.is_float and any(t.requires_grad for t in (self,) + inputs)
+        needs = self.requires_grad or any(t.requires_grad for t in inputs)
+        needs = needs and node.dtype.is_float
         if needs and not _grad_enabled[-1]:
             node, needs = build("DETACH", node), False
-        return Tensor._from_node(node, self.device, leaf=not needs)._mark(needs)
+        t = object.__new__(Tensor)  # (_from_node, inlined: every op of every step comes here)
+        t._node, t.device, t._grad, t.is_leaf, t.requires_grad = node, self.device, None, not needs, needs
+        return t
 
     def _mark(self, needs):
         self.requires_grad = needs
@@ -330,6 +337,8 @@ class Tensor:
             if x.device != self.device:
                 raise RuntimeError(f"expected all tensors on one device, got {self.device} and {x.device}: use .to()")
             return x
+        if type(x) is float and dtype is None and self._node.dtype.is_float:  # the common case, as below
+            return Tensor._from_node(const(x, self._node.shape, self._node.dtype), self.device)
         if isinstance(x, (bool, int, float, np.number)):
             if dtype is None:
                 kind = dt.bool_ if isinstance(x, (bool, np.bool_)) else dt.int64 if isinstance(x, (int, np.integer)) else dt.float32
@@ -349,13 +358,17 @@ class Tensor:
     def _broadcast(self, *others, name):
         """Promote to one dtype and broadcast to one shape, through CAST and EXPAND only."""
         ts = [self] + [self._as(o) for o in others]
-        if all(t.shape == self.shape and t.dtype is self.dtype for t in ts):
+        shape, dtype = self._node.shape, self._node.dtype
+        for t in ts:
+            if t._node.shape != shape or t._node.dtype is not dtype:
+                break
+        else:
             return ts  # the common case: nothing to promote or broadcast
         dtype = ts[0].dtype
         for t in ts[1:]:
             dtype = dt.result_type(dtype, t.dtype)
         shape = _broadcast_shape([t.shape for t in ts], name)
-        return [t.to(dtype).expand(*shape) for t in ts]
+        return [t if t.shape == shape and t.dtype is dtype else t.to(dtype).expand(*shape) for t in ts]
 
     def _binary(self, op, other, reverse=False, name=None):
         a, b = self._broadcast(other, name=name or op.lower())
@@ -776,6 +789,8 @@ class Tensor:
 
     def expand(self, *sizes):
         sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if sizes == self._node.shape:  # (what the checks below come to for the same shape)
+            return self
         if len(sizes) < self.ndim:
             raise RuntimeError(f"expand: the number of sizes {sizes} must be at least the number of dims {self.shape}")
         lead = len(sizes) - self.ndim
@@ -945,11 +960,17 @@ class Tensor:
 
 
 def _broadcast_shape(shapes, name):
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ValueError(f"{name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together: "
-                         "sizes must match or be 1, aligned from the last axis") from None
+    """np.broadcast_shapes' result, without the arrays it makes to find it."""
+    out = [1] * max((len(s) for s in shapes), default=0)
+    for s in shapes:
+        for i, d in enumerate(s, len(out) - len(s)):
+            if d != out[i]:
+                if out[i] == 1:
+                    out[i] = d
+                elif d != 1:
+                    raise ValueError(f"{name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be "
+                                     "broadcast together: sizes must match or be 1, aligned from the last axis")
+    return tuple(out)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
@@ -964,6 +985,8 @@ def _numpy_names(method):
     """torch also takes NumPy's names, axis= for dim= and keepdims= for keepdim=, wherever a method has a dim."""
     @functools.wraps(method)
     def accepting(*args, **kwargs):
+        if not kwargs:  # the common call: nothing to rename
+            return method(*args)
         for numpy_name, name in (("axis", "dim"), ("keepdims", "keepdim")):
             if numpy_name in kwargs:
                 if name in kwargs:

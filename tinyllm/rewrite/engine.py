@@ -104,10 +104,6 @@ class PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
 
-def _is_leaf(node):
-    return node.buffer is not None or not node.src
-
-
 SRCS, REBUILT = object(), "(rebuilt)"  # stack steps: see graph_rewrite
 
 
@@ -120,34 +116,38 @@ def graph_rewrite(roots, pm, name="rewrite"):
     # rebuild the node on them or try the rules. Otherwise step names the rule (REBUILT for a rebuild) that
     # replaced node by `new`: node's final form is new's. depth counts the replacements that led to a node.
     stack = [(r, None, None, 0) for r in reversed(roots)]
+    push, pop = stack.append, stack.pop
+    for_op = pm._for_op  # op -> its rules (filled by pm.rules_for): an op with none needs no match
     while stack:
-        node, step, new, depth = stack.pop()
+        node, step, new, depth = pop()
         if step is None:
             if node in done:
                 continue
             if node in active:
                 raise RuntimeError(_loop_message(name, node, stack))
-            if _is_leaf(node):
+            if node.buffer is not None or not node.src:  # a leaf
                 done[node] = node
                 continue
             active.add(node)
-            stack.append((node, SRCS, None, depth))
-            stack.extend((s, None, None, 0) for s in reversed(node.src) if s not in done)
+            push((node, SRCS, None, depth))
+            for s in reversed(node.src):
+                if s not in done:
+                    push((s, None, None, 0))
         elif step is SRCS:
-            src = tuple(done[s] for s in node.src)
+            src = tuple([done[s] for s in node.src])
             if src != node.src:
                 new, rule = Node(node.op, src, node.arg, node.shape, node.dtype), REBUILT
-            elif (hit := pm.rewrite(node)) is not None:
+            elif for_op.get(node.op) == [] or (hit := pm.rewrite(node)) is None:
+                done[node] = node
+                active.discard(node)
+                continue
+            else:
                 new, rule = hit
                 for sink in sinks:
                     sink.append(Fired(name, rule, node.op))
                 if new.shape != node.shape or new.dtype is not node.dtype:
                     raise RuntimeError(f"pass {name}: rule {rule} turned {node} into {new}: a rewrite must keep "
                                        "shape and dtype")
-            else:
-                done[node] = node
-                active.discard(node)
-                continue
             if depth >= MAX_CHAIN:
                 top = Counter(e[1] for e in stack if isinstance(e[1], str) and e[1] != REBUILT).most_common(3)
                 raise RuntimeError(f"pass {name}: no fixed point after {MAX_CHAIN} successive rewrites of one node; "
