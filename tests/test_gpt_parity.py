@@ -298,19 +298,21 @@ def test_generate_top_k_1_is_greedy():
 
 
 def test_generate_replays_the_forward_after_three_tokens(monkeypatch):
-    """generate() runs the model's Python for the first three tokens only (tinyllm.jit records the forward on the
-    second and third and replays it after), with the same tokens as the forward run every time (jit off)."""
+    """generate(use_cache=False) runs the model's Python for the first three tokens only (tinyllm.jit records the
+    forward on the second and third and replays it after), with the same tokens as the forward run every time (jit
+    off). (The cached path's replay: tests/test_generate.py.)"""
     model, _ = sharpened_pair(seed=20)
     prompt = np.random.default_rng(21).integers(0, CFG["vocab_size"], (2, 3))
     calls = []
     features = GPT._features
     monkeypatch.setattr(GPT, "_features", lambda self, idx: calls.append(1) or features(self, idx))
     tl.manual_seed(22)
-    out = model.generate(tl.tensor(prompt), 12).numpy()
+    out = model.generate(tl.tensor(prompt), 12, use_cache=False).numpy()
     assert len(calls) == 3
     monkeypatch.setattr(sys.modules["tinyllm.replay.jit"], "jit", lambda fn: fn)  # every token through the model's Python
+    model.__dict__.pop("_decoders", None)  # (generate keeps its jitted steps between calls)
     tl.manual_seed(22)
-    np.testing.assert_array_equal(model.generate(tl.tensor(prompt), 12).numpy(), out)
+    np.testing.assert_array_equal(model.generate(tl.tensor(prompt), 12, use_cache=False).numpy(), out)
     assert len(calls) == 3 + 12
 
 

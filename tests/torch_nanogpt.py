@@ -1,8 +1,8 @@
 """A nanoGPT-shaped GPT in plain torch, the reference that tinyllm's GPT is checked against.
 
 Same parameter names as nanoGPT (transformer.wte/wpe/h.{i}/ln_f, lm_head tied to wte), so state dicts map
-one to one. Attention is the explicit form (q kᵀ/√d, causal mask, softmax, @v) and the MLP uses GPT-2's
-tanh GELU, which is what tinyllm's GPT computes.
+one to one. Attention is the explicit form (q kᵀ/√d, causal mask, softmax, @v) and the MLP's GELU is
+nanoGPT's exact (erf) one by default, or GPT-2's tanh form with gelu="tanh", as tinyllm's GPTConfig.
 """
 import math
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ class GPTConfig:
     n_embd: int = 384
     dropout: float = 0.0
     bias: bool = True
+    gelu: str = "exact"  # "exact": nn.GELU() as nanoGPT; "tanh": GPT-2's approximation
 
 
 class CausalSelfAttention(nn.Module):
@@ -52,7 +53,7 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU(approximate="tanh")
+        self.gelu = nn.GELU(approximate="none" if config.gelu == "exact" else "tanh")
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 

@@ -9,13 +9,15 @@ from . import ops  # noqa: F401  (registers the primitives)
 from .dtype import float16, float32, float64, int64, bool_, DType  # noqa: F401
 from .tensor import Tensor, no_grad, is_grad_enabled, arange  # noqa: F401
 from .factory import (tensor, zeros, ones, full, zeros_like, ones_like, full_like, randn, rand, randint,  # noqa: F401
-                      randn_like, rand_like, manual_seed, multinomial, cat, stack, where, eye, linspace)
+                      randn_like, rand_like, manual_seed, multinomial, cat, stack, where, eye, linspace,
+                      Generator, default_generator)
 from .realizer import realize as _realize
 from .runtime import max_memory_allocated, memory_allocated, reset_peak_memory_stats, empty_cache  # noqa: F401
 from . import nn, optim  # noqa: F401,E402
 from .utils.checkpoint import checkpoint  # noqa: F401,E402
 from .einsum import einsum  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
+from . import sampling  # noqa: F401,E402
 
 half = float16  # torch.half
 float = float32  # torch.float

@@ -1,4 +1,7 @@
-"""Creating tensors, with torch's names. Random numbers come from one seeded generator (manual_seed)."""
+"""Creating tensors, with torch's names. Random numbers come from a Generator: the default one (seeded by
+manual_seed) or the one passed as `generator=`."""
+import copy
+
 import numpy as np
 
 from . import dtype as dt
@@ -6,15 +9,79 @@ from .graph import build, const
 from .runtime import get as get_runtime
 from .tensor import Tensor, arange  # noqa: F401  (arange lives beside Tensor, which uses it)
 
-_rng = [np.random.default_rng(0)]
+
+class Generator:
+    """A source of random numbers, as torch.Generator: `Generator().manual_seed(s)` makes whatever is drawn
+    from it reproducible (`tinyllm.randn(..., generator=g)`, `tinyllm.sampling.sample(..., generator=g)`).
+    It holds a NumPy Generator (PCG64), reseeded in place, so a reference to it stays valid; seed s gives the
+    stream of `np.random.default_rng(s)`. Random numbers are drawn on the host whatever the device (`device`
+    is accepted for torch's signature)."""
+
+    def __init__(self, device=None):
+        self._np = np.random.default_rng(0)
+        self._initial_seed = 0
+
+    def manual_seed(self, seed):
+        """Seed it; returns the generator, as torch. A negative seed is taken modulo 2⁶⁴, as torch does."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"Generator.manual_seed: the seed must be an int, got {type(seed).__name__} {seed!r:.40}")
+        seed = int(seed)
+        if not -2 ** 63 <= seed < 2 ** 64:
+            raise ValueError(f"Generator.manual_seed: seed {seed} is out of range [-2**63, 2**64)")
+        seed %= 2 ** 64
+        self._np.bit_generator.state = np.random.PCG64(seed).state
+        self._initial_seed = seed
+        return self
+
+    def seed(self):
+        """Seed it from the operating system's entropy; returns that seed (so it can be reported and reused)."""
+        seed = int(np.random.SeedSequence().entropy) % 2 ** 64
+        self.manual_seed(seed)
+        return seed
+
+    def initial_seed(self):
+        """The seed it was last seeded with (0 for a generator never seeded)."""
+        return self._initial_seed
+
+    def get_state(self):
+        """Its state, to restore later with set_state: NumPy's bit-generator state, a JSON-able dict (torch gives a
+        byte tensor; this one can go into a checkpoint's JSON)."""
+        return copy.deepcopy(self._np.bit_generator.state)
+
+    def set_state(self, state):
+        if not isinstance(state, dict) or state.get("bit_generator") != type(self._np.bit_generator).__name__:
+            raise ValueError("Generator.set_state: expected a state returned by Generator.get_state(), got "
+                             f"{type(state).__name__} {state!r:.60}")
+        self._np.bit_generator.state = state
+        return self
+
+    def __repr__(self):
+        return f"tinyllm.Generator(initial_seed={self._initial_seed})"
+
+
+default_generator = Generator()
 
 
 def manual_seed(seed):
-    _rng[0] = np.random.default_rng(seed)
+    """Seed the default generator (what every random function draws from unless given `generator=`); returns it,
+    as torch.manual_seed."""
+    return default_generator.manual_seed(seed)
 
 
 def generator():
-    return _rng[0]
+    """The default generator's NumPy Generator (nn's initializers draw from it; a checkpoint saves its state)."""
+    return default_generator._np
+
+
+def numpy_generator(generator=None):
+    """The NumPy Generator to draw from: the default one, a tinyllm.Generator's, or a numpy.random.Generator as is."""
+    if generator is None:
+        return default_generator._np
+    if isinstance(generator, Generator):
+        return generator._np
+    if isinstance(generator, np.random.Generator):
+        return generator
+    raise TypeError(f"generator: expected a tinyllm.Generator, got {type(generator).__name__}")
 
 
 def _shape(size):
@@ -46,31 +113,32 @@ def ones_like(x, dtype=None): return full(x.shape, 1, dtype or x.dtype, x.device
 def full_like(x, value, dtype=None): return full(x.shape, value, dtype or x.dtype, x.device)
 
 
-def randn(*size, dtype=dt.float32, device=None, requires_grad=False):
-    data = _rng[0].standard_normal(_shape(size), dtype=np.float64)
+def randn(*size, dtype=dt.float32, device=None, requires_grad=False, generator=None):
+    data = numpy_generator(generator).standard_normal(_shape(size), dtype=np.float64)
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def rand(*size, dtype=dt.float32, device=None, requires_grad=False):
-    return Tensor(_rng[0].random(_shape(size)), dtype=dtype, device=device, requires_grad=requires_grad)
+def rand(*size, dtype=dt.float32, device=None, requires_grad=False, generator=None):
+    data = numpy_generator(generator).random(_shape(size))
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=dt.int64, device=None):
+def randint(low, high=None, size=(), dtype=dt.int64, device=None, generator=None):
     if high is None:
         low, high = 0, low
-    return Tensor(_rng[0].integers(low, high, size=tuple(size)), dtype=dtype, device=device)
+    return Tensor(numpy_generator(generator).integers(low, high, size=tuple(size)), dtype=dtype, device=device)
 
 
 def randn_like(x): return randn(*x.shape, dtype=x.dtype, device=x.device)
 def rand_like(x): return rand(*x.shape, dtype=x.dtype, device=x.device)
 
 
-def bernoulli_mask(shape, keep, device=None):
+def bernoulli_mask(shape, keep, device=None, generator=None):
     """A bool tensor, true with probability `keep` (dropout's mask)."""
-    return Tensor(_rng[0].random(tuple(shape)) < keep, device=device)
+    return Tensor(numpy_generator(generator).random(tuple(shape)) < keep, device=device)
 
 
-def multinomial(probs, num_samples=1):
+def multinomial(probs, num_samples=1, generator=None):
     """Draw `num_samples` indices per row of `probs` (with replacement), as torch.multinomial. Eager: it reads
     the probabilities now; sampling has no gradient."""
     p = probs.detach().numpy().astype(np.float64)
@@ -78,7 +146,8 @@ def multinomial(probs, num_samples=1):
     if (p2 < 0).any() or not np.isfinite(p2).all() or (p2.sum(-1) <= 0).any():
         raise RuntimeError("multinomial: probabilities must be finite, non-negative and not all zero in a row")
     p2 = p2 / p2.sum(-1, keepdims=True)
-    out = np.stack([_rng[0].choice(p2.shape[-1], size=num_samples, p=row) for row in p2])
+    rng = numpy_generator(generator)
+    out = np.stack([rng.choice(p2.shape[-1], size=num_samples, p=row) for row in p2])
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), device=probs.device)
 
 

@@ -58,13 +58,44 @@ class TANH(FloatUnary):
     def backward(dy, y): return (dy * (1.0 - y * y),)
 
 
-_erf = np.frompyfunc(math.erf, 1, 1)
+def _erf_table(edges=(0.0, 0.75, 1.5, 2.25, 3.0, 4.0, 5.0, 6.0), degree=12):
+    """Chebyshev interpolants of math.erf, one per interval of |x| (erf is 1 to float64 past 6): each is within
+    ~1e-16 of math.erf on its interval, so rounded to float32 they give math.erf's float32 value (tests check)."""
+    from numpy.polynomial import chebyshev
+    coefs = [chebyshev.Chebyshev.interpolate(np.vectorize(math.erf, otypes=[float]), degree, domain=[a, b]).coef
+             for a, b in zip(edges, edges[1:])]
+    mid = np.array([(a + b) / 2 for a, b in zip(edges, edges[1:])])
+    scale = np.array([2 / (b - a) for a, b in zip(edges, edges[1:])])
+    return np.array(edges), [np.ascontiguousarray(c) for c in np.array(coefs).T], mid, scale
+
+
+_ERF = []
+
+
+def erf(x):
+    """erf of a float array, in float64, vectorized (math.erf per element costs ~0.3 µs): Clenshaw's recurrence on
+    each element's interval's interpolant, odd symmetry, and near 0, where the interpolant's absolute error would be
+    a large relative one, erf's Taylor series to x⁹ (below 0.05 the next term is 1e-17 relative)."""
+    if not _ERF:
+        _ERF.append(_erf_table())
+    edges, coefs, mid, scale = _ERF[0]
+    x = np.asarray(x, np.float64)
+    ax = np.minimum(np.abs(x), edges[-1])  # NaN stays NaN
+    k = np.minimum(np.searchsorted(edges, ax, side="right") - 1, len(mid) - 1)
+    t = (ax - mid[k]) * scale[k]
+    b1, b2 = np.zeros_like(t), np.zeros_like(t)
+    for c in coefs[:0:-1]:
+        b1, b2 = c[k] + 2 * t * b1 - b2, b1
+    y = np.copysign(coefs[0][k] + t * b1 - b2, x)
+    x2 = x * x
+    taylor = x * (2 / math.sqrt(math.pi)) * (1 - x2 * (1 / 3 - x2 * (1 / 10 - x2 * (1 / 42 - x2 / 216))))
+    return np.where(np.abs(x) < 0.05, taylor, y)
 
 
 @register
 class ERF(FloatUnary):
     """y = erf x = (2/√π) ∫₀ˣ e^(-t²) dt  ⇒  dx = dy · (2/√π) · e^(-x²)"""
-    def forward(x): return np.asarray(_erf(x.astype(np.float64)), dtype=x.dtype)  # exact: math.erf per element
+    def forward(x): return erf(x).astype(x.dtype)
     def backward(dy, y):
         x = y.src[0]
         return (dy * (-(x * x)).exp() * (2.0 / math.sqrt(math.pi)),)
