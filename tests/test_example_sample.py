@@ -1,0 +1,77 @@
+"""examples/sample.py as a user runs it, on checkpoint files of examples/gpt.py --tiny (numpy runtime): streamed
+text, reproducible seeds, speculative decoding with a draft, and one-line errors with exit code 2."""
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("safetensors")
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def run(script, *flags, cwd):
+    cmd = [sys.executable, os.path.join(EXAMPLES, script), "--runtime", "numpy", *flags]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A corpus, a character model, a draft on the same characters, and a BPE model."""
+    root = tmp_path_factory.mktemp("sample_example")
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over a lazy dog while seven cats sat on the mat".split()
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(300)))
+    for name, flags in (("char", []), ("draft", ["--n-embd", "16", "--n-head", "2"]),
+                        ("bpe", ["--tokenizer", "bpe", "--vocab-size", "300"])):
+        r = run("gpt.py", "--tiny", "--data", str(corpus), "--ckpt-dir", str(root / name), "--max-iters", "2",
+                "--sample-tokens", "0", *flags, cwd=root)
+        assert r.returncode == 0, r.stderr
+    return root
+
+
+def test_samples_stream_the_prompt_and_report_tokens_per_second(trained):
+    r = run("sample.py", "--ckpt", str(trained / "char"), "--prompt", "the ", "--max-new-tokens", "12",
+            "--num-samples", "2", "--seed", "3", cwd=trained)
+    assert r.returncode == 0, r.stderr
+    samples = r.stdout.split("\n" + "-" * 40 + "\n")
+    assert len(samples) == 2
+    for s in samples:  # the prompt, 12 one-character tokens, a newline
+        assert s.startswith("the ") and s.endswith("\n") and len(s) == 4 + 12 + 1, repr(s)
+    assert r.stderr.count("tokens/s") == 2
+
+
+def test_a_seed_makes_samples_reproducible(trained):
+    flags = ("--ckpt", str(trained / "bpe"), "--prompt", "the", "--max-new-tokens", "10", "--top-p", "0.9")
+    a, b, c = (run("sample.py", *flags, "--seed", seed, cwd=trained) for seed in ("5", "5", "6"))
+    assert a.returncode == b.returncode == c.returncode == 0, a.stderr + c.stderr
+    assert a.stdout == b.stdout
+    assert a.stdout != c.stdout
+
+
+def test_speculative_sampling_with_a_draft(trained):
+    r = run("sample.py", "--ckpt", str(trained / "char"), "--draft", str(trained / "draft"), "--max-new-tokens", "9",
+            "--temperature", "0", cwd=trained)
+    plain = run("sample.py", "--ckpt", str(trained / "char"), "--max-new-tokens", "9", "--temperature", "0",
+                cwd=trained)
+    assert r.returncode == plain.returncode == 0, r.stderr + plain.stderr
+    assert r.stdout == plain.stdout  # greedy: speculative decoding gives the target's own tokens
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--ckpt", "nowhere"], ["nowhere", "no such file"]),
+    (["--ckpt", "{char}", "--prompt", "THE FOX"], ["--prompt", "not in the vocabulary"]),
+    (["--ckpt", "{char}", "--draft", "{bpe}"], ["--draft", "tokenizer"]),
+    (["--ckpt", "{char}", "--prompt", ""], ["--prompt", "empty"]),
+    (["--ckpt", "{char}", "--max-new-tokens", "0"], ["--max-new-tokens"]),
+])
+def test_bad_input_is_one_line_and_exit_code_2(trained, flags, words):
+    flags = [f.format(char=trained / "char", bpe=trained / "bpe") for f in flags]
+    r = run("sample.py", *flags, cwd=trained)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    for word in words:
+        assert word in r.stderr, r.stderr
