@@ -58,6 +58,16 @@ def each_runtime(request):
         yield request.param
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The torch side of a test that runs tiny ops: one thread avoids oversubscribing the CPU (restored after)."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def runtimes_really_built():
     """In CI a runtime that could not be built is a failure, not a quiet fallback to NumPy."""

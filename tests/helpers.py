@@ -26,6 +26,22 @@ def reference_runtime():
         yield
 
 
+def small_corpus(root):
+    """A 13 kB text of 300 lines of random words from a 15-word list under `root`: enough for examples/gpt.py --tiny."""
+    import random
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over a lazy dog while seven cats sat on the mat".split()
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(300)))
+    return corpus
+
+
+def rel(a, b):
+    """‖a − b‖₂ / ‖b‖₂ over the whole arrays (b the reference)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
 def shapes(min_dims=0, max_dims=4, min_side=1, max_side=4):
     return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
 

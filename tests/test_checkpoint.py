@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tinyllm as tl
+from helpers import rel
 from tinyllm.graph import toposort
 from tinyllm.models.gpt import GPT, GPTConfig
 from tinyllm.rewrite import tracing
@@ -54,11 +55,6 @@ def same_as_unmarked(got, want, what):
         np.testing.assert_array_equal(got, want, err_msg=f"{what} differs from the unmarked graph's")
     else:
         assert rel(got, want) <= 1e-6, f"{what} differs from the unmarked graph's"
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 # ---- random layer stacks ----------------------------------------------------------------------------------

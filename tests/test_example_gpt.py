@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import small_corpus
+
 pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
@@ -34,10 +36,7 @@ def warnings_in(stderr):
 def work(tmp_path_factory):
     """A small corpus and a checkpoint file trained on it for 2 steps with the new flag names."""
     root = tmp_path_factory.mktemp("gpt_example")
-    rng = random.Random(0)
-    words = "the quick brown fox jumps over a lazy dog while seven cats sat on the mat".split()
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(300)))
+    corpus = small_corpus(root)
     ckpt_dir = root / "trained"
     r = run_example("--data", str(corpus), "--ckpt-dir", str(ckpt_dir), "--max-iters", "2", "--eval-interval", "2",
                     "--grad-checkpoint", cwd=root)

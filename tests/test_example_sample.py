@@ -1,11 +1,12 @@
 """examples/sample.py as a user runs it, on checkpoint files of examples/gpt.py --tiny (numpy runtime): streamed
 text, reproducible seeds, speculative decoding with a draft, and one-line errors with exit code 2."""
 import os
-import random
 import subprocess
 import sys
 
 import pytest
+
+from helpers import small_corpus
 
 pytest.importorskip("safetensors")
 
@@ -21,10 +22,7 @@ def run(script, *flags, cwd):
 def trained(tmp_path_factory):
     """A corpus, a character model, a draft on the same characters, and a BPE model."""
     root = tmp_path_factory.mktemp("sample_example")
-    rng = random.Random(0)
-    words = "the quick brown fox jumps over a lazy dog while seven cats sat on the mat".split()
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(300)))
+    corpus = small_corpus(root)
     for name, flags in (("char", []), ("draft", ["--n-embd", "16", "--n-head", "2"]),
                         ("bpe", ["--tokenizer", "bpe", "--vocab-size", "300"])):
         r = run("gpt.py", "--tiny", "--data", str(corpus), "--ckpt-dir", str(root / name), "--max-iters", "2",

@@ -13,29 +13,17 @@ import pytest
 import torch
 
 import tinyllm as tl
+from helpers import rel
 from tinyllm import realizer
 from tinyllm.models import gpt as gpt_module
 from tinyllm.models.gpt import GPT, GPTConfig
 
 import torch_nanogpt as ref
 
-pytestmark = pytest.mark.usefixtures("each_runtime")  # every test on numpy, c and wgsl (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("each_runtime", "one_torch_thread")  # on numpy, c and wgsl (conftest.py)
 
 CFG = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65)
 RTOL = {"numpy": 1e-5, "c": 1e-5, "wgsl": 1e-4}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def spread_model(seed, **overrides):
@@ -55,16 +43,6 @@ def spread_model(seed, **overrides):
     tmodel = ref.GPT(ref.GPTConfig(**cfg))
     tmodel.load_state_dict({k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in model.state_dict().items()})
     return model, tmodel
-
-
-def greedy_torch(tmodel, idx, n):
-    """nanoGPT's decode, cropping to the last block_size tokens, argmax each step."""
-    idx = torch.from_numpy(idx)
-    with torch.no_grad():
-        for _ in range(n):
-            logits, _ = tmodel(idx[:, -tmodel.config.block_size:])
-            idx = torch.cat([idx, logits[:, -1, :].argmax(-1, keepdim=True)], dim=1)
-    return idx.numpy()
 
 
 def test_cached_logits_equal_full_recomputation(each_runtime):
@@ -104,7 +82,7 @@ def test_greedy_tokens_equal_uncached_and_torch():
     model, tmodel = sharpened(seed=3)
     prompt = np.random.default_rng(4).integers(0, CFG["vocab_size"], (2, 5))
     n = CFG["block_size"] + 8
-    want = greedy_torch(tmodel, prompt, n)
+    want = ref.greedy_decode(tmodel, prompt, n)
     cached = model.generate(tl.tensor(prompt), n, temperature=0).numpy()
     np.testing.assert_array_equal(cached, want)
     np.testing.assert_array_equal(model.generate(tl.tensor(prompt), n, top_k=1).numpy(), want)
@@ -126,7 +104,7 @@ def test_prompt_longer_than_block_is_cropped():
     model, tmodel = sharpened(seed=7)
     prompt = np.random.default_rng(8).integers(0, CFG["vocab_size"], (1, CFG["block_size"] + 3))
     out = model.generate(tl.tensor(prompt), 4, temperature=0).numpy()
-    np.testing.assert_array_equal(out, greedy_torch(tmodel, prompt, 4))
+    np.testing.assert_array_equal(out, ref.greedy_decode(tmodel, prompt, 4))
 
 
 def test_stream_yields_the_same_tokens_as_a_whole_call():
@@ -281,7 +259,7 @@ def test_from_nanogpt_checkpoint_matches_torch(tmp_path, compiled):
         want = tmodel(torch.from_numpy(x))[0].numpy()
     assert rel(model(tl.tensor(x))[0].numpy(), want) <= 1e-5
     out = model.generate(tl.tensor(x[:, :3]), 5, temperature=0).numpy()
-    np.testing.assert_array_equal(out, greedy_torch(tmodel, x[:, :3], 5))
+    np.testing.assert_array_equal(out, ref.greedy_decode(tmodel, x[:, :3], 5))
 
 
 def test_from_nanogpt_checkpoint_without_torch_says_so(tmp_path, monkeypatch):

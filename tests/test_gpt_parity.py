@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import tinyllm as tl
+from helpers import rel
 from tinyllm.models.gpt import GPT, GPTConfig
 
-pytestmark = pytest.mark.usefixtures("each_runtime")  # the parity holds on every runtime (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("each_runtime", "one_torch_thread")  # on every runtime (conftest.py)
 
 import torch_nanogpt as ref
 
@@ -27,20 +28,6 @@ STEPS = 50
 CFG = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65)
 BATCH = 4
 FIGURES = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """The torch side runs tiny ops: one thread avoids oversubscribing the CPU (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def report(name, value, limit):
@@ -256,15 +243,6 @@ def test_dropout_eval_equals_no_dropout_and_train_differs():
 
 # ---- generate ---------------------------------------------------------------------------------------------------
 
-def greedy_torch(tmodel, idx, n):
-    idx = torch.from_numpy(idx)
-    with torch.no_grad():
-        for _ in range(n):
-            logits, _ = tmodel(idx[:, -tmodel.config.block_size:])
-            idx = torch.cat([idx, logits[:, -1, :].argmax(-1, keepdim=True)], dim=1)
-    return idx.numpy()
-
-
 def sharpened_pair(seed):
     """A pair whose next-token distribution is far from uniform (a large final LayerNorm gain), so sampling
     checks can tell temperatures and top-k apart."""
@@ -291,10 +269,10 @@ def test_generate_top_k_1_is_greedy():
     n = CFG["block_size"]  # also past block_size
     tl.manual_seed(19)
     out = model.generate(tl.tensor(prompt), n, top_k=1).numpy()
-    np.testing.assert_array_equal(out, greedy_torch(tmodel, prompt, n))
+    np.testing.assert_array_equal(out, ref.greedy_decode(tmodel, prompt, n))
     # a near-zero temperature is greedy too
     out_cold = model.generate(tl.tensor(prompt), n, temperature=1e-6).numpy()
-    np.testing.assert_array_equal(out_cold, greedy_torch(tmodel, prompt, n))
+    np.testing.assert_array_equal(out_cold, ref.greedy_decode(tmodel, prompt, n))
 
 
 def test_generate_replays_the_forward_after_three_tokens(monkeypatch):

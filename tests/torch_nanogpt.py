@@ -132,3 +132,14 @@ class GPT(nn.Module):
             nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, nxt), dim=1)
         return idx
+
+
+def greedy_decode(model, idx, n):
+    """nanoGPT's decode loop at temperature 0: n tokens appended to idx (a (B, T) int64 array), each the argmax of
+    the model's logits over the last block_size tokens (the crop). Returns the (B, T + n) array."""
+    idx = torch.from_numpy(idx)
+    with torch.no_grad():
+        for _ in range(n):
+            logits, _ = model(idx[:, -model.config.block_size:])
+            idx = torch.cat([idx, logits[:, -1, :].argmax(-1, keepdim=True)], dim=1)
+    return idx.numpy()
