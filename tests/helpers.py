@@ -36,6 +36,22 @@ def small_corpus(root):
     return corpus
 
 
+def spread_weights(model, seed, wte_std=0.3):
+    """Give `model` (a GPT) weights that put O(1) values through every nonlinearity: GPT-2's init (std 0.02) keeps
+    every GELU and softmax input near 0, where a wrong formula, position or stale key would hide. 2-D weights
+    N(0, 1/fan_in) (the embedding N(0, wte_std²); None: 1/fan_in too), gains 1 + N(0, 0.04), biases N(0, 0.04)."""
+    import math
+    rng = np.random.default_rng(seed + 100)
+    for name, p in model.named_parameters():
+        if p.ndim == 2:
+            std = wte_std if name.endswith("wte.weight") and wte_std is not None else 1.0 / math.sqrt(p.shape[1])
+            value = rng.normal(0.0, std, p.shape)
+        else:
+            value = (1.0 if name.endswith("weight") else 0.0) + rng.normal(0.0, 0.2, p.shape)
+        p.copy_(value.astype(np.float32))
+    return rng
+
+
 def rel(a, b):
     """‖a − b‖₂ / ‖b‖₂ over the whole arrays (b the reference)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

@@ -5,7 +5,6 @@ GPT.from_nanogpt_checkpoint.
 
 Metric: rel(a, b) = ‖a − b‖₂ / ‖b‖₂ over a step's (B, V) logits.
 """
-import math
 import sys
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 import tinyllm as tl
-from helpers import rel
+from helpers import rel, spread_weights
 from tinyllm import realizer
 from tinyllm.models import gpt as gpt_module
 from tinyllm.models.gpt import GPT, GPTConfig
@@ -32,14 +31,7 @@ def spread_model(seed, **overrides):
     cfg = {**CFG, **overrides}
     tl.manual_seed(seed)
     model = GPT(GPTConfig(**cfg))
-    rng = np.random.default_rng(seed + 100)
-    for name, p in model.named_parameters():
-        if p.ndim == 2:
-            std = 0.3 if name.endswith("wte.weight") else 1.0 / math.sqrt(p.shape[1])
-            value = rng.normal(0.0, std, p.shape)
-        else:
-            value = (1.0 if name.endswith("weight") else 0.0) + rng.normal(0.0, 0.2, p.shape)
-        p.copy_(value.astype(np.float32))
+    spread_weights(model, seed)
     tmodel = ref.GPT(ref.GPTConfig(**cfg))
     tmodel.load_state_dict({k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in model.state_dict().items()})
     return model, tmodel

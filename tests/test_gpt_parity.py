@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tinyllm as tl
-from helpers import rel
+from helpers import rel, spread_weights
 from tinyllm.models.gpt import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("each_runtime", "one_torch_thread")  # on every runtime (conftest.py)
@@ -49,14 +49,7 @@ def make_pair(seed=0, spread=False, **overrides):
     tl.manual_seed(seed)
     model = GPT(GPTConfig(**cfg))
     if spread:
-        rng = np.random.default_rng(seed + 100)
-        for name, p in model.named_parameters():
-            if p.ndim == 2:
-                std = 0.3 if name.endswith("wte.weight") else 1.0 / math.sqrt(p.shape[1])
-                value = rng.normal(0.0, std, p.shape)
-            else:
-                value = (1.0 if name.endswith("weight") else 0.0) + rng.normal(0.0, 0.2, p.shape)
-            p.copy_(value.astype(np.float32))
+        spread_weights(model, seed)
     torch.manual_seed(seed + 1)
     tmodel = ref.GPT(ref.GPTConfig(**cfg))
     tmodel.load_state_dict(to_torch_state(model))

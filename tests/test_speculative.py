@@ -3,13 +3,13 @@ full forward, rolled-back caches forget the rejected tokens, greedy output is th
 runtime, and sampled sequences follow the target's joint law (chi-squared against exact probabilities from the
 target's forward, on a 3-token vocabulary)."""
 import itertools
-import math
 
 import numpy as np
 import pytest
 import torch
 
 import tinyllm as tl
+from helpers import spread_weights
 from tinyllm.models import gpt as gpt_module
 from tinyllm.models.gpt import GPT, GPTConfig
 
@@ -19,11 +19,7 @@ def spread_model(seed, vocab_size=11, block_size=16, device=None, **shape):
     its own output matrix (tied to the embedding, a random GPT's greedy decode mostly repeats one token)."""
     tl.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, **shape))
-    rng = np.random.default_rng(seed + 100)
-    for name, p in model.named_parameters():
-        std = 1.0 / math.sqrt(p.shape[1]) if p.ndim == 2 else 0.2
-        base = 1.0 if p.ndim == 1 and name.endswith("weight") else 0.0
-        p.copy_((base + rng.normal(0.0, std, p.shape)).astype(np.float32))
+    rng = spread_weights(model, seed, wte_std=None)
     head = rng.normal(0.0, 1.0, (vocab_size, shape["n_embd"])).astype(np.float32)
     model.lm_head.weight = tl.nn.Parameter(tl.tensor(head))
     model = model.to(device) if device else model

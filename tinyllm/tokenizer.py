@@ -17,14 +17,13 @@ import functools
 import heapq
 import importlib.resources
 import json
-import os
 import re
-import tempfile
 import warnings
 from collections import Counter
 
 import regex
 
+from .utils.files import atomic_write
 from .utils.progress import progress_bar
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -254,16 +253,7 @@ class Tokenizer:
         lines.append(f'  "byte_ids": {json.dumps(self.byte_ids)},')
         lines.append('  "merges": [' + ",".join(f"\n    [{a}, {b}]" for a, b in self.merges) + "\n  ]")
         lines.append("}\n")
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write("\n".join(lines))
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        atomic_write(path, "\n".join(lines))
 
     @classmethod
     def load(cls, path):
