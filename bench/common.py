@@ -19,10 +19,15 @@ def worker_env(threads):
     return env
 
 
-def gpt_train_step(model, opt):
-    """The step the GPT benches time: forward (the loss), backward, optimizer step, zero_grad; returns the loss."""
+def gpt_train_step(model, opt, autocast=None):
+    """The step the GPT benches time: forward (the loss), backward, optimizer step, zero_grad; returns the loss.
+    `autocast`: a tinyllm.autocast context the forward runs in (mixed precision)."""
+    import contextlib
+    region = autocast if autocast is not None else contextlib.nullcontext()
+
     def step(x, y):
-        _, loss = model(x, y)
+        with region:
+            _, loss = model(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad()

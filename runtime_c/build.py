@@ -24,7 +24,7 @@ import cffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PRIVATE_HEADERS = {"common.h", "gemv.h"}  # shared by the sources (macros, inline helpers, gemv.c for sgemm.c), not part of the interface
+PRIVATE_HEADERS = {"common.h", "formats.h", "gemv.h"}  # shared by the sources (macros, inline helpers, gemv.c for sgemm.c), not part of the interface
 
 
 def _names(pattern):

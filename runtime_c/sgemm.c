@@ -34,10 +34,16 @@ B panel), N where that saves over 1/16 of the work (thread_grid). They hand the 
 flags and two panel buffers instead of barriers (see gemm_thread). Batched products of small matrices run one
 matrix per thread instead. A long sum over rows that both operands store (a weight gradient X^T dY, summed over
 the tokens) runs as two halves of K instead, each on the thread that holds its rows, added at the end (split_k).
+
+Other element formats (formats.h) take the same path with float32 micro-kernels: packing widens float16 and
+bfloat16 operands (tl_gemm_f16_batched2, tl_gemm_bf16_batched2) and dequantizes a quantized B (qmatmul.c's
+tl_gemm_quantized) into the float32 strips, 8 x 8 values at a time in registers on the AVX2 paths. 16-bit
+products sum in a float32 scratch and round once into C; with M <= GEMV_M they run as gemv_half instead.
 */
 
 #include "common.h"
 #include "cpu.h"
+#include "formats.h"
 #include "gemv.h"
 #include "sgemm.h"
 
@@ -90,7 +96,32 @@ typedef struct {
     float *C;
     long ldc;
     const gemm_plan *p;
+    // Element formats (formats.h) of A and B: float32 unless set. Where either is not, A and B are read only by
+    // the packing routines, which widen to float32 (so the in-place kernels, the GEMV and the transposed or
+    // split-K forms, which read them elsewhere, are off), and A, B point at the formats' own storage.
+    int afmt, bfmt;
+    const uint16_t *scales;  // a quantized B's: float16, row j of W at scales[j * lds]
+    long lds, group;
 } gemm_args;
+
+// 1 when A and B are both float32.
+static inline int plain_f32(const gemm_args *g) { return g->afmt == TL_F32 && g->bfmt == TL_F32; }
+
+// Element i of a float32, float16 or bfloat16 array.
+static inline float elem_at(int fmt, const float *base, long i) {
+    return fmt == TL_F32 ? base[i] : tl_half_to_f32(fmt, ((const uint16_t *)base)[i]);
+}
+
+// op(A)(i, k) and op(B)(k, j) as float32, in any format (a quantized B is always transposed: W stored N x K).
+static float a_at(const gemm_args *g, long i, long k) {
+    return elem_at(g->afmt, g->A, g->transA ? k * g->lda + i : i * g->lda + k);
+}
+
+static float b_at(const gemm_args *g, long k, long j) {
+    if (g->bfmt == TL_Q8 || g->bfmt == TL_Q4)
+        return tl_dequant(g->bfmt, g->B, g->ldb, g->scales, g->lds, g->group, j, k);
+    return elem_at(g->bfmt, g->B, g->transB ? j * g->ldb + k : k * g->ldb + j);
+}
 
 static int g_threads;    // threads for the next call
 
@@ -138,7 +169,10 @@ static void kernel_portable(int kc, const float *restrict a, long lda, const flo
 // Full strips (the common case) copy contiguous runs with memcpy.
 static void pack_a_strip(const gemm_args *g, long i0, long k0, int mr, int kc, float *out) {
     const int full = g->p->mr;
-    if (g->transA) {  // row k of the stored A holds op(A)'s column k: contiguous in i
+    if (g->afmt != TL_F32) {  // widened one element at a time
+        for (int p = 0; p < kc; p++)
+            for (int i = 0; i < full; i++) out[p * full + i] = i < mr ? a_at(g, i0 + i, k0 + p) : 0.0f;
+    } else if (g->transA) {  // row k of the stored A holds op(A)'s column k: contiguous in i
         const float *src = g->A + k0 * g->lda + i0;
         if (mr == full) {
             for (int p = 0; p < kc; p++) memcpy(out + p * full, src + p * g->lda, full * sizeof(float));
@@ -163,7 +197,10 @@ static void pack_a_strip(const gemm_args *g, long i0, long k0, int mr, int kc, f
 // (k0 + p, j0 + j) at out[p*NR + j]; columns past nr are zero.
 static void pack_b_strip(const gemm_args *g, long k0, long j0, int nr, int kc, float *out) {
     const int full = g->p->nr;
-    if (g->transB) {  // row j of the stored B holds op(B)'s column j: contiguous in k
+    if (g->bfmt != TL_F32) {  // widened (or dequantized) one element at a time
+        for (int p = 0; p < kc; p++)
+            for (int j = 0; j < full; j++) out[p * full + j] = j < nr ? b_at(g, k0 + p, j0 + j) : 0.0f;
+    } else if (g->transB) {  // row j of the stored B holds op(B)'s column j: contiguous in k
         const float *src = g->B + j0 * g->ldb + k0;
         for (int j = 0; j < full; j++) {
             if (j < nr) {
@@ -278,43 +315,166 @@ AVX2 static inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+// The AVX2 packing routines, templates over the element format F (formats.h; a compile-time constant in each
+// instance): load8 widens 8 consecutive elements, float16 with F16C (so these take its target too; every AVX2
+// CPU has it, and packing checks: f16c_ok), bfloat16 with a 16-bit shift.
+#define AVX2H __attribute__((target("avx2,fma,f16c")))
+
+AVX2H static inline __attribute__((always_inline)) __m256 load8(const int F, const float *base, long i) {
+    if (F == TL_F32) return _mm256_loadu_ps(base + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+    if (F == TL_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// op(B)(k + l, j) for l < 8 of a transposed B (W stored N x K), any format. For a quantized one the 8 values
+// share a scale and, for q4, one nibble of 8 consecutive bytes: k % 8 == 0 and group % 16 == 0 (pack_b).
+AVX2H static inline __attribute__((always_inline)) __m256 load8_w(const int F, const gemm_args *g, long j, long k) {
+    if (F != TL_Q8 && F != TL_Q4) return load8(F, g->B, j * g->ldb + k);
+    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(g->scales[j * g->lds + k / g->group]));
+    const uint8_t *row = (const uint8_t *)g->B + j * g->ldb;
+    if (F == TL_Q8) {
+        const __m128i q = _mm_loadl_epi64((const __m128i *)(row + k));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
+    }
+    const long half = g->group / 2, t = k % g->group;
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + k / g->group * half + t % half)));
+    const __m256i nib = t < half ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(nib, _mm256_set1_epi32(8))), scale);
+}
+
 // A full strip of mr <= 16 rows of a row-major (untransposed) A: the strided rows become one interleaved stream,
 // 8 columns at a time, through one 8 x 8 transpose per group of 8 rows (rows past mr read as zeros). Stores
 // go in address order, 8 lanes each: the junk past a strip row's mr values lands where the next store
 // overwrites it, or, after the last one, in the following strip (packed later) or the buffer's slack.
-AVX2 static void pack_a_strip_rows_avx2(const float *src, long lda, int mr, int kc, float *out) {
+AVX2H static inline __attribute__((always_inline)) void
+pack_a_strip_rows_body(const int F, const float *src, long lda, int mr, int kc, float *out) {
     const int groups = (mr + 7) / 8;
     int p = 0;
     for (; p + 8 <= kc; p += 8) {
         __m256 r[2][8];
         for (int g = 0; g < groups; g++) {
             for (int i = 0; i < 8; i++)
-                r[g][i] = 8 * g + i < mr ? _mm256_loadu_ps(src + (8 * g + i) * lda + p) : _mm256_setzero_ps();
+                r[g][i] = 8 * g + i < mr ? load8(F, src, (8 * g + i) * lda + p) : _mm256_setzero_ps();
             transpose8(r[g]);
         }
         for (int q = 0; q < 8; q++)
             for (int g = 0; g < groups; g++) _mm256_storeu_ps(out + (p + q) * mr + 8 * g, r[g][q]);
     }
     for (; p < kc; p++) {
-        for (int i = 0; i < mr; i++) out[p * mr + i] = src[i * lda + p];
+        for (int i = 0; i < mr; i++) out[p * mr + i] = elem_at(F, src, i * lda + p);
     }
 }
 
-// A full strip nr wide (a multiple of 8) of a transposed B (nr rows of the stored B, each contiguous in k),
-// through nr / 8 transposes of 8 x 8 per 8 values of k.
-AVX2 static void pack_b_strip_cols_avx2(const float *src, long ldb, int nr, int kc, float *out) {
+// A full strip nr wide (a multiple of 8) of a transposed B (rows j0.. of the stored B, each contiguous in k),
+// from k0 on, through nr / 8 transposes of 8 x 8 per 8 values of k.
+AVX2H static inline __attribute__((always_inline)) void
+pack_b_strip_cols_body(const int F, const gemm_args *g, long j0, long k0, int nr, int kc, float *out) {
     int p = 0;
     for (; p + 8 <= kc; p += 8) {
         for (int h = 0; h < nr; h += 8) {
             __m256 r[8];
-            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(src + (h + j) * ldb + p);
+            for (int j = 0; j < 8; j++) r[j] = load8_w(F, g, j0 + h + j, k0 + p);
             transpose8(r);
             for (int q = 0; q < 8; q++) _mm256_store_ps(out + (p + q) * nr + h, r[q]);
         }
     }
     for (; p < kc; p++) {
-        for (int j = 0; j < nr; j++) out[p * nr + j] = src[j * ldb + p];
+        for (int j = 0; j < nr; j++) out[p * nr + j] = b_at(g, k0 + p, j0 + j);
     }
+}
+
+// Rows [k0, k0+kc) of a float16 or bfloat16 B stored K x N, strips [s0, s1) (all full, NR wide) of the panel
+// from column j0: each row of the panel read as one run, as pack_b does for float32.
+AVX2H static inline __attribute__((always_inline)) void
+pack_b_rows_half_body(const int F, const gemm_args *g, long k0, long j0, int kc, long s0, long s1, float *bpack) {
+    const int NRp = g->p->nr;
+    for (int p = 0; p < kc; p++) {
+        const long row = (k0 + p) * g->ldb + j0;
+        for (long s = s0; s < s1; s++)
+            for (int h = 0; h < NRp; h += 8)
+                _mm256_store_ps(bpack + (s * kc + p) * NRp + h, load8(F, g->B, row + s * NRp + h));
+    }
+}
+
+AVX2H static void pack_a_strip_rows_avx2(int fmt, const float *src, long lda, int mr, int kc, float *out) {
+    if (fmt == TL_F16) pack_a_strip_rows_body(TL_F16, src, lda, mr, kc, out);
+    else if (fmt == TL_BF16) pack_a_strip_rows_body(TL_BF16, src, lda, mr, kc, out);
+    else pack_a_strip_rows_body(TL_F32, src, lda, mr, kc, out);
+}
+
+AVX2H static void pack_b_strip_cols_avx2(const gemm_args *g, long j0, long k0, int nr, int kc, float *out) {
+    switch (g->bfmt) {
+    case TL_F16: pack_b_strip_cols_body(TL_F16, g, j0, k0, nr, kc, out); break;
+    case TL_BF16: pack_b_strip_cols_body(TL_BF16, g, j0, k0, nr, kc, out); break;
+    case TL_Q8: pack_b_strip_cols_body(TL_Q8, g, j0, k0, nr, kc, out); break;
+    case TL_Q4: pack_b_strip_cols_body(TL_Q4, g, j0, k0, nr, kc, out); break;
+    default: pack_b_strip_cols_body(TL_F32, g, j0, k0, nr, kc, out); break;
+    }
+}
+
+// widen_half's vector part: the floats of src[0..i) for the i (a multiple of 8) it returns.
+AVX2H static long widen_half_avx2(int fmt, const uint16_t *src, long n, float *dst) {
+    long i = 0;
+    if (fmt == TL_F16)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(TL_F16, (const float *)src, i));
+    else
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(TL_BF16, (const float *)src, i));
+    return i;
+}
+
+// y[i * ldy + j] = x_i . W_j for j in [j0, j1), M <= GEMV_M rows of x (float32, K apart) and W of format F stored
+// N x K (row j at w + j * ldw): each row of W streamed once, widened in registers, into four sets of sums (32
+// values of k per step) so that the FMAs' latency does not bound the stream.
+AVX2H static inline __attribute__((always_inline)) void
+dots_half_avx2_m(const int M, const int F, long K, const float *x, const uint16_t *w, long ldw, float *y, long ldy,
+                 long j0, long j1) {
+    for (long j = j0; j < j1; j++) {
+        const float *wj = (const float *)(w + j * ldw);  // load8's base: 16-bit values, indexed in elements
+        __m256 a[4][GEMV_M];
+        for (int u = 0; u < 4; u++)
+            for (int i = 0; i < M; i++) a[u][i] = _mm256_setzero_ps();
+        long k = 0;
+        for (; k + 32 <= K; k += 32)
+            for (int u = 0; u < 4; u++) {
+                const __m256 v = load8(F, wj, k + 8 * u);
+                for (int i = 0; i < M; i++)
+                    a[u][i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * K + k + 8 * u), v, a[u][i]);
+            }
+        for (; k + 8 <= K; k += 8) {
+            const __m256 v = load8(F, wj, k);
+            for (int i = 0; i < M; i++) a[0][i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * K + k), v, a[0][i]);
+        }
+        for (int i = 0; i < M; i++) {
+            const __m256 s = _mm256_add_ps(_mm256_add_ps(a[0][i], a[1][i]), _mm256_add_ps(a[2][i], a[3][i]));
+            __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+            h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            float sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+            for (long p = k; p < K; p++) sum += x[i * K + p] * elem_at(F, wj, p);
+            y[i * ldy + j] = sum;
+        }
+    }
+}
+
+#define DOTS_HALF_BY_M(F, ...)                                                  \
+    do {                                                                        \
+        switch (m) {                                                            \
+        case 1: dots_half_avx2_m(1, F, __VA_ARGS__); break;                     \
+        case 2: dots_half_avx2_m(2, F, __VA_ARGS__); break;                     \
+        case 3: dots_half_avx2_m(3, F, __VA_ARGS__); break;                     \
+        default: dots_half_avx2_m(GEMV_M, F, __VA_ARGS__); break;               \
+        }                                                                       \
+    } while (0)
+
+AVX2H static void dots_half_avx2(int fmt, int m, long K, const float *x, const uint16_t *w, long ldw, float *y,
+                                 long ldy, long j0, long j1) {
+    if (fmt == TL_F16) DOTS_HALF_BY_M(TL_F16, K, x, w, ldw, y, ldy, j0, j1);
+    else DOTS_HALF_BY_M(TL_BF16, K, x, w, ldw, y, ldy, j0, j1);
+}
+
+AVX2H static void pack_b_rows_half_avx2(const gemm_args *g, long k0, long j0, int kc, long s0, long s1, float *bpack) {
+    if (g->bfmt == TL_F16) pack_b_rows_half_body(TL_F16, g, k0, j0, kc, s0, s1, bpack);
+    else pack_b_rows_half_body(TL_BF16, g, k0, j0, kc, s0, s1, bpack);
 }
 
 // ----------------------------------------------------------------------------
@@ -436,13 +596,20 @@ static const gemm_plan *current_plan(void) {
 // ----------------------------------------------------------------------------
 // Driver.
 
+// 1 when the AVX2 packing routines may widen format fmt: float32 always; the others use F16C (the scales of a
+// quantized B are float16 too).
+static int avx2_packs(const gemm_plan *p, int fmt) {
+    return p->avx2_pack && (fmt == TL_F32 || tl_has_f16c());
+}
+
 static void pack_a(const gemm_args *g, long i0, long k0, int mc, int kc, float *out) {
     const int MRp = g->p->mr;
     for (int ir = 0; ir < mc; ir += MRp, out += MRp * kc) {
         int mr = (int)tl_min(MRp, mc - ir);
 #if defined(__x86_64__)
-        if (g->p->avx2_pack && mr == MRp && !g->transA) {
-            pack_a_strip_rows_avx2(g->A + (i0 + ir) * g->lda + k0, g->lda, MRp, kc, out);
+        if (avx2_packs(g->p, g->afmt) && mr == MRp && !g->transA) {
+            pack_a_strip_rows_avx2(g->afmt, (const float *)((const char *)g->A + ((i0 + ir) * g->lda + k0) *
+                                   (g->afmt == TL_F32 ? 4 : 2)), g->lda, MRp, kc, out);
             continue;
         }
 #endif
@@ -457,7 +624,15 @@ static void pack_b(const gemm_args *g, long k0, long j0, int nc, int kc, long s0
         // Row by row: each row of the panel is read as one contiguous run of B (a strip at a time would
         // stride through B once per strip).
         long full = tl_min(s1, nc / NRp);  // strips before the ragged one
-        for (int p = 0; p < kc; p++) {
+        if (g->bfmt != TL_F32) {
+#if defined(__x86_64__)
+            if (avx2_packs(g->p, g->bfmt) && full > s0) pack_b_rows_half_avx2(g, k0, j0, kc, s0, full, bpack);
+            else full = s0;  // all one element at a time
+#else
+            full = s0;
+#endif
+        }
+        for (int p = 0; p < kc && g->bfmt == TL_F32; p++) {
             const float *src = g->B + (k0 + p) * g->ldb + j0;
             for (long s = s0; s < full; s++)
                 memcpy(bpack + (s * kc + p) * NRp, src + s * NRp, NRp * sizeof(float));
@@ -472,8 +647,9 @@ static void pack_b(const gemm_args *g, long k0, long j0, int nc, int kc, long s0
         int nr = (int)tl_min(NRp, nc - jr);
         float *out = bpack + s * NRp * kc;
 #if defined(__x86_64__)
-        if (g->p->avx2_pack && nr == NRp) {
-            pack_b_strip_cols_avx2(g->B + (j0 + jr) * g->ldb + k0, g->ldb, NRp, kc, out);
+        const int quantized = g->bfmt == TL_Q8 || g->bfmt == TL_Q4;
+        if (avx2_packs(g->p, g->bfmt) && nr == NRp && (!quantized || (g->group % 16 == 0 && k0 % 8 == 0))) {
+            pack_b_strip_cols_avx2(g, j0 + jr, k0, NRp, kc, out);
             continue;
         }
 #endif
@@ -548,7 +724,7 @@ typedef struct {
 // transposed A with lda 0 (a column broadcast along K, stride 0): the in-place kernels step through k by lda.
 static kernel_fn in_place_kernel(const gemm_args *g) {
     const gemm_plan *p = g->p;
-    if (g->N > 16L * p->nr || (g->transA && g->lda == 0)) return NULL;
+    if (g->N > 16L * p->nr || (g->transA && g->lda == 0) || g->afmt != TL_F32) return NULL;
     return g->transA ? p->cols : p->rows;
 }
 
@@ -659,7 +835,7 @@ static void transpose_into_c(const gemm_args *g, const float *t, int nt) {
 // plan has an in-place kernel for the transpose's A.
 static int as_transpose(const gemm_args *g) {
     const kernel_fn in_place = g->transB ? g->p->rows : g->p->cols;  // the transpose's, for its op(A) = op(B)^T
-    return in_place != NULL && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M &&
+    return in_place != NULL && plain_f32(g) && g->M <= 128 && g->N > 256 && g->K >= 8 * g->M &&
            g->M * g->N <= (1L << 20);
 }
 
@@ -697,7 +873,7 @@ static void gemm_blocked(const gemm_args *g, int nt) {
 // on the thread that wrote its rows, into C and into a partial that is then added to C. Always two halves, on
 // any number of threads, so the result does not depend on the thread count.
 static int split_k(const gemm_args *g) {
-    return g->transA && !g->transB && g->K >= SPLIT_K_MIN && g->K >= g->M && g->K >= g->N;
+    return plain_f32(g) && g->transA && !g->transB && g->K >= SPLIT_K_MIN && g->K >= g->M && g->K >= g->N;
 }
 
 // Rows [r0, r1) of C += part (M x N, row-major).
@@ -715,7 +891,7 @@ static void gemm(const gemm_args *g, int nt) {
         scale_c(g);
         return;
     }
-    if (tl_gemv_applies(g->M, g->N)) {
+    if (plain_f32(g) && tl_gemv_applies(g->M, g->N)) {
         tl_gemv(g->transA, g->transB, g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb, g->beta, g->C, g->ldc, nt);
         return;
     }
@@ -798,4 +974,127 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
     for (long b = 0; b < batch; b++) gemm_one(p, batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
                                               B, ldb, strideB0, strideB1, beta, C, ldc, strideC0, strideC1,
                                               per_matrix);
+}
+
+// ----------------------------------------------------------------------------
+// Other element formats (formats.h): packing widens them to float32, the kernels are float32's.
+
+int tl_gemm_threads(void) { return g_threads; }
+
+void tl_gemm_quantized(int fmt, long M, long N, long K, long group, const float *x, long ldx, const void *q, long ldq,
+                       const uint16_t *scales, long lds, float *C, long ldc, int nt) {
+    const gemm_plan *p = current_plan();
+    gemm_args g = {0, 1, M, N, K, x, ldx, (const float *)q, ldq, 0.0f, C, ldc, p, TL_F32, fmt, scales, lds, group};
+    gemm(&g, tl_min(nt, useful_threads(p, M, N, K, nt)));
+}
+
+// dst[0..n) = the float32 values of n 16-bit floats of format fmt; vec: with AVX2 (avx2_packs).
+static void widen_half(int fmt, int vec, const uint16_t *src, long n, float *dst) {
+    long i = 0;
+#if defined(__x86_64__)
+    if (vec) i = widen_half_avx2(fmt, src, n, dst);
+#else
+    (void)vec;
+#endif
+    for (; i < n; i++) dst[i] = tl_half_to_f32(fmt, src[i]);
+}
+
+#define HALF_GEMV_CHUNK (16L << 10)  // floats of W widened at a time (64 KiB, in L2), then read by the GEMV
+
+// C (float32 sums, row-major, ldc) = op(A) op(B) of 16-bit floats for M <= GEMV_M: the rows of op(A) widened
+// once; W = op(B) read once. A transposed B (N x K, a weight as x W^T reads it), the threads splitting its rows:
+// with AVX2, dot products that widen W in registers (dots_half_avx2); else whole rows of W widened a chunk at a
+// time into this thread's scratch, where gemv.c's float32 GEMV reads them. A plain B, the threads splitting its
+// columns: runs of k widened into the scratch the same way, later runs adding into C (beta 1).
+static void gemv_half(int fmt, int transA, int transB, long M, long N, long K, const uint16_t *A, long lda,
+                      const uint16_t *B, long ldb, float *C, long ldc, int nt) {
+    float *x = tl_scratch(SLOT_P, (size_t)M * K);
+    for (long i = 0; i < M; i++)
+        for (long k = 0; k < K; k++) x[i * K + k] = tl_half_to_f32(fmt, A[transA ? k * lda + i : i * lda + k]);
+    nt = (int)tl_max(1, tl_min(nt, N * K / (64L << 10)));
+    const int vec = avx2_packs(current_plan(), fmt);
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
+        const long j0 = N * t / n, j1 = N * (t + 1) / n;
+        float *w = tl_scratch(SLOT_A, (size_t)tl_max(HALF_GEMV_CHUNK, transB ? K : j1 - j0));
+#if defined(__x86_64__)
+        if (transB && vec) {
+            dots_half_avx2(fmt, (int)M, K, x, B, ldb, C, ldc, j0, j1);
+        } else
+#endif
+        if (transB) {
+            const long rows = tl_max(1, HALF_GEMV_CHUNK / K);
+            for (long j = j0; j < j1; j += rows) {
+                const long r = tl_min(rows, j1 - j);
+                for (long q = 0; q < r; q++) widen_half(fmt, vec, B + (j + q) * ldb, K, w + q * K);
+                tl_gemv(0, 1, M, r, K, x, K, w, K, 0.0f, C + j, ldc, 1);
+            }
+        } else if (j1 > j0) {
+            const long cols = j1 - j0, run = tl_max(1, HALF_GEMV_CHUNK / cols);
+            for (long k = 0; k < K; k += run) {
+                const long r = tl_min(run, K - k);
+                for (long q = 0; q < r; q++) widen_half(fmt, vec, B + (k + q) * ldb + j0, cols, w + q * cols);
+                tl_gemv(0, 0, M, cols, r, x + k, K, w, cols, k == 0 ? 0.0f : 1.0f, C + j0, ldc, 1);
+            }
+        }
+    }
+}
+
+// Matrix b of a batch of 16-bit float products (as gemm_one); the float32 sums go through this thread's scratch
+// (the transposed form, which uses it too, is off for these formats), and are rounded once into C.
+static void gemm_half_one(const gemm_plan *p, int fmt, int batch1, long b, int transA, int transB, int M, int N,
+                          int K, const uint16_t *A, long lda, long strideA0, long strideA1, const uint16_t *B,
+                          long ldb, long strideB0, long strideB1, uint16_t *C, long ldc, long strideC0,
+                          long strideC1, int nt) {
+    long b0 = b / batch1, b1 = b % batch1;
+    float *sums = tl_scratch(SLOT_T, (size_t)M * N);
+    A += b0 * strideA0 + b1 * strideA1;
+    B += b0 * strideB0 + b1 * strideB1;
+    if (M <= GEMV_M && K > 0) {
+        gemv_half(fmt, transA, transB, M, N, K, A, lda, B, ldb, sums, N, nt);
+    } else {
+        gemm_args g = {transA, transB, M, N, K, (const float *)A, lda, (const float *)B, ldb, 0.0f, sums, N, p, fmt,
+                       fmt};
+        gemm(&g, nt);
+    }
+    uint16_t *c = C + b0 * strideC0 + b1 * strideC1;
+    for (long i = 0; i < M; i++)
+        for (long j = 0; j < N; j++) c[i * ldc + j] = tl_f32_to_half(fmt, sums[i * N + j]);
+}
+
+static void gemm_half_batched2(int fmt, int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                               const uint16_t *A, long lda, long strideA0, long strideA1,
+                               const uint16_t *B, long ldb, long strideB0, long strideB1,
+                               uint16_t *C, long ldc, long strideC0, long strideC1) {
+    long batch = (long)batch0 * batch1;
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    const gemm_plan *p = current_plan();
+    int nt = g_threads, per_matrix = M <= GEMV_M ? nt : useful_threads(p, M, N, K, nt);
+    if (nt > 1 && batch > 1 && (per_matrix < nt || batch % nt == 0)) {  // as tl_sgemm_batched2
+#pragma omp parallel for num_threads((int)tl_min(nt, batch)) schedule(static)
+        for (long b = 0; b < batch; b++) gemm_half_one(p, fmt, batch1, b, transA, transB, M, N, K, A, lda, strideA0,
+                                                       strideA1, B, ldb, strideB0, strideB1, C, ldc, strideC0,
+                                                       strideC1, 1);
+        return;
+    }
+    for (long b = 0; b < batch; b++) gemm_half_one(p, fmt, batch1, b, transA, transB, M, N, K, A, lda, strideA0,
+                                                   strideA1, B, ldb, strideB0, strideB1, C, ldc, strideC0, strideC1,
+                                                   per_matrix);
+}
+
+void tl_gemm_f16_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                          const uint16_t *A, long lda, long strideA0, long strideA1,
+                          const uint16_t *B, long ldb, long strideB0, long strideB1,
+                          uint16_t *C, long ldc, long strideC0, long strideC1) {
+    gemm_half_batched2(TL_F16, batch0, batch1, transA, transB, M, N, K, A, lda, strideA0, strideA1, B, ldb, strideB0,
+                       strideB1, C, ldc, strideC0, strideC1);
+}
+
+void tl_gemm_bf16_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                           const uint16_t *A, long lda, long strideA0, long strideA1,
+                           const uint16_t *B, long ldb, long strideB0, long strideB1,
+                           uint16_t *C, long ldc, long strideC0, long strideC1) {
+    gemm_half_batched2(TL_BF16, batch0, batch1, transA, transB, M, N, K, A, lda, strideA0, strideA1, B, ldb, strideB0,
+                       strideB1, C, ldc, strideC0, strideC1);
 }

@@ -26,6 +26,8 @@ starting with '#' are dropped by runtime_c/build.py).
 #ifndef TINYLLM_SGEMM_H
 #define TINYLLM_SGEMM_H
 
+#include <stdint.h>
+
 void tl_sgemm(int transA, int transB, int M, int N, int K,
               const float *A, long lda, const float *B, long ldb,
               float beta, float *C, long ldc);
@@ -41,6 +43,18 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
                        const float *A, long lda, long strideA0, long strideA1,
                        const float *B, long ldb, long strideB0, long strideB1,
                        float beta, float *C, long ldc, long strideC0, long strideC1);
+
+// tl_sgemm_batched2 with float16 (f16) or bfloat16 (bf16) operands and result, each stored as its 16 bits (strides
+// in elements): widened to float32 while packing, summed in float32, each result rounded once to nearest even.
+// C is overwritten (beta 0).
+void tl_gemm_f16_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                          const uint16_t *A, long lda, long strideA0, long strideA1,
+                          const uint16_t *B, long ldb, long strideB0, long strideB1,
+                          uint16_t *C, long ldc, long strideC0, long strideC1);
+void tl_gemm_bf16_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
+                           const uint16_t *A, long lda, long strideA0, long strideA1,
+                           const uint16_t *B, long ldb, long strideB0, long strideB1,
+                           uint16_t *C, long ldc, long strideC0, long strideC1);
 
 // Threads used by later calls; n <= 0 restores the default (TINYLLM_THREADS
 // from the environment, else every core this process may run on).

@@ -58,6 +58,27 @@ def each_runtime(request):
         yield request.param
 
 
+def _cpu_paths():
+    from tinyllm.runtime import compiler
+    return compiler.PATHS
+
+
+@pytest.fixture(params=_cpu_paths())
+def cpu_path(request):
+    """Every C kernel, prebuilt and generated, on this CPU path (portable, avx2, avx512) for the test."""
+    from helpers import usable_path
+    from tinyllm.runtime import compiler, get
+    if get("c").lib is None or not compiler.available():
+        pytest.skip("no prebuilt C module or no C compiler")
+    if not usable_path(request.param):
+        pytest.skip(f"this CPU has no {request.param} path")
+    assert compiler.set_path(request.param) == request.param
+    try:
+        yield request.param
+    finally:
+        compiler.set_path(None)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """The torch side of a test that runs tiny ops: one thread avoids oversubscribing the CPU (restored after)."""

@@ -26,6 +26,15 @@ def reference_runtime():
         yield
 
 
+def usable_path(path):
+    """Whether this CPU runs the C kernels' `path` (conftest.py's cpu_path fixture); in CI on x86-64 the avx2 path
+    must be there."""
+    from tinyllm.runtime import compiler
+    if os.environ.get("CI") and compiler.X86 and path == "avx2":
+        assert compiler.supports("avx2"), "CI runs on x86-64 with AVX2+FMA: the avx2 path must be tested there"
+    return compiler.supports(path)
+
+
 def small_corpus(root):
     """A 13 kB text of 300 lines of random words from a 15-word list under `root`: enough for examples/gpt.py --tiny."""
     import random

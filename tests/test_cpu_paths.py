@@ -14,6 +14,7 @@ import pytest
 
 import tinyllm as tl
 from tinyllm.nn import functional as F
+from helpers import usable_path
 from tinyllm.runtime import compiler, get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,26 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = {"exp": dict(rtol=4e-7, atol=0), "tanh": dict(rtol=1e-6, atol=1e-30), "erf": dict(rtol=3e-7, atol=1e-30),
        "softmax": dict(rtol=2e-5, atol=2e-6), "layer_norm": dict(rtol=2e-5, atol=2e-5),
        "attention": dict(rtol=2e-4, atol=2e-5)}
-
-
-def _usable(path):
-    if os.environ.get("CI") and compiler.X86 and path == "avx2":
-        assert compiler.supports("avx2"), "CI runs on x86-64 with AVX2+FMA: the avx2 path must be tested there"
-    return compiler.supports(path)
-
-
-@pytest.fixture(params=compiler.PATHS)
-def cpu_path(request):
-    """Every kernel, prebuilt and generated, on this path for the test."""
-    if get("c").lib is None or not compiler.available():
-        pytest.skip("no prebuilt C module or no C compiler")
-    if not _usable(request.param):
-        pytest.skip(f"this CPU has no {request.param} path")
-    assert compiler.set_path(request.param) == request.param
-    try:
-        yield request.param
-    finally:
-        compiler.set_path(None)
 
 
 def _on(runtime, fn, *arrays):
@@ -162,7 +143,7 @@ def test_each_path_has_its_own_library_and_isa(tmp_path, monkeypatch):
     if not compiler.available():
         pytest.skip("no C compiler")
     monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
-    paths = [p for p in compiler.PATHS if _usable(p)]
+    paths = [p for p in compiler.PATHS if usable_path(p)]
     x = np.linspace(-3, 3, 4096, dtype=np.float32)
     want = np.exp(x.astype(np.float64))
     fns = {}
@@ -207,7 +188,7 @@ def test_switching_path_recompiles_in_process(cpu_path):
         x = _inputs((5 + compiler.PATHS.index(cpu_path), 37), 4)  # a shape of its own: nothing compiled yet
         f = lambda: (tl.tensor(x, device="c") * 1.25).exp().sum(-1).numpy()  # noqa: E731
         first = f()
-        others = [p for p in compiler.PATHS if p != cpu_path and _usable(p)]
+        others = [p for p in compiler.PATHS if p != cpu_path and usable_path(p)]
         for p in others:
             compiler.set_path(p)
             np.testing.assert_allclose(f(), first, rtol=1e-6)
@@ -246,7 +227,7 @@ def test_tinyllm_cpu_in_the_environment_sets_every_kernel(tmp_path, forced):
     for the baseline (AVX2) ISA only, however much more this CPU has."""
     if get("c").lib is None or not compiler.available():
         pytest.skip("no prebuilt C module or no C compiler")
-    if not _usable(forced):
+    if not usable_path(forced):
         pytest.skip(f"this CPU has no {forced} path")
     env = {**os.environ, "TINYLLM_CPU": forced, "TINYLLM_CACHE_DIR": str(tmp_path), "TINYLLM_RUNTIME": "c",
            "PYTHONPATH": ROOT}

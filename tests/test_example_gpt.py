@@ -3,6 +3,7 @@ old flag names, its tokenizers (char, bpe, gpt2) and token files, and its ETA. T
 runtime (which compiles nothing), a second or two each."""
 import importlib.util
 import json
+import math
 import os
 import random
 import shutil
@@ -367,3 +368,34 @@ def test_evals_left(gpt_example, step, max_iters, interval, left):
     """Counted once step `step` has trained: the evaluation at `step` itself is still to come, and the last step
     always evaluates."""
     assert gpt_example.evals_left(step, max_iters, interval) == left
+
+
+def test_float16_training_keeps_its_loss_scale_across_a_resume(work, tmp_path):
+    """--dtype float16 scales the loss (tinyllm.amp.GradScaler) and saves the scaler's state in the checkpoint's
+    metadata: two steps and two more after --resume end bit for bit as four straight steps."""
+    root, corpus, _ = work
+    flags = ["--data", str(corpus), "--max-iters", "4", "--eval-interval", "2", "--dtype", "float16"]
+    r = run_example(*flags, "--ckpt-dir", str(tmp_path / "straight"), cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert "float16" in r.stderr + r.stdout
+    r = run_example(*flags[:3], "2", *flags[4:], "--ckpt-dir", str(tmp_path / "resumed"), cwd=root)
+    assert r.returncode == 0, r.stderr
+    _, meta = read_ckpt(tmp_path / "resumed" / CKPT)
+    assert json.loads(meta["grad_scaler"])["scale"] == 2.0 ** 16  # no overflow in two steps, no growth yet
+    r = run_example(*flags, "--ckpt-dir", str(tmp_path / "resumed"), "--resume", cwd=root)
+    assert r.returncode == 0, r.stderr
+    straight, meta_s = read_ckpt(tmp_path / "straight" / CKPT)
+    resumed, meta_r = read_ckpt(tmp_path / "resumed" / CKPT)
+    assert json.loads(meta_s["grad_scaler"]) == json.loads(meta_r["grad_scaler"])
+    for k in straight:
+        np.testing.assert_array_equal(straight[k], resumed[k], err_msg=k)
+
+
+def test_bfloat16_training_runs_under_autocast(work, tmp_path):
+    root, corpus, _ = work
+    r = run_example("--data", str(corpus), "--max-iters", "2", "--eval-interval", "2", "--dtype", "bfloat16",
+                    "--ckpt-dir", str(tmp_path / "bf16"), cwd=root)
+    assert r.returncode == 0, r.stderr
+    _, meta = read_ckpt(tmp_path / "bf16" / CKPT)
+    assert "grad_scaler" not in meta and json.loads(meta["args"])["dtype"] == "bfloat16"
+    assert math.isfinite(json.loads(meta["val_loss"]))

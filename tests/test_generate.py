@@ -265,3 +265,15 @@ def test_from_nanogpt_checkpoint_rejects_other_files(tmp_path):
     torch.save({"weights": torch.zeros(2)}, path)
     with pytest.raises(ValueError, match="not a nanoGPT checkpoint"):
         GPT.from_nanogpt_checkpoint(path)
+
+
+def test_a_half_precision_model_decodes_the_same_on_every_call(each_runtime):
+    """A float16 or bfloat16 model (WGSL: float16 only) keeps its caches in its own dtype, so the decode step
+    recorded by the first call replays right in the next ones: every call gives the uncached tokens."""
+    for dtype in (tl.float16,) if each_runtime == "wgsl" else (tl.bfloat16, tl.float16):
+        model, _ = spread_model(4)
+        model = model.to(dtype=dtype)
+        idx = tl.tensor(np.array([[3, 1]]))
+        want = model.generate(idx, 12, temperature=0, use_cache=False).numpy().tolist()
+        for _ in range(3):
+            assert model.generate(idx, 12, temperature=0).numpy().tolist() == want, dtype

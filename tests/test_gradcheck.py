@@ -8,6 +8,7 @@ from tinyllm import ops
 from tinyllm.gradcheck import (GradcheckError, check_primitives, differentiable_primitives, gradcheck,
                                passes_gradient, primitive as P)
 from tinyllm.graph import toposort
+from tinyllm.quantization import quantize
 from helpers import reference_runtime  # noqa: F401  (autouse: this module runs on the NumPy reference runtime)
 
 rng = np.random.default_rng(0)
@@ -45,6 +46,9 @@ def cases():
     """Each differentiable primitive -> [(fn, inputs[, gradcheck options])], small float64 inputs kept off kinks
     and ties. The functions apply the primitive itself (gradcheck.primitive), not the front end, so each rule is
     checked alone. Built when a test runs, so the inputs live on the runtime the tests run on."""
+    rng = np.random.default_rng(5)
+    q8, s8 = quantize(rng.uniform(-2, 2, (3, 8)).astype(np.float32), "int8", 4)
+    q4, s4 = quantize(rng.uniform(-2, 2, (3, 8)).astype(np.float32), "int4", 4)
     return {
         "NEG": [(lambda x: P("NEG", x), [leaf(3, 2)])],
         "EXP": [(lambda x: P("EXP", x), [leaf(2, 3)])],
@@ -84,6 +88,10 @@ def cases():
         "PAD": [(lambda x: P("PAD", x, arg=((5, 3), sl((1, 5, 2), (0, 2, 1)))), [leaf(2, 2)])],
         "CAT": [(lambda a, b, c: P("CAT", a, b, c, arg=1), [leaf(2, 1), leaf(2, 3), leaf(2, 2)])],
         "CHECKPOINT": [(lambda x: P("CHECKPOINT", x, arg=("enter", "nothing_saveable")), [leaf(2, 3)])],
+        "AUTOCAST": [(lambda x: P("AUTOCAST", x, arg=tl.bfloat16), [leaf(2, 3)])],  # (the mark is x itself)
+        # gradients reach x only: quantized weights are frozen
+        "QMATMUL": [(lambda x, q, s: P("QMATMUL", x, q, s, arg=("int8", 4)), [leaf(2, 8), tl.Tensor(q8), tl.Tensor(s8)]),
+                    (lambda x, q, s: P("QMATMUL", x, q, s, arg=("int4", 4)), [leaf(2, 8), tl.Tensor(q4), tl.Tensor(s4)])],
         "MATMUL": [(lambda a, b: P("MATMUL", a, b), [leaf(2, 3), leaf(3, 4)]),
                    (lambda a, b: P("MATMUL", a, b), [leaf(2, 2, 3), leaf(2, 3, 1)])],
         "GATHER": [(lambda x, i: P("GATHER", x, i, arg=0), [leaf(4, 2), index(3, 0, 3, -1)]),

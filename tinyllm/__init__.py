@@ -6,7 +6,7 @@
     x.grad
 """
 from . import ops  # noqa: F401  (registers the primitives)
-from .dtype import float16, float32, float64, int64, bool_, DType  # noqa: F401
+from .dtype import float16, bfloat16, float32, float64, uint8, int8, int64, bool_, DType, finfo  # noqa: F401
 from .tensor import Tensor, no_grad, is_grad_enabled, arange  # noqa: F401
 from .factory import (tensor, zeros, ones, full, zeros_like, ones_like, full_like, randn, rand, randint,  # noqa: F401
                       randn_like, rand_like, manual_seed, multinomial, cat, stack, where, eye, linspace,
@@ -18,8 +18,12 @@ from .utils.checkpoint import checkpoint  # noqa: F401,E402
 from .einsum import einsum  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
+from .autocast_mode import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: F401,E402
+from . import amp  # noqa: F401,E402
+from .quantization import quantize_  # noqa: F401,E402
 
 half = float16  # torch.half
+bf16 = bfloat16
 float = float32  # torch.float
 long = int64
 double = float64

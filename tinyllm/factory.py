@@ -201,4 +201,4 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = np.arange(steps, dtype=np.float64)
     values = np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
-    return tensor(values.astype(dtype.np), device=device, requires_grad=requires_grad)
+    return tensor(values, dtype=dtype, device=device, requires_grad=requires_grad)

@@ -16,7 +16,6 @@ round-ups to the next integer).
 """
 import math
 
-import numpy as np
 
 from . import dtype as dt
 from .graph import build, const
@@ -64,7 +63,7 @@ def _terms(x, float32, float64):
 def _big(x):
     """Where t² + 1 is t² to rounding (1/(4t²) below the unit roundoff u), with t² far from overflow: 2^13 for
     float32, 2^28 for float64, 2^7 for float16."""
-    u = float(np.finfo(x.dtype.np).eps) / 2
+    u = dt.finfo(x.dtype).eps / 2
     return 2.0 ** (math.ceil(-math.log2(u) / 2) + 1)
 
 
@@ -337,7 +336,7 @@ def _rounds_up(n, m, z, x):
     exactly: f ≥ 1 - g/2, g the gap below |n| + 1, i.e. (g/2)·|z| ≥ |z| - |m| (exact: g/2 is a power of two, and
     Sterbenz makes the difference exact). g comes from Rump, Zimmermann, Boldo and Melquiond's predecessor,
     pred(c) = c - c·u(1 + 2u), u the unit roundoff. Quotients from 2^(p-1) on are left as they are."""
-    u = float(np.finfo(x.dtype.np).eps) / 2
+    u = dt.finfo(x.dtype).eps / 2
     t, az, am = n.abs(), z.abs(), m.abs()
     c = t + 1.0
     half_gap = (c - (c - c * (u * (1 + 2 * u)))) * 0.5

@@ -8,10 +8,11 @@ from collections import namedtuple
 import numpy as np
 
 from .replay import record
-from . import dtype as dt
+from . import autocast_mode as _autocast, dtype as dt
 from .autograd import gradients, prepare, walk
 from .graph import Node, build, bulk, const
 from .realizer import realize
+from .rewrite import autocast as _autocast_pass
 from .runtime import get as get_runtime
 from .views import is_contiguous, strides_of, view_strides
 from .weak import WeakValues
@@ -61,7 +62,7 @@ class Tensor:
         else:
             dtype = dt.to_dtype(dtype)
         runtime = get_runtime(device)
-        array = np.array(array, dtype=dtype.np, copy=True)
+        array = dt.encode(array, dtype) if dtype is dt.bfloat16 else np.array(array, dtype=dtype.np, copy=True)
         buf = runtime.from_numpy(array, dtype)
         if record.active is not None:
             record.active.made_from_host(buf, array)
@@ -267,6 +268,8 @@ class Tensor:
         return out
 
     def float(self): return self.to(dt.float32)
+    def half(self): return self.to(dt.float16)
+    def bfloat16(self): return self.to(dt.bfloat16)
     def double(self): return self.to(dt.float64)
     def long(self): return self.to(dt.int64)
     def bool(self): return self.to(dt.bool_)
@@ -733,7 +736,16 @@ class Tensor:
             out = out.squeeze(-2 if b.ndim > 1 else -1)
         return out
 
-    def _mm(self, b): return self._make(build("MATMUL", self._node, b._node), b)
+    def _mm(self, b):
+        a, b = self._autocast(), b._autocast()
+        return a._make(build("MATMUL", a._node, b._node), b)
+
+    def _autocast(self):
+        """Inside tinyllm.autocast, this tensor marked as an input of a lower-precision op (tinyllm/autocast_mode.py)."""
+        low = _autocast.current()
+        if low is None or self.dtype not in (dt.float32, dt.float64):
+            return self
+        return self._make(_autocast_pass.marked(build("AUTOCAST", self._node, arg=low)))
 
     # ---- movement ---------------------------------------------------------------------------------------------
     def _shape_arg(self, shape, name):

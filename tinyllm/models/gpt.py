@@ -77,7 +77,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self._qkv(x)
         B, nh, T, hs = q.shape
         scale = 1.0 / math.sqrt(hs)
-        zero = factory.zeros(B, nh, T, 1, device=x.device)
+        zero = factory.zeros(B, nh, T, 1, dtype=q.dtype, device=x.device)
         scores = (factory.cat([q, zero + 1.0], -1) @ k_cache.transpose(-2, -1)) * scale  # (B, nh, T, block)
         if T == 1:
             own = (q * k).sum(-1, keepdim=True) * scale  # (B, nh, 1, 1)
@@ -368,7 +368,9 @@ class _Decoder:
             cfg = model.config
             hs = cfg.n_embd // cfg.n_head
             shapes = [(batch, cfg.n_head, cfg.block_size, hs + 1), (batch, cfg.n_head, cfg.block_size, hs)]
-            self.caches = [factory.zeros(*shapes[i % 2], device=device).realize() for i in range(2 * cfg.n_layer)]
+            dtype = model.transformer.wte.weight.dtype  # the caches hold keys and values as the model computes them
+            self.caches = [factory.zeros(*shapes[i % 2], dtype=dtype, device=device).realize()
+                           for i in range(2 * cfg.n_layer)]
             self.slots = factory.arange(cfg.block_size, device=device)
 
     def logits(self, ids):
@@ -425,7 +427,8 @@ class _Decoder:
         pad = self.block - T
         kv = [F.pad(t, (0, 0, 0, pad)) if pad else t.contiguous() for t in kv]
         bias = (self.slots < T).reshape(1, 1, self.block, 1).where(0.0, MASKED)  # the empty slots' score bias
-        kv = [factory.cat([t, bias.expand(*t.shape[:-1], 1)], -1) if i % 2 == 0 else t for i, t in enumerate(kv)]
+        kv = [(factory.cat([t, bias.expand(*t.shape[:-1], 1)], -1) if i % 2 == 0 else t).to(cache.dtype)
+              for i, (t, cache) in enumerate(zip(kv, self.caches))]
         realize(logits, *kv)
         assign(self.caches, kv)
         return logits
@@ -446,7 +449,7 @@ class _Decoder:
         logits = model.lm_head(tr.ln_f(x))[:, -1, :]
         realize(logits, *rows)
         write = (self.slots == pos).reshape(1, 1, self.block, 1)  # the slot this position's key and value go to
-        new = [write.where(row, cache) for row, cache in zip(rows, self.caches)]
+        new = [write.where(row.to(cache.dtype), cache) for row, cache in zip(rows, self.caches)]
         realize(*new)
         assign(self.caches, new)
         return logits
@@ -466,7 +469,7 @@ class _Decoder:
         realize(logits, *rows)
         write = ((self.slots >= pos) & (self.slots < pos + T)).reshape(1, 1, self.block, 1)
         row = (self.slots - pos).maximum(0).minimum(T - 1)  # the row each slot would take
-        new = [write.where(r[:, :, row], cache) for r, cache in zip(rows, self.caches)]
+        new = [write.where(r[:, :, row].to(cache.dtype), cache) for r, cache in zip(rows, self.caches)]
         realize(*new)
         assign(self.caches, new)
         return logits

@@ -2,7 +2,7 @@
 torch.nn.functional's names and arguments."""
 import math
 
-from .. import dtype as dt
+from .. import autocast_mode as _autocast, dtype as dt
 from ..factory import bernoulli_mask
 from ..tensor import Tensor
 
@@ -29,7 +29,7 @@ def linear(x, weight, bias=None):
         raise RuntimeError(f"linear: input of shape {x.shape} has {x.shape[-1]} features, the weight "
                            f"{weight.shape} expects {weight.shape[-1]}")
     y = x.matmul(weight.t())
-    return y if bias is None else y + bias
+    return y if bias is None else y + bias._autocast()  # under autocast the bias joins the product's dtype, as torch
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -167,6 +167,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
         raise RuntimeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} don't fit: need "
                            "q (..., L, E), k (..., S, E), v (..., S, Ev)")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if _autocast.current() is not None:  # one lower-precision op, as in torch: q, k and v are its inputs
+        q, k, v = q._autocast(), k._autocast(), v._autocast()
+        with _autocast.autocast(enabled=False):
+            return scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
     att = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]

@@ -84,7 +84,7 @@ class Module:
                 raise ValueError(f"load_state_dict: {name} has shape {tuple(array.shape)} in the state dict but "
                                  f"{own[name].shape} in the model")
         for name, array in arrays.items():
-            own[name].copy_(array.astype(own[name].dtype.np, copy=False))
+            own[name].copy_(array)
         return missing, unexpected
 
     def train(self, mode=True):

@@ -8,7 +8,7 @@ runtime implements only what is registered here, the ops that passes make (FUSED
 from ..graph import OPS
 from .base import (Op, register, rule_of, PRIMITIVES, Source, Elementwise, Unary, Binary, Ternary,  # noqa: F401
                    Reduce, Movement, Identity)
-from . import source, elementwise, reduce, movement, matmul, index, sort, attention, checkpoint  # noqa: F401
+from . import source, elementwise, reduce, movement, matmul, index, sort, attention, checkpoint, qmatmul  # noqa: F401
 from . import kernel, rowwise  # noqa: F401  (the ops that passes make)
 
 

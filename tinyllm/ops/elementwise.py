@@ -154,6 +154,19 @@ class DETACH(Identity):
 
 
 @register
+class AUTOCAST(Identity):
+    """y = x, marked by `tinyllm.autocast` for the autocast pass (tinyllm/rewrite/autocast.py), which replaces it
+    by a CAST to dtype `arg` before anything runs or differentiates. Should one survive, it is x itself."""
+    def infer(src, arg):
+        (x,) = src
+        if arg not in (dt.float16, dt.bfloat16):
+            raise TypeError(f"autocasts to float16 or bfloat16, not {arg!r}")
+        return x.shape, x.dtype
+    def forward(x, arg): return x
+    def backward(dy, y): return (dy,)
+
+
+@register
 class CONTIGUOUS(Op):
     """y = x copied into a fresh row-major buffer  ⇒  dx = dy"""
     infer = Unary.infer

@@ -7,6 +7,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from .. import dtype as dt
 from ..graph import OPS
 from .base import Op, register
 
@@ -18,28 +19,51 @@ Kernel = namedtuple("Kernel", "shape reduce ins code outs", defaults=(None,))
 
 
 def run_kernel(kernel, *bases, out_dtype):
-    """The NumPy meaning of a Kernel (the reference its C and WGSL renderings are tested against)."""
+    """The NumPy meaning of a Kernel (the reference its C and WGSL renderings are tested against).
+
+    16-bit floats compute in float32, as the renderings do: a read widens them (bfloat16 storage is decoded; an
+    input a runtime already widened is taken as it is), a constant is its dtype's value, every instruction runs on
+    float32 values, a CAST to a 16-bit float rounds to it, and the result is rounded to nearest even once, when
+    stored. out_dtype: the output's DType (its storage is returned), or None for the computed values as they are
+    (float32 for a 16-bit float: the NumPy runtime rounds FUSED's result as it does every op's)."""
     vals = []
     for op, arg, operands, dtype in kernel.code:
-        np_dtype = np.dtype(dtype if dtype != "bool" else np.bool_)
+        d = dt.from_name(dtype)
         if op == "IN":
             i, strides, offset = kernel.ins[arg]
             flat = np.ascontiguousarray(bases[i]).reshape(-1)
-            vals.append(np.lib.stride_tricks.as_strided(flat[offset:], kernel.shape,
-                                                        [s * flat.itemsize for s in strides], writeable=False))
+            value = np.lib.stride_tricks.as_strided(flat[offset:], kernel.shape, [s * flat.itemsize for s in strides],
+                                                    writeable=False)
+            vals.append(_widened(value, d) if d.is_low else value)
         elif op == "CONST":
-            vals.append(np.array(arg, dtype=np_dtype))
+            vals.append(_rounded(arg, d) if d.is_low else np.array(arg, dtype=d.np))
         elif op == "COPY":
             vals.append(vals[operands[0]])
+        elif op == "CAST" and d.is_low:
+            vals.append(_rounded(OPS[op].evaluate(vals[operands[0]], arg=dt.float32), d))
         else:
             vals.append(OPS[op].evaluate(*[vals[o] for o in operands], arg=arg))
     if kernel.outs is not None:
-        return np.array(np.concatenate([np.broadcast_to(vals[o], kernel.shape) for o in kernel.outs]), dtype=out_dtype)
-    out = np.broadcast_to(vals[-1], kernel.shape)
-    if kernel.reduce is not None:
-        op, axes = kernel.reduce
-        out = np.sum(out, axis=axes, keepdims=True) if op == "SUM" else np.max(out, axis=axes, keepdims=True)
-    return np.array(out, dtype=out_dtype, order="C")  # a copy that keeps a 0-d shape (ascontiguousarray would not)
+        out = np.concatenate([np.broadcast_to(vals[o], kernel.shape) for o in kernel.outs])
+    else:
+        out = np.broadcast_to(vals[-1], kernel.shape)
+        if kernel.reduce is not None:
+            op, axes = kernel.reduce
+            out = np.sum(out, axis=axes, keepdims=True) if op == "SUM" else np.max(out, axis=axes, keepdims=True)
+    if out_dtype is not None and out_dtype.is_low:
+        return dt.encode(out, out_dtype).reshape(out.shape)
+    # a copy that keeps a 0-d shape (ascontiguousarray would not)
+    return np.array(out, dtype=None if out_dtype is None else out_dtype.np, order="C")
+
+
+def _widened(value, dtype):
+    """A 16-bit float input's values as float32: its storage decoded (float32 already: a runtime widened it)."""
+    return value if value.dtype == np.float32 else dt.decode(value, dtype).astype(np.float32)
+
+
+def _rounded(value, dtype):
+    """float32 values rounded to the 16-bit float `dtype`, kept as float32."""
+    return dt.decode(dt.encode(value, dtype), dtype).astype(np.float32).reshape(np.shape(value))
 
 
 @register

@@ -34,8 +34,8 @@ The assigned tensors are recorded as objects: after replacing them (a new optimi
 """
 import functools
 
-import numpy as np
 
+from .. import dtype as dt
 from ..realizer import realize
 from ..runtime import get as get_runtime
 from ..tensor import Tensor
@@ -50,7 +50,7 @@ def host_values(fn):
     items = {}
     for key, (value, like) in fn().items():
         runtime = get_runtime(like.device)
-        items[key] = loaded(runtime.from_numpy(np.asarray(value, like.dtype.np), like.dtype), runtime.name)
+        items[key] = loaded(runtime.from_numpy(dt.as_storage(value, like.dtype), like.dtype), runtime.name)
     if record.active is not None:
         record.active.host_values(fn, [(key, record.buffer_of(t.node)) for key, t in items.items()])
     return items

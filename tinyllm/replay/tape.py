@@ -5,6 +5,7 @@ import weakref
 
 import numpy as np
 
+from .. import dtype as dt
 from ..graph import Node
 from ..runtime.base import EXACT_REFCOUNTS
 from ..tensor import Tensor
@@ -164,7 +165,7 @@ class Tape:
             self.chain = None  # something else holds a value the step writes over: replay (and chain again later)
         start = {t: buffer_of(t.node) for t in self.targets}
         grads = {t: (None if t.grad is None else buffer_of(t.grad.node)) for t, _ in self.grads}
-        host = [[rt.from_numpy(np.asarray(v, dtype.np), dtype) for v, (dtype, rt) in zip(values, metas)]
+        host = [[rt.from_numpy(dt.as_storage(v, dtype), dtype) for v, (dtype, rt) in zip(values, metas)]
                 for values, (_, metas) in zip(self._host_values(), self.host_fns)]
         outs = []
 

@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 
+from .. import dtype as dt
 from ..graph import OPS, build, toposort
 from .engine import Pat, PatternMatcher, graph_rewrite
 
@@ -114,7 +115,7 @@ def _evaluate(node):
             elif n.op == "LOAD":
                 vals[n] = n.arg.numpy()
             elif n.op == "CONST":
-                vals[n] = np.broadcast_to(np.array(n.arg, n.dtype.np), n.shape)
+                vals[n] = np.broadcast_to(dt.decode(dt.encode(n.arg, n.dtype), n.dtype), n.shape)
             elif not n.src:  # a SLOT, or anything else whose value is not in the graph
                 return None
             else:

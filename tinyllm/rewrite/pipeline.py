@@ -1,14 +1,16 @@
 """Every rewrite pass in the order it runs: the one place that says which pass runs when.
 
     stage           runs on                                   passes, in order
-    differentiate   a loss's graph, before autograd walks it  flash
-    values          a realize's graph, before it is keyed     flash
+    differentiate   a loss's graph, before autograd walks it  flash, autocast
+    values          a realize's graph, before it is keyed     flash, autocast
     schedule        the keyed graph (inputs are SLOTs)        simplify, pads, cse, layout, checkpoint
     lower           the same, for one runtime                 rowwise, fusion, fuse_outputs (those it can run)
 
 FlashAttention runs before differentiation so that the gradient comes from FLASH_ATTN's own rule and the backward
 graph never holds the T×T probabilities; it runs again on every realized graph (inference builds no backward),
-before keying, because it reads the mask's values, which a keyed graph no longer has. The schedule and lower
+before keying, because it reads the mask's values, which a keyed graph no longer has. Autocast follows it (the
+attention it finds has the marked q, k and v as inputs) and also runs before differentiation, so the gradient
+graph is derived from the rewritten one. The schedule and lower
 stages run once per graph structure: realize caches what they make.
 """
 import functools
@@ -21,6 +23,7 @@ from .checkpoint import checkpoint
 from .cse import cse
 from .engine import PatternMatcher, graph_rewrite, trace, tracing
 from . import flash
+from .autocast import autocast_pass
 from .flash import attention_pass
 from .fusion import fuse, fuse_outputs
 from .layout import layout
@@ -31,8 +34,8 @@ from .simplify import simplify
 # stage -> (name, pass): a pass is a PatternMatcher or a function of the roots (and of the structure key, for
 # the values stage, so a pass can remember graphs on which it found nothing).
 PASSES = {
-    "differentiate": [("flash", attention_pass)],
-    "values": [("flash", attention_pass)],
+    "differentiate": [("flash", attention_pass), ("autocast", autocast_pass)],
+    "values": [("flash", attention_pass), ("autocast", autocast_pass)],
     "schedule": [("simplify", simplify), ("pads", pads), ("cse", cse), ("layout", layout), ("checkpoint", checkpoint)],
 }
 
@@ -69,8 +72,10 @@ _final = weakref.WeakSet()  # rewritten graphs: the stage changes nothing more i
 
 def before_differentiation(root):
     """The differentiate stage on one loss, remembered per root (autograd's prepare hook)."""
-    if not flash.ENABLED or root in _final:  # (switched off: nothing to remember either)
+    if root in _final:
         return root
+    if not flash.ENABLED:  # switched off for now: nothing is remembered that would outlive the switch
+        return pipeline([root], "differentiate")[0]
     done = _differentiated.get(root)
     if done is None:
         start, mark = time.perf_counter(), len(trace)

@@ -13,11 +13,14 @@ import numpy as np
 from .. import dtype as dt
 from ..graph import OPS, const
 from ..ops import Group
+from ..runtime.numpy_runtime import run_low
 from .engine import Pat, PatternMatcher
 
 FOLDABLE = Group.ELEMENTWISE | {"CONTIGUOUS"}  # ops computed from their inputs' values alone (a copy too)
 # x -> y is lossless, so CAST(CAST(x, mid), to) == CAST(x, to)
-LOSSLESS = {(dt.bool_, dt.int64), (dt.bool_, dt.float32), (dt.bool_, dt.float64), (dt.float32, dt.float64)}
+LOSSLESS = {(dt.bool_, dt.int64), (dt.bool_, dt.float32), (dt.bool_, dt.float64), (dt.float32, dt.float64),
+            (dt.float16, dt.float32), (dt.float16, dt.float64), (dt.bfloat16, dt.float32), (dt.bfloat16, dt.float64),
+            (dt.int8, dt.int64), (dt.uint8, dt.int64), (dt.int8, dt.float32), (dt.uint8, dt.float32)}
 
 
 def _const(value, pred=lambda a: True):
@@ -29,9 +32,9 @@ def fold_elementwise(x):
     """An elementwise op whose inputs are all constants is a constant, computed by the op's own forward."""
     if any(s.op != "CONST" for s in x.src):
         return None
-    ins = [np.array(s.arg, dtype=s.dtype.np) for s in x.src]
-    out = OPS[x.op].evaluate(*ins, arg=x.arg)
-    return const(np.asarray(out, dtype=x.dtype.np).item(), x.shape, x.dtype)
+    ins = [dt.encode(s.arg, s.dtype) for s in x.src]
+    out = run_low(x, ins) if x.dtype.is_low or any(s.dtype.is_low for s in x.src) else OPS[x.op].evaluate(*ins, arg=x.arg)
+    return const(dt.decode(np.asarray(out, dtype=x.dtype.np), x.dtype).item(), x.shape, x.dtype)
 
 
 def fold_view(x):
@@ -47,7 +50,7 @@ def fold_sum(c, x):
         return const((c.arg * n + 2 ** 63) % 2 ** 64 - 2 ** 63, x.shape, x.dtype)  # wraps as NumPy does
     if not c.dtype.is_float:
         return None
-    v = float(np.array(c.arg, dtype=c.dtype.np))  # the value the runtime sees (a float32 CONST may hold 0.1)
+    v = float(dt.decode(dt.encode(c.arg, c.dtype), c.dtype))  # the value the runtime sees (a float32 CONST may hold 0.1)
     if v == 0 or n == 0:
         return const(0.0, x.shape, x.dtype)
     if not math.isfinite(v):
@@ -55,8 +58,8 @@ def fold_sum(c, x):
     num = v.as_integer_ratio()[0]
     while num % 2 == 0:  # v = num·2^k with num odd
         num //= 2
-    bits = np.finfo(c.dtype.np).nmant + 1
-    if n * abs(num) >= 2 ** bits or n * abs(v) > np.finfo(c.dtype.np).max:
+    bits = dt.finfo(c.dtype).nmant + 1
+    if n * abs(num) >= 2 ** bits or n * abs(v) > dt.finfo(c.dtype).max:
         return None
     return const(v * n, x.shape, x.dtype)  # exact in float64, and representable in the dtype
 

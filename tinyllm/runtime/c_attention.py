@@ -3,9 +3,15 @@
 Handlers take (runtime, node, inputs) and return the output array, or None where the kernel does not apply
 (float64, or no prebuilt module): the op's NumPy forward (the tiled reference) runs instead. The kernels read
 their inputs in place through strides, so q, k and v split out of one projection (views) are not copied; an
-input whose last axis is strided is, and all are made row-major where their batch axes need over two strides."""
+input whose last axis is strided is, and all are made row-major where their batch axes need over two strides.
+
+With 16-bit float inputs (float16, bfloat16) the kernels run in float32 as they are: the inputs are widened by a
+generated kernel (c_copy.convert), and the float32 result is rounded to the node's dtype once, which is what the
+NumPy runtime does for any op with 16-bit floats (decode, float32 forward, encode), at C speed."""
 import numpy as np
 
+from .. import dtype as dt
+from .c_copy import convert
 from .c_record import CStruct
 from .c_views import batch_runs
 
@@ -28,6 +34,11 @@ def _views(runtime, arrays):
 def _kernel(name):
     """The handler of runtime_c/attention.c's kernel `name` (both take the same arguments: attention.h)."""
     def run(runtime, node, ins):
+        low = node.dtype.is_low and runtime.lib is not None and all(s.dtype is node.dtype for s in node.src)
+        if low:
+            ins = [convert(runtime, x, node.dtype, dt.float32) for x in ins]
+            if any(x is None for x in ins):
+                return None
         got = _views(runtime, ins)
         if got is None:
             return None
@@ -38,7 +49,7 @@ def _kernel(name):
         if out.size:
             runtime.call(getattr(runtime.lib, name), out, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
                          v.shape[-1], scale, int(causal))
-        return out
+        return convert(runtime, out, dt.float32, node.dtype) if low else out
     return run
 
 

@@ -1,12 +1,18 @@
 """Data movement on the C runtime: CONTIGUOUS, CAT, PAD and reshapes that must copy, through runtime_c/copy.c
 (memcpy of each innermost run, the outer axes on all threads) into arrays from the runtime's pool. Views stay
 views: a reshape that needs no copy is a NumPy view. Without the prebuilt module the handlers return None and
-the ops' NumPy forwards run."""
+the ops' NumPy forwards run. Copies move bytes, so they serve every dtype alike (16-bit floats as their uint16
+storage). `convert` changes an array's dtype with a generated kernel (hand-written kernels that compute in float32
+read and write 16-bit floats through it)."""
+import hashlib
 import math
 
 import numpy as np
 
+from ..ops.kernel import Kernel
 from ..views import view_strides
+from . import compiler
+from .render.c import render
 
 
 def _axes(shape, dst, src):
@@ -35,6 +41,25 @@ def copy_into(runtime, dst, src):
     axes = [(1, 0, 0)] * (4 - len(axes)) + axes
     runtime.call(runtime.lib.tl_copy, dst.itemsize, *(a[0] for a in axes), dst, *(a[1] for a in axes),
                  src, *(a[2] for a in axes))
+
+
+def convert(runtime, x, src_dtype, dtype):
+    """x, holding tinyllm dtype `src_dtype`, as a new row-major array of `dtype` from the runtime's pool (a 16-bit
+    float rounded to nearest even), converted by a generated kernel (render/c.py's loads and stores); None where
+    the runtime compiles no kernels."""
+    if not runtime.compiles:
+        return None
+    x = runtime.contiguous(x)
+    kernel = Kernel((x.size,), None, ((0, (1,), 0),),
+                    (("IN", 0, (), src_dtype.name), ("CAST", dtype, (0,), dtype.name)))
+    key, cpu = (kernel, dtype.name, (src_dtype.name,)), compiler.path()
+    if (cpu, key) not in runtime.kernels:  # the cache, and the key, of the runtime's FUSED kernels
+        name = "k" + hashlib.sha1(repr(key).encode()).hexdigest()[:20]
+        runtime.kernels[cpu, key] = compiler.load({name: render(name, *key)})[name]
+    out = runtime.empty(x.shape, dtype.np)
+    if out.size:
+        runtime.call(runtime.kernels[cpu, key], [out, x])
+    return out
 
 
 def _applies(runtime, *arrays):

@@ -11,12 +11,13 @@ import warnings
 
 import numpy as np
 
+from .. import dtype as dt
 from ..env import debug_level
 from ..ops.index import check_index
 from ..ops.kernel import run_kernel
 from ..views import contiguous_strides
 from ..weak import WeakValues
-from . import c_attention, c_chain, c_copy, c_program, c_record, compiler
+from . import c_attention, c_chain, c_copy, c_program, c_qmatmul, c_record, compiler
 from .c_views import batch_runs, matrix_layout
 from .memory import track, untrack
 from .numpy_runtime import NumpyRuntime
@@ -172,23 +173,25 @@ class CRuntime(NumpyRuntime):
         fn = self._fns.get(node)
         ins = [self.contiguous(x) for x in ins]
         if fn is None:
-            return run_kernel(node.arg, *ins, out_dtype=node.dtype.np)
+            return run_kernel(node.arg, *ins, out_dtype=node.dtype)
         out = self.empty(node.shape, node.dtype.np)
         if out.size and math.prod(node.arg.shape):
-            if self.recorder is not None:
-                self.recorder.in_step(in_step(node.arg, ins))
+            if self.recorder is not None:  # (the output may take the place of an input of its own dtype only)
+                self.recorder.in_step(frozenset(i for i in in_step(node.arg, ins) if ins[i - 1].dtype == out.dtype))
             self.call(fn, [out, *ins])
         elif out.size:
             self.unrecorded("an empty reduction")
-            out[...] = 0 if node.arg.reduce[0] == "SUM" else -np.inf
+            fill = 0 if node.arg.reduce[0] == "SUM" else -np.inf
+            out[...] = dt.encode(fill, node.dtype) if node.dtype.is_low else fill
         return out
 
     def _matmul(self, node, ins):
         a, b = ins
-        if a.dtype != np.float32 or self.lib is None:
+        gemm = _GEMMS.get(node.dtype.name)
+        if gemm is None or a.dtype != node.dtype.np or b.dtype != node.dtype.np or self.lib is None:
             return None
         batch, (M, K), N = a.shape[:-2], a.shape[-2:], b.shape[-1]
-        out = self.empty(batch + (M, N), np.dtype(np.float32))
+        out = self.empty(batch + (M, N), node.dtype.np)
         if not out.size:
             return out
         if K == 0:
@@ -207,8 +210,9 @@ class CRuntime(NumpyRuntime):
             a, b = self.contiguous(a), self.contiguous(b)
             la, lb, runs = matrix_layout(a), matrix_layout(b), batch_runs(batch, a, b, out)
         (n0, (a0, b0, c0)), (n1, (a1, b1, c1)) = ([(1, (0, 0, 0))] * 2 + runs)[-2:]
-        self.call(self.lib.tl_sgemm_batched2, n0, n1, la[0], lb[0], M, N, K, a, la[1], a0, a1, b, lb[1], b0, b1,
-                  0.0, out, N, c0, c1)
+        beta = (0.0,) if gemm == "tl_sgemm_batched2" else ()  # the 16-bit products always overwrite
+        self.call(getattr(self.lib, gemm), n0, n1, la[0], lb[0], M, N, K, a, la[1], a0, a1, b, lb[1], b0, b1,
+                  *beta, out, N, c0, c1)
         return out
 
     def _gather(self, node, ins):
@@ -235,6 +239,10 @@ class CRuntime(NumpyRuntime):
         return out
 
 
+# MATMUL's C function per dtype (operands and result alike): runtime_c/sgemm.h
+_GEMMS = {"float32": "tl_sgemm_batched2", "float16": "tl_gemm_f16_batched2", "bfloat16": "tl_gemm_bf16_batched2"}
+
+
 def in_step(kernel, ins):
     """Positions (in the kernel's argument, the output at 0) of the inputs an elementwise kernel reads only at the
     element it is storing, each as its whole self: output j's element x is computed from their element x alone.
@@ -253,6 +261,7 @@ def in_step(kernel, ins):
 CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,
                          SCATTER_ADD=CRuntime._scatter_add)
 CRuntime.handlers.update(c_attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
+CRuntime.handlers.update(c_qmatmul.HANDLERS)  # QMATMUL: runtime_c/qmatmul.c
 CRuntime.handlers.update(c_copy.HANDLERS)  # CONTIGUOUS, RESHAPE, CAT, PAD: runtime_c/copy.c
 
 

@@ -33,7 +33,7 @@ def batch_runs(shape, *arrays):
     for i, n in enumerate(shape):
         if n == 1:
             continue
-        strides = [x.strides[i] // 4 for x in arrays]
+        strides = [x.strides[i] // x.itemsize for x in arrays]  # in elements of each array's own dtype
         if runs and all(outer == inner * n for outer, inner in zip(runs[-1][1], strides)):
             runs[-1] = (runs[-1][0] * n, strides)
         else:

@@ -6,23 +6,36 @@ import numpy as np
 
 from ..env import debug_level
 
+from .. import dtype as dt
 from ..graph import OPS
+from ..ops import Group
 from .base import Buffer, Runtime
 from .memory import owner, track
+
+
+def run_low(node, ins):
+    """An op reading or making 16-bit floats, as torch runs it on a CPU: inputs widened to float32, the op's
+    float32 forward, the result rounded once to the output dtype (to nearest even). Views move the stored bits."""
+    if node.op in Group.VIEW and all(s.dtype is node.dtype for s in node.src):
+        return OPS[node.op].evaluate(*ins, arg=node.arg)
+    ins = [dt.decode(x, s.dtype).astype(np.float32) if s.dtype.is_low else x for x, s in zip(ins, node.src)]
+    arg = dt.float32 if node.op == "CAST" and node.dtype.is_low else node.arg
+    out = OPS[node.op].evaluate(*ins, arg=arg)
+    return dt.encode(out, node.dtype) if node.dtype.is_low else out
 
 
 class NumpyRuntime(Runtime):
     name = "numpy"
 
     def from_numpy(self, array, dtype):
-        array = np.asarray(array, dtype=dtype.np)
+        array = dt.as_storage(array, dtype)
         return Buffer(self, track(array), array.shape, dtype)
 
     def to_numpy(self, buffer):
-        return buffer.data
+        return dt.decode(buffer.data, buffer.dtype)  # a bfloat16's values as float32 (NumPy has no bfloat16)
 
     def constant(self, value, shape, dtype):
-        return np.broadcast_to(np.array(value, dtype=dtype.np), shape)  # one element seen through zero strides
+        return np.broadcast_to(dt.encode(value, dtype), shape)  # one element seen through zero strides
 
     def release(self, value):
         """`value` is no longer needed by the schedule (a runtime with a buffer pool may keep it)."""
@@ -38,6 +51,8 @@ class NumpyRuntime(Runtime):
 
     def run(self, node, ins):
         """One kernel: the op's NumPy forward."""
+        if node.dtype.is_low or any(s.dtype.is_low for s in node.src):
+            return run_low(node, ins)
         return OPS[node.op].evaluate(*ins, arg=node.arg)
 
     def execute(self, schedule, feeds=(), donate=()):
@@ -58,7 +73,7 @@ class NumpyRuntime(Runtime):
     def output_buffers(self, schedule, values, input_storage):
         outs = []
         for n, v, fresh in zip(schedule.outputs, values, schedule.fresh):
-            v = np.asarray(v, dtype=n.dtype.np)
+            v = np.asarray(v, dtype=n.dtype.np)  # (a bfloat16's storage is uint16 already)
             # a broadcast constant gets real memory; a result the passes reduced to an input gets its own
             if not v.flags.writeable or (fresh and id(owner(v)) in input_storage):
                 v = track(v.copy())

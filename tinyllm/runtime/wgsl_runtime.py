@@ -9,7 +9,14 @@ to the host only in to_numpy.
 
 Dtypes: float32; float16 where the adapter has `shader-f16` (`runtime.has_f16`); int64 is stored as 32-bit
 (WGSL has no 64-bit integers: a value outside ±2³¹ is refused with an error when it is uploaded); bool as one u32
-per element. float64 is refused: WGSL has no portable f64, so `.float()` first.
+per element; int8 and uint8 (quantized weights) as bytes packed four to a u32 word, the buffer padded to whole
+words. Kernels that read bytes unpack them from the words (wgsl/qweight.wgsl); copies of bytes set each byte of
+a word with atomic operations (wgsl/copy_bytes.wgsl); other ops on int8 / uint8 values run on the host. float64
+and bfloat16 are refused, at upload and when a kernel would make one: WGSL has no portable f64 and no bf16, so
+`.float()` first.
+
+QMATMUL reads its float16 scales as raw 16-bit halves two to a u32 word (unpack2x16float), so its kernel needs
+no `shader-f16`.
 """
 import math
 import os
@@ -28,7 +35,13 @@ from .base import Buffer, Runtime
 from .render import wgsl as render
 from .wgpu_device import Device
 
-HOST = {"float32": np.float32, "float16": np.float16, "int64": np.int32, "bool": np.uint32}  # storage per dtype
+HOST = {"float32": np.float32, "float16": np.float16, "int64": np.int32, "bool": np.uint32,  # storage per dtype
+        "int8": np.int8, "uint8": np.uint8}  # (bytes, four to a u32 word of the GPU buffer)
+BYTES = ("int8", "uint8")
+# ops whose WGSL kernels handle one-byte values (the rest run on the host when they meet one): views, copies,
+# and the quantized matmul
+BYTE_KERNELS = {"QMATMUL", "DEQUANT", "RESHAPE", "PERMUTE", "EXPAND", "SHRINK", "DETACH", "CHECKPOINT",
+                "AUTOCAST", "CONTIGUOUS", "PAD", "CAT"}
 ERROR_SLOTS = 64  # index kernels since the last read-back that each report out-of-range indices on their own
 KERNELS = {}  # op name -> fn(runtime, node, inputs) -> Value
 
@@ -73,6 +86,10 @@ def _storage_name(dtype):
     if dtype is dt.float64:
         raise TypeError("the WGSL runtime has no float64 (WebGPU has no portable 64-bit float): convert the tensor "
                         "with .float() or pick another runtime (device='numpy' or 'c')")
+    if dtype is dt.bfloat16:
+        raise TypeError("the WGSL runtime has no bfloat16 (WGSL has no bf16 type): convert the tensor with .float() "
+                        "(or .half() where the adapter has shader-f16), or pick another runtime (device='numpy' or "
+                        "'c')")
     return dtype.name
 
 
@@ -154,6 +171,11 @@ class WGSLRuntime(Runtime):
 
     def copy_into(self, out, where, src):
         """out's elements at the view `where` = (strides, offset) become src's."""
+        if src.dtype.name in BYTES:
+            source, groups = render.render_copy_bytes(src.shape, (tuple(where[0]), where[1]),
+                                                      (tuple(src.elem_strides), src.offset), self.workgroup)
+            self.dispatch(source, [out, src], groups)
+            return
         source, groups = render.render_copy(src.shape, (tuple(where[0]), where[1]),
                                             (tuple(src.elem_strides), src.offset), src.dtype.name, self.workgroup)
         self.dispatch(source, [out, src], groups)
@@ -217,6 +239,8 @@ class WGSLRuntime(Runtime):
         return out
 
     def run(self, node, ins):
+        if node.op not in BYTE_KERNELS and any(d.dtype.name in BYTES for d in (node, *node.src)):
+            return self.on_host(node, ins, "on int8 / uint8 values")
         fn = KERNELS.get(node.op)
         if fn is not None:
             return fn(self, node, ins)
@@ -224,13 +248,13 @@ class WGSLRuntime(Runtime):
             return _fused(self, _single_op_node(node), ins)
         return self.on_host(node, ins)
 
-    def on_host(self, node, ins):
+    def on_host(self, node, ins, why=""):
         """An op with no WGSL kernel runs its NumPy forward: the work recorded so far is submitted, the inputs
-        read back, the result uploaded. Correct but slow, so it warns once per op."""
-        if node.op not in self.warned:
-            self.warned.add(node.op)
-            warnings.warn(f"tinyllm: the WGSL runtime has no kernel for op {node.op} and runs it on the host "
-                          "(NumPy), reading its inputs back; register one with "
+        read back, the result uploaded. Correct but slow, so it warns once per op (and reason)."""
+        if (node.op, why) not in self.warned:
+            self.warned.add((node.op, why))
+            warnings.warn(f"tinyllm: the WGSL runtime has no kernel for op {node.op}{' ' + why if why else ''} and "
+                          "runs it on the host (NumPy), reading its inputs back; register one with "
                           "tinyllm.runtime.wgsl_runtime.register_kernel", RuntimeWarning, stacklevel=2)
         arrays = [self.to_numpy(Buffer(self, v, v.shape, v.dtype)) for v in ins]
         with np.errstate(all="ignore"):
@@ -315,6 +339,7 @@ def _shrink(rt, node, ins):
 
 @register_kernel("DETACH")
 @register_kernel("CHECKPOINT")  # a region marker: the value itself
+@register_kernel("AUTOCAST")  # a mark the autocast pass replaces; one that survives is the value itself
 def _identity(rt, node, ins):
     return ins[0]
 
@@ -435,6 +460,49 @@ def _matmul(rt, node, ins):
     source, groups = render.render_matmul(batch, m, n, k, a_layout, b_layout, node.dtype.name, rt.matmul_tiles(m, n))
     rt.dispatch(source, [out, a, b], groups)
     return out
+
+
+QMATMUL_GEMV_ROWS = 8  # up to this many rows of x, wgsl/qmatmul.wgsl; more, the weight dequantized once + MATMUL
+
+
+@register_kernel("QMATMUL")
+def _qmatmul(rt, node, ins):
+    """x · dequant(W)ᵀ: for few rows (decode) wgsl/qmatmul.wgsl, reading each weight byte once per 4 rows; for
+    more, DEQUANT into a float32 scratch buffer read by the tiled matmul, whose tiles reuse each weight across
+    many rows."""
+    x, qweight, scales = (rt.contiguous(v) for v in ins)
+    (m, k), n = x.shape, node.shape[1]
+    if m > QMATMUL_GEMV_ROWS and k:
+        w = _dequant(rt, _Shape((n, k), dt.float32, node.arg), [qweight, scales])
+        out = _matmul(rt, _Shape(node.shape, node.dtype), [x, w.view((k, n), (1, k))])
+        rt.gpu.release(w.storage)  # (later dispatches run after this one: the pool may hand it out again)
+        return out
+    out = rt.empty(node.shape, node.dtype)
+    if not m * n:
+        return out
+    if -(-m // render.QMATMUL_ROWS) > render.MAX_GROUPS:
+        raise ValueError(f"QMATMUL of x {x.shape}: more row blocks than this device dispatches at once: split x's rows")
+    source, groups = render.render_qmatmul(m, n, k, *node.arg, workgroup=rt.workgroup)
+    rt.dispatch(source, [out, x, qweight, scales], groups)
+    return out
+
+
+@register_kernel("DEQUANT")
+def _dequant(rt, node, ins):
+    qweight, scales = (rt.contiguous(v) for v in ins)
+    out = rt.empty(node.shape, node.dtype)
+    if math.prod(node.shape):
+        source, groups = render.render_dequant(*node.shape, *node.arg, workgroup=rt.workgroup)
+        rt.dispatch(source, [out, qweight, scales], groups)
+    return out
+
+
+class _Shape:
+    """What a kernel function reads of a node (shape, dtype, arg), for one kernel calling another."""
+    def __init__(self, shape, dtype, arg=None):
+        self.shape, self.dtype, self.arg = tuple(shape), dtype, arg
+
+
 from . import wgsl_attention  # noqa: E402,F401  (FLASH_ATTN, FLASH_ATTN_BWD: registers their kernels)
 from . import wgsl_rowwise  # noqa: E402,F401  (ROW_SOFTMAX, ROW_LOG_SOFTMAX, ROW_LAYER_NORM)
 from . import wgsl_sort  # noqa: E402,F401  (ARGSORT)

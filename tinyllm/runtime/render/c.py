@@ -1,13 +1,25 @@
 """Renders a fusion Kernel (tinyllm/ops/kernel.py) as a C function `void NAME(char **bufs)`, where bufs[0]
 is the output and bufs[1 + i] the i-th input, each row-major. Shapes and strides are compile-time constants, so
-the compiler sees plain nested loops it can vectorise; OpenMP splits the outermost loop across threads."""
+the compiler sees plain nested loops it can vectorise; OpenMP splits the outermost loop across threads.
+
+16-bit floats (float16, bfloat16) are stored as uint16_t and are floats everywhere else: a load widens them
+(exactly), every instruction computes in float32, and a store rounds to nearest even (c_math.h), so a kernel
+rounds once where the NumPy runtime, as torch, rounds after each op; a CAST to a 16-bit float rounds where it
+stands. A reduction into a 16-bit output accumulates in float32 too, rounding once at the end."""
 import hashlib
 import math
 import os
 
+import numpy as np
+
+from ... import dtype as dt
 from .cstyle import CStyleLanguage, merge_dims, output_strides
 
-CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char"}
+# the C type a value computes in, and the one a buffer stores it as
+CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char", "int8": "int8_t",
+         "uint8": "uint8_t", "float16": "float", "bfloat16": "float"}
+STORAGE = {**CTYPE, "float16": "uint16_t", "bfloat16": "uint16_t"}
+LOW = {"float16": "f16", "bfloat16": "bf16"}  # c_math.h's names: tl_<name>_load, _store, _round
 PARALLEL_MIN = 1 << 15  # below this many iterations a kernel runs on one thread: waking threads costs more
 SLICES = 4  # a reduction over the outermost axis runs as this many slices of it, in parallel (see _sliced)
 SLICED_MAX_OUT = 1 << 13  # ... when its partial results fit on the stack (SLICES x this many values)
@@ -25,6 +37,20 @@ BINARY = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "C
           "BITAND": "({0} & {1})", "BITOR": "({0} | {1})", "BITXOR": "({0} ^ {1})"}
 
 
+def compute(dtype):
+    """The dtype an instruction of `dtype` computes in: float32 for the 16-bit floats."""
+    return "float32" if dtype in LOW else dtype
+
+
+def load(expr, dtype):
+    return f"tl_{LOW[dtype]}_load({expr})" if dtype in LOW else expr
+
+
+def store(expr, dtype):
+    """`expr` as `dtype`'s storage: a 16-bit float rounds to nearest even."""
+    return f"tl_{LOW[dtype]}_store((float){expr})" if dtype in LOW else f"({CTYPE[dtype]}){expr}"
+
+
 class CLanguage(CStyleLanguage):
     types = CTYPE
     unary = UNARY
@@ -35,6 +61,11 @@ class CLanguage(CStyleLanguage):
             return "1" if value else "0"
         if dtype == "int64":
             return f"INT64_C({int(value)})"
+        if dtype in ("int8", "uint8"):
+            return f"(({CTYPE[dtype]}){int(value)})"
+        if dtype in LOW:  # the constant is a value of its dtype: rounded as a store would
+            d = dt.from_name(dtype)
+            value = float(dt.decode(dt.encode(value, d), d).astype(np.float32).reshape(-1)[0])
         if math.isnan(value):
             return "NAN"
         if math.isinf(value):
@@ -45,9 +76,13 @@ class CLanguage(CStyleLanguage):
         return f"const {CTYPE[dtype]} {name} = {expr};"
 
     def cast(self, x, dtype, src_dtype):
-        return f"({x} != 0)" if dtype == "bool" else f"(({CTYPE[dtype]}){x})"
+        if dtype == "bool":
+            return f"({x} != 0)"
+        return f"tl_{LOW[dtype]}_round((float){x})" if dtype in LOW else f"(({CTYPE[dtype]}){x})"
 
     def expression(self, op, arg, operands, dtype, in_dtypes):
+        if op != "CAST":
+            dtype, in_dtypes = compute(dtype), [compute(d) for d in in_dtypes]
         if op == "POW":  # C's pow is the reference's (NumPy's power); integers exactly (c_math.h)
             f = {"float32": "powf", "float64": "pow"}.get(dtype, "tl_ipow")
             return f"{f}({operands[0]}, {operands[1]})"
@@ -68,13 +103,14 @@ C = CLanguage()
 
 
 def acc_type(ctype):
-    return "int64_t" if ctype == "unsigned char" else ctype
+    return "int64_t" if ctype in ("unsigned char", "int8_t", "uint8_t") else ctype
 
 
 def render(name, kernel, out_dtype, src_dtypes):
     """C source of one kernel."""
     reduced = set(kernel.reduce[1]) if kernel.reduce else set()
     red_op = kernel.reduce[0] if kernel.reduce else None
+    tail = []  # after the loops
     dims = merge_dims(kernel.shape, [output_strides(kernel)] + [ins[1] for ins in kernel.ins], reduced)
     # Row reduction (innermost axis reduced): outputs outside, one accumulator each, reduced axes inside.
     # Otherwise the axes keep their memory order, and reductions accumulate straight into the output.
@@ -87,19 +123,26 @@ def render(name, kernel, out_dtype, src_dtypes):
         terms = [f"{v}*{d[1][k]}" for v, d in zip(iv, dims) if d[1][k]]
         return " + ".join([str(base)] * bool(base) + terms) or "0"
 
-    body, values = C.body(kernel, lambda i: f"s{kernel.ins[i][0]}[{offset(i + 1, kernel.ins[i][2])}]")
+    def read(i):
+        src = kernel.ins[i][0]
+        return load(f"s{src}[{offset(i + 1, kernel.ins[i][2])}]", src_dtypes[src])
+
+    body, values = C.body(kernel, read)
     value = values[-1]
-    ot = CTYPE[out_dtype]
-    lines = ["#include <math.h>", "#include <stdint.h>", f'#include "{HEADER}" /* {HEADER_TAG} */', f"void {name}(char **bufs) {{",
-             f"  {ot} *restrict out = ({ot} *)bufs[0];"]
-    lines += [f"  const {CTYPE[d]} *restrict s{i} = (const {CTYPE[d]} *)bufs[{i + 1}];" for i, d in enumerate(src_dtypes)]
-    init = {"float": "-INFINITY", "double": "-INFINITY", "int64_t": "INT64_MIN"}.get(ot, "0") if red_op == "REDUCE_MAX" \
-        else "0"
+    ot, st = CTYPE[out_dtype], STORAGE[out_dtype]  # the output's value type, and its storage type
+    lines = ["#include <math.h>", "#include <stdint.h>", *["#include <stdlib.h>"] * (out_dtype in LOW),
+             f'#include "{HEADER}" /* {HEADER_TAG} */', f"void {name}(char **bufs) {{",
+             f"  {st} *restrict out = ({st} *)bufs[0];"]
+    lines += [f"  const {STORAGE[d]} *restrict s{i} = (const {STORAGE[d]} *)bufs[{i + 1}];"
+              for i, d in enumerate(src_dtypes)]
+    init = {"float": "-INFINITY", "double": "-INFINITY", "int64_t": "INT64_MIN", "int8_t": "INT8_MIN"}.get(ot, "0") \
+        if red_op == "REDUCE_MAX" else "0"
     # NaN wins, as NumPy's max. An unconditional store: GCC 12 at -O3 -march=native miscompiles the conditional
     # one (`if (...) a = v;`) into AVX-512 masked stores that lose updates and write out of bounds
     keep_max = "{a} = ({v} != {v} || {v} > {a}) ? {v} : {a};"
     if red_op is None:  # output j of several (fuse_outputs) at j · the iteration size
-        stores = [f"out[{offset(0, j * math.prod(kernel.shape))}] = ({ot}){v};" for j, v in enumerate(values)]
+        stores = [f"out[{offset(0, j * math.prod(kernel.shape))}] = {store(v, out_dtype)};"
+                  for j, v in enumerate(values)]
         loops, inner, parallel = dims, [*body, *stores], True
     elif row:
         # One accumulator per output, reduced axes inside. `omp simd reduction` lets the compiler keep one
@@ -115,16 +158,24 @@ def render(name, kernel, out_dtype, src_dtypes):
             end = "(nan ? NAN : acc)" if ot in ("float", "double") else "acc"
             red_loops[-1:] = ["#pragma omp simd reduction(max:acc) reduction(|:nan)", red_loops[-1]]
         inner = [*start, *red_loops, *["  " + b for b in body], "  " + update, *["}"] * (len(red_loops) - 1),
-                 f"out[{offset(0)}] = ({ot}){end};"]
+                 f"out[{offset(0)}] = {store(end, out_dtype)};"]
         loops, parallel = dims[:n_kept], True
     else:
         n_out = math.prod(s for i, s in enumerate(kernel.shape) if i not in reduced)
         combine = (lambda a, v: f"{a} += {v};") if red_op == "SUM" else (lambda a, v: keep_max.format(v=v, a=a))
         if dims[0][2] and dims[0][0] >= SLICES and n_out <= SLICED_MAX_OUT \
                 and math.prod(kernel.shape) >= PARALLEL_MIN and ot in ("float", "double"):
-            return _sliced(lines, dims, iv, [*body, combine(f"p[{offset(0)}]", value)], combine, ot, init, n_out)
-        lines.append(f"  for (long o = 0; o < {n_out}; o++) out[o] = {init};")
-        update = combine(f"out[{offset(0)}]", value)
+            return _sliced(lines, dims, iv, [*body, combine(f"p[{offset(0)}]", value)], combine, out_dtype, init,
+                           n_out)
+        acc = "out"
+        if out_dtype in LOW:  # the sums run in float32, in a scratch array, and are rounded once at the end
+            acc = "red"
+            lines += [f"  float *restrict red = (float *)malloc(sizeof(float) * {n_out});",
+                      f"  if (red == NULL) {{ for (long o = 0; o < {n_out}; o++) out[o] = {store('NAN', out_dtype)};"
+                      " return; }  /* out of memory: NaN, never a wrong number */"]
+            tail = [f"  for (long o = 0; o < {n_out}; o++) out[o] = {store('red[o]', out_dtype)};", "  free(red);"]
+        lines.append(f"  for (long o = 0; o < {n_out}; o++) {acc}[o] = {init};")
+        update = combine(f"{acc}[{offset(0)}]", value)
         loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
     threads = parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1
     for k, d in enumerate(loops):
@@ -138,15 +189,15 @@ def render(name, kernel, out_dtype, src_dtypes):
         lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
-    return "\n".join(lines + ["}"]) + "\n"
+    return "\n".join(lines + tail + ["}"]) + "\n"
 
 
-def _sliced(lines, dims, iv, inner, combine, ot, init, n_out):
+def _sliced(lines, dims, iv, inner, combine, out_dtype, init, n_out):
     """A reduction whose outermost axis is reduced (a bias's gradient: the sum of dY over the rows), which one
     thread would otherwise run alone, since threads must own their outputs: each of SLICES slices of that axis
     reduces into its own partial result p, the slices run on the threads, and the partials are combined in order.
     The slices are fixed, not one per thread, so the result is the same on any number of threads."""
-    n0, i0 = dims[0][0], iv[0]
+    n0, i0, ot = dims[0][0], iv[0], CTYPE[out_dtype]
     lines += [f"  {ot} part[{SLICES}][{n_out}];",
               "  #pragma omp parallel for schedule(static)",
               f"  for (long slice = 0; slice < {SLICES}; slice++) {{",
@@ -157,6 +208,9 @@ def _sliced(lines, dims, iv, inner, combine, ot, init, n_out):
         lines.append("  " * (k + 2) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
     lines += ["  " * (len(dims) + 2) + s for s in inner]
     lines += ["  " * (k + 2) + "}" for k in reversed(range(len(dims)))]
-    lines += ["  }", f"  for (long o = 0; o < {n_out}; o++) {{", "    out[o] = part[0][o];",
-              *[f"    {combine('out[o]', f'part[{j}][o]')}" for j in range(1, SLICES)], "  }"]
+    total = "out[o]" if out_dtype not in LOW else "r"  # a 16-bit float's partials add up in float32
+    lines += ["  }", f"  for (long o = 0; o < {n_out}; o++) {{",
+              f"    {'' if total == 'out[o]' else 'float '}{total} = part[0][o];",
+              *[f"    {combine(total, f'part[{j}][o]')}" for j in range(1, SLICES)],
+              *[f"    out[o] = {store(total, out_dtype)};"] * (total != "out[o]"), "  }"]
     return "\n".join(lines + ["}"]) + "\n"

@@ -3,7 +3,8 @@ the C renderer. Binding 0 is the output, binding 1 + i the i-th input, each row-
 
 Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 (WGSL has no 64-bit integer:
 the runtime checks that values fit), bool -> u32 (0 or 1; WGSL has no bool storage). Shapes and strides are
-constants, so every index computation folds.
+constants, so every index computation folds. int8 / uint8 are bytes packed in u32 words: only the quantized matmul
+(wgsl/qmatmul.wgsl, dequant.wgsl over qweight.wgsl) and byte copies (copy_bytes.wgsl) are rendered for them.
 
 Elementwise kernels run one invocation per output. A reduction over few elements runs one invocation per output
 with a serial loop; over many, one workgroup per output: each invocation accumulates a strided share, then the
@@ -304,3 +305,55 @@ def render_matmul(batch, m, n, k, a_layout, b_layout, dtype, tiles):
                       BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=threads, SA4=sa4, SB4=sb4,
                       READ="\n      ".join(read_a + read_b), FMA="\n      ".join(fma), STORE="\n  ".join(store))
     return source, (-(-n // bn), -(-m // bm), batch)
+
+
+# how wgsl/qweight.wgsl's weight_at finds the signed value v of W[n, k] (k's group is `group`)
+QWEIGHT_DECODE = {
+    "int8": "let b = byte_at(n * {K}u + k);\n  let v = i32(b) - select(0, 256, b >= 128u);",
+    "int4": "let j = k % {G}u;\n  let high = j >= {H}u;\n"
+            "  let b = byte_at(n * {KB}u + group * {H}u + select(j, j - {H}u, high));\n"
+            "  let v = i32(select(b & 0xFu, b >> 4u, high)) - 8;",
+}
+
+
+def qweight(fmt, group_size, n, k, q_binding, s_binding):
+    """wgsl/qweight.wgsl for an (n, k) weight of format `fmt`, its buffers at the given bindings."""
+    decode = QWEIGHT_DECODE[fmt].format(K=k, G=group_size, H=group_size // 2, KB=k // 2)
+    return template("qweight", N=n, K=k, G=group_size, GROUPS=k // group_size, DECODE=decode, Q_BINDING=q_binding,
+                    S_BINDING=s_binding)
+
+
+QMATMUL_ROWS = 4  # rows of x one workgroup multiplies: each weight dequantized once serves as many
+
+
+@_cached
+def render_qmatmul(m, n, k, fmt, group_size, workgroup=64):
+    """(source, workgroups) of QMATMUL: bindings out, x, qweight, scales (wgsl/qmatmul.wgsl)."""
+    tm = min(QMATMUL_ROWS, m)
+    source = template("qmatmul", M=m, N=n, K=k, TM=tm, WORKGROUP=workgroup) + "\n" + \
+        qweight(fmt, group_size, n, k, 2, 3)
+    return source, (min(n, MAX_GROUPS), -(-m // tm), -(-n // MAX_GROUPS))
+
+
+@_cached
+def render_dequant(n, k, fmt, group_size, workgroup=64):
+    """(source, workgroups) of DEQUANT: bindings out, qweight, scales (wgsl/dequant.wgsl)."""
+    groups = groups_for(-(-n * k // workgroup))
+    source = template("dequant", N=n, K=k, WORKGROUP=workgroup, ROW=groups[0] * workgroup) + "\n" + \
+        qweight(fmt, group_size, n, k, 1, 2)
+    return source, groups
+
+
+@_cached
+def render_copy_bytes(shape, dst, src, workgroup=64):
+    """(source, workgroups) of a copy of one-byte elements between strided views (wgsl/copy_bytes.wgsl); dst and
+    src are (strides, offset) in elements (bytes)."""
+    dims = merge_dims(shape, [dst[0], src[0]], set())
+    n = math.prod(d[0] for d in dims)
+
+    def at(operand, base):
+        return " + ".join([f"{base}"] * bool(base) + index_terms(dims, "i", operand)) or "0"
+
+    groups = groups_for(-(-n // workgroup))
+    return template("copy_bytes", N=n, WORKGROUP=workgroup, ROW=groups[0] * workgroup,
+                    AT_OUT=f"u32({at(0, dst[1])})", AT_SRC=f"u32({at(1, src[1])})"), groups

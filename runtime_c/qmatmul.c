@@ -1,0 +1,244 @@
+/*
+QMATMUL (qmatmul.h): x W^T with W quantized, q8 or q4 (formats.h).
+
+M <= GEMV_M: the GEMV. Decoding reads every weight once per token, so its time is the bytes of W: 1 per weight
+for q8 and 1/2 for q4 (+ 2 per group for the scales), against 4 for float32. Each output j is a dot product
+along row j of W, which is contiguous, as are the rows one after another: a thread's share of the outputs is one
+stream through memory. A group's sum is taken on the whole numbers (q, or nibble - 8) widened to float32 in
+registers, then scaled once; the float32 activations are used as they are (no quantized activations: no error
+beyond summation order). Two or more threads each take a contiguous share of the outputs.
+
+M > GEMV_M: the sgemm with B = W^T dequantized while its B panels are packed (sgemm.c's pack_b_strip_cols_body:
+8 rows x 8 k widened, scaled and transposed in registers), so the micro-kernels are float32's own.
+*/
+
+#include <stdint.h>
+
+#include "common.h"
+#include "cpu.h"
+#include "formats.h"
+#include "gemv.h"
+#include "qmatmul.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define AVX2H __attribute__((target("avx2,fma,f16c")))
+#endif
+
+// Weights per thread below which another thread costs more than it saves: gemv.c's figure (the second thread
+// starts at 128 Ki weights), as widening makes a quantized weight cost about as much time as a float32 one from
+// cache.
+#define QGEMV_MIN_PER_THREAD (64L << 10)
+#define QGEMV_CHUNK 64  // weights of a group the portable kernel widens at a time
+
+typedef struct {
+    int fmt;             // TL_Q8 or TL_Q4
+    int m;               // rows of x: 1..GEMV_M
+    long n, k, group;
+    const float *x;      // x[i*ldx + p]
+    long ldx;
+    const uint8_t *q;    // row j of W at q + j*ldq
+    long ldq;
+    const uint16_t *s;   // row j's scales at s + j*lds
+    long lds;
+    int page_ahead;      // prefetch the next 4 KiB page of W where a stream enters one (gemv.c's gemv_page_ahead)
+    float *y;            // y[i*ldy + j]
+    long ldy;
+} qgemv_args;
+
+// Weight t of a group (whole number) whose bytes start at qg.
+static inline float qgemv_weight(int fmt, const uint8_t *qg, long half, long t) {
+    if (fmt == TL_Q8) return (float)(int8_t)qg[t];
+    return (float)((t < half ? qg[t] & 15 : qg[t - half] >> 4) - 8);
+}
+
+// Portable: a group widened QGEMV_CHUNK weights at a time into w, dotted with each row of x (8 partial sums, so the
+// compiler vectorises without reassociating), the group's sums scaled and added.
+static void qgemv_portable(const qgemv_args *v, long j0, long j1) {
+    const long group = v->group, half = group / 2, groups = v->k / group;
+    const long gbytes = v->fmt == TL_Q8 ? group : half;
+    float w[QGEMV_CHUNK];
+    for (long j = j0; j < j1; j++) {
+        float total[GEMV_M] = {0};
+        for (long G = 0; G < groups; G++) {
+            const uint8_t *qg = v->q + j * v->ldq + G * gbytes;
+            float sum[GEMV_M] = {0};
+            for (long t0 = 0; t0 < group; t0 += QGEMV_CHUNK) {
+                const long c = tl_min(QGEMV_CHUNK, group - t0);
+                for (long t = 0; t < c; t++) w[t] = qgemv_weight(v->fmt, qg, half, t0 + t);
+                for (int i = 0; i < v->m; i++) {
+                    const float *x = v->x + i * v->ldx + G * group + t0;
+                    float s[8] = {0};
+                    long t = 0;
+                    for (; t + 8 <= c; t += 8)
+                        for (int l = 0; l < 8; l++) s[l] += x[t + l] * w[t + l];
+                    for (; t < c; t++) s[0] += x[t] * w[t];
+                    sum[i] += ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+                }
+            }
+            const float scale = tl_f16_to_f32(v->s[j * v->lds + G]);
+            for (int i = 0; i < v->m; i++) total[i] += scale * sum[i];
+        }
+        for (int i = 0; i < v->m; i++) v->y[i * v->ldy + j] = total[i];
+    }
+}
+
+#if defined(__x86_64__)
+AVX2H static inline float qgemv_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline __attribute__((always_inline)) void qgemv_page_ahead(const int pa, const uint8_t *p, long step) {
+    if (pa && ((uintptr_t)p & 4095) < (uintptr_t)step)
+        for (int l = 0; l < 4; l++) __builtin_prefetch(p + 4096 + 64 * l, 0, 3);
+}
+
+// Weights 16 at a time (t..: bytes from qg + t, activations from column k0 + t of x) into the sums a0 and a1:
+// q8: 8 bytes -> 8 int32 -> 8 floats, twice; q4: 8 bytes give 8 weights in their low nibbles (k0 + t..) and 8
+// in their high nibbles (k0 + half + t..).
+AVX2H static inline __attribute__((always_inline)) void
+qgemv_16_avx2(const int M, const int F, const int PA, const qgemv_args *v, const uint8_t *qg, long k0, long half,
+              long t, __m256 *a0, __m256 *a1) {
+    __m256 w0, w1;
+    if (F == TL_Q8) {
+        qgemv_page_ahead(PA, qg + t, 16);
+        w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qg + t))));
+        w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qg + t + 8))));
+    } else {
+        qgemv_page_ahead(PA, qg + t, 8);
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qg + t)));
+        const __m256i eight = _mm256_set1_epi32(8);
+        w0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32(15)), eight));
+        w1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight));
+    }
+    const long second = F == TL_Q8 ? 8 : half;  // where w1's activations start, past x's for w0
+    for (int i = 0; i < M; i++) {
+        const float *x = v->x + i * v->ldx + k0 + t;
+        a0[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x), w0, a0[i]);
+        a1[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + second), w1, a1[i]);
+    }
+}
+
+// One group of a row of W (bytes from qg, activations from column k0 of x): tot[i] += scale * (x_i . whole
+// numbers), in four sets of sums (two steps of 16 weights at a time) so that a long group is not one chain of
+// 4-cycle FMA latencies. GS: the group size as a compile-time constant (32, llama.cpp's, whose group then
+// unrolls whole), or 0 to read it from v.
+AVX2H static inline __attribute__((always_inline)) void
+qgemv_group_avx2(const int M, const int F, const int PA, const int GS, const qgemv_args *v, const uint8_t *qg,
+                 long k0, const float *scale, __m256 *tot) {
+    const long group = GS ? GS : v->group, half = group / 2, steps = F == TL_Q8 ? group : half;
+    const long step = F == TL_Q8 ? 16 : 8;  // bytes of one qgemv_16_avx2
+    __m256 a0[GEMV_M], a1[GEMV_M], a2[GEMV_M], a3[GEMV_M];
+    for (int i = 0; i < M; i++) a0[i] = a1[i] = a2[i] = a3[i] = _mm256_setzero_ps();
+    long t = 0;
+    for (; t + 2 * step <= steps; t += 2 * step) {
+        qgemv_16_avx2(M, F, PA, v, qg, k0, half, t, a0, a1);
+        qgemv_16_avx2(M, F, PA, v, qg, k0, half, t + step, a2, a3);
+    }
+    if (t < steps) qgemv_16_avx2(M, F, PA, v, qg, k0, half, t, a0, a1);
+    const __m256 s = _mm256_broadcast_ss(scale);
+    for (int i = 0; i < M; i++)
+        tot[i] = _mm256_fmadd_ps(s, _mm256_add_ps(_mm256_add_ps(a0[i], a2[i]), _mm256_add_ps(a1[i], a3[i])), tot[i]);
+}
+
+// Outputs [j0, j1) for M rows of x; group % 16 == 0. A row's scales are widened 8 at a time (F16C) into sc;
+// even and odd groups add into separate totals, so the one scaling FMA per group is not one chain of 4-cycle
+// latencies.
+AVX2H static inline __attribute__((always_inline)) void
+qgemv_avx2_m(const int M, const int F, const int PA, const int GS, const qgemv_args *v, long j0, long j1) {
+    const long group = GS ? GS : v->group, groups = v->k / group, gbytes = F == TL_Q8 ? group : group / 2;
+    float sc[8];
+    for (long j = j0; j < j1; j++) {
+        const uint8_t *row = v->q + j * v->ldq;
+        const uint16_t *scales = v->s + j * v->lds;
+        __m256 tot[2][GEMV_M];
+        for (int i = 0; i < M; i++) tot[0][i] = tot[1][i] = _mm256_setzero_ps();
+        for (long G0 = 0; G0 < groups; G0 += 8) {
+            const long n = tl_min(8, groups - G0);
+            if (n == 8) _mm256_storeu_ps(sc, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + G0))));
+            else for (long G = 0; G < n; G++) sc[G] = _cvtsh_ss(scales[G0 + G]);
+            long G = 0;
+            for (; G + 2 <= n; G += 2) {
+                qgemv_group_avx2(M, F, PA, GS, v, row + (G0 + G) * gbytes, (G0 + G) * group, sc + G, tot[0]);
+                qgemv_group_avx2(M, F, PA, GS, v, row + (G0 + G + 1) * gbytes, (G0 + G + 1) * group, sc + G + 1,
+                                 tot[1]);
+            }
+            if (G < n) qgemv_group_avx2(M, F, PA, GS, v, row + (G0 + G) * gbytes, (G0 + G) * group, sc + G, tot[0]);
+        }
+        for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = qgemv_hsum(_mm256_add_ps(tot[0][i], tot[1][i]));
+    }
+}
+
+#define QGEMV_BY_M(F, PA, GS, v, j0, j1)                                \
+    do {                                                                \
+        switch ((v)->m) {                                               \
+        case 1: qgemv_avx2_m(1, F, PA, GS, v, j0, j1); break;           \
+        case 2: qgemv_avx2_m(2, F, PA, GS, v, j0, j1); break;           \
+        case 3: qgemv_avx2_m(3, F, PA, GS, v, j0, j1); break;           \
+        default: qgemv_avx2_m(GEMV_M, F, PA, GS, v, j0, j1); break;     \
+        }                                                               \
+    } while (0)
+
+#define QGEMV_BY_GROUP(F, PA, v, j0, j1)                                \
+    do {                                                                \
+        if ((v)->group == 32) QGEMV_BY_M(F, PA, 32, v, j0, j1);         \
+        else QGEMV_BY_M(F, PA, 0, v, j0, j1);                           \
+    } while (0)
+
+AVX2H static void qgemv_avx2(const qgemv_args *v, long j0, long j1) {
+    if (v->fmt == TL_Q8 && v->page_ahead) QGEMV_BY_GROUP(TL_Q8, 1, v, j0, j1);
+    else if (v->fmt == TL_Q8) QGEMV_BY_GROUP(TL_Q8, 0, v, j0, j1);
+    else if (v->page_ahead) QGEMV_BY_GROUP(TL_Q4, 1, v, j0, j1);
+    else QGEMV_BY_GROUP(TL_Q4, 0, v, j0, j1);
+}
+#endif  // __x86_64__
+
+typedef void (*qgemv_fn)(const qgemv_args *v, long j0, long j1);
+
+static qgemv_fn qgemv_kernel(const qgemv_args *v) {
+#if defined(__x86_64__)
+    if (tl_cpu_path() >= 1 && tl_has_f16c() && v->group % 16 == 0) return qgemv_avx2;
+#endif
+    (void)v;
+    return qgemv_portable;
+}
+
+static void qgemv(const qgemv_args *v, int nt) {
+    const qgemv_fn kernel = qgemv_kernel(v);
+    nt = (int)tl_max(1, tl_min(nt, v->n * v->k / QGEMV_MIN_PER_THREAD));
+    if (nt <= 1) {
+        kernel(v, 0, v->n);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
+        kernel(v, v->n * t / n, v->n * (t + 1) / n);
+    }
+}
+
+static void qmatmul(int fmt, int M, int N, int K, int group, const float *x, long ldx, const void *q,
+                    const uint16_t *scales, float *out, long ldo) {
+    if (M <= 0 || N <= 0) return;
+    const long ldq = fmt == TL_Q8 ? K : K / 2, lds = K / group;
+    if (M > GEMV_M) {
+        tl_gemm_quantized(fmt, M, N, K, group, x, ldx, q, ldq, scales, lds, out, ldo, tl_gemm_threads());
+        return;
+    }
+    // page_ahead where W spans under 4 MiB, as gemv.c decides (most likely on 4 KiB pages)
+    qgemv_args v = {fmt, M, N, K, group, x, ldx, (const uint8_t *)q, ldq, scales, lds, N * ldq < (4L << 20), out,
+                    ldo};
+    qgemv(&v, tl_gemm_threads());
+}
+
+void tl_qmatmul_q8(int M, int N, int K, int group, const float *x, long ldx, const int8_t *q,
+                   const uint16_t *scales, float *out, long ldo) {
+    qmatmul(TL_Q8, M, N, K, group, x, ldx, q, scales, out, ldo);
+}
+
+void tl_qmatmul_q4(int M, int N, int K, int group, const float *x, long ldx, const uint8_t *q,
+                   const uint16_t *scales, float *out, long ldo) {
+    qmatmul(TL_Q4, M, N, K, group, x, ldx, q, scales, out, ldo);
+}

@@ -1,0 +1,152 @@
+"""Matrix product with a quantized weight: y = x · dequant(W)ᵀ, W read from int8 or packed int4 storage.
+
+The storage formats (llama.cpp's Q8_0 and Q4_0 layouts, symmetric, one float16 scale `d` per group of g consecutive
+input features of one output row) are defined here, beside the op that reads them:
+
+    int8   qweight int8 (N, K), scales float16 (N, K/g)
+           d = f16(max|w| / 127);  q = clip(rint(w / d), -127, 127);  w' = q·d
+    int4   qweight uint8 (N, K/2), scales float16 (N, K/g)
+           m = the group's element of largest |w|, sign kept;  d = f16(m / -8);  q = clip(rint(w / d), -8, 7)
+           stored as q + 8 in [0, 15], two per byte: in each group, byte j (0 <= j < g/2) holds element j in its
+           low nibble and element j + g/2 in its high nibble;  w' = (nibble - 8)·d
+
+A group of zeros has d = 0 and stores q = 0. The division w / d is in float32 (d widened from float16), so
+quantizing is the same on every machine. int4 divides by m/-8 rather than by max|w|/7: the extreme element then
+lands on -8 exactly, and the side of zero it is on gets the one more level the signed nibble has.
+"""
+import numpy as np
+
+from .. import dtype as dt
+from ..graph import build
+from .base import Op, register
+
+FORMATS = ("int8", "int4")
+
+
+def check_format(fmt, group_size, in_features, what="quantize"):
+    """Raise a clear error unless (fmt, group_size) can quantize a weight with `in_features` columns."""
+    if fmt not in FORMATS:
+        raise ValueError(f"{what}: unknown format {fmt!r}: use 'int8' or 'int4'")
+    if not isinstance(group_size, (int, np.integer)) or isinstance(group_size, bool) or group_size <= 0:
+        raise ValueError(f"{what}: group_size must be a positive int, got {group_size!r}")
+    if in_features % group_size:
+        raise ValueError(f"{what}: group_size {group_size} does not divide in_features {in_features}: pick a "
+                         f"divisor of {in_features} (32 and 128 are usual)")
+    if fmt == "int4" and group_size % 2:
+        raise ValueError(f"{what}: int4 packs two values per byte within a group, so group_size must be even, "
+                         f"got {group_size}")
+
+
+def storage_shapes(fmt, n, k, group_size):
+    """(qweight shape, its dtype, scales shape) of an (n, k) weight."""
+    return ((n, k) if fmt == "int8" else (n, k // 2)), (dt.int8 if fmt == "int8" else dt.uint8), (n, k // group_size)
+
+
+def quantize(weight, fmt, group_size=32):
+    """(qweight, scales) of a float (N, K) weight array, as the module docstring defines them (NumPy arrays)."""
+    w = np.asarray(weight)
+    if w.ndim != 2 or not np.issubdtype(w.dtype, np.floating):
+        raise ValueError(f"quantize: needs a 2-D float weight (out_features, in_features), got {w.dtype} "
+                         f"{w.shape}")
+    n, k = w.shape
+    check_format(fmt, group_size, k)
+    groups = w.astype(np.float32).reshape(n, k // group_size, group_size)
+    if not np.isfinite(groups).all():
+        raise ValueError("quantize: the weight holds inf or NaN, which no scale represents")
+    if fmt == "int8":
+        with np.errstate(over="ignore"):
+            d = (np.abs(groups).max(-1) / np.float32(127)).astype(np.float16)
+        lo, hi = -127, 127
+    else:
+        at = np.abs(groups).argmax(-1)[..., None]
+        with np.errstate(over="ignore"):
+            d = (np.take_along_axis(groups, at, -1)[..., 0] / np.float32(-8)).astype(np.float16)
+        lo, hi = -8, 7
+    if np.isinf(d).any():
+        raise ValueError(f"quantize: a group's scale overflows float16 (|w| above about {65504 * -lo:.3g}): "
+                         "scale the weight down first")
+    d32 = d.astype(np.float32)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d32 == 0, 0, np.clip(np.rint(groups / d32), lo, hi)).astype(np.int8)
+    if fmt == "int8":
+        return q.reshape(n, k), d
+    nib = (q + 8).astype(np.uint8)
+    half = group_size // 2
+    return (nib[..., :half] | (nib[..., half:] << 4)).reshape(n, k // 2), d
+
+
+def unpack_int4(qweight, group_size):
+    """The signed int4 values (int8, (N, K)) of a packed (N, K/2) uint8 array."""
+    n, kb = qweight.shape
+    b = np.asarray(qweight, np.uint8).reshape(n, kb * 2 // group_size, group_size // 2)
+    q = np.concatenate([b & 0x0F, b >> 4], axis=-1).astype(np.int8) - np.int8(8)
+    return q.reshape(n, kb * 2)
+
+
+def dequantize(qweight, scales, fmt, group_size=32):
+    """The float32 (N, K) weight w' = q·d that (qweight, scales) stand for."""
+    q = np.asarray(qweight, np.int8) if fmt == "int8" else unpack_int4(qweight, group_size)
+    n, k = q.shape
+    d = np.asarray(scales).astype(np.float32)[..., None]
+    return (q.reshape(n, k // group_size, group_size).astype(np.float32) * d).reshape(n, k)
+
+
+def _check_weight(src, arg, op):
+    """(fmt, group_size, N, K) from a node's weight sources and arg, raising a clear error on a mismatch."""
+    qweight, scales = src
+    if not (isinstance(arg, tuple) and len(arg) == 2):
+        raise TypeError(f"arg must be (fmt, group_size), got {arg!r}")
+    fmt, g = arg
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use 'int8' or 'int4'")
+    if len(qweight.shape) != 2 or len(scales.shape) != 2:
+        raise ValueError(f"qweight {qweight.shape} and scales {scales.shape} must be 2-D")
+    n = qweight.shape[0]
+    k = qweight.shape[1] * (1 if fmt == "int8" else 2)
+    check_format(fmt, g, k, op)
+    qshape, qdtype, sshape = storage_shapes(fmt, n, k, g)
+    if qweight.dtype is not qdtype or scales.dtype is not dt.float16 or tuple(scales.shape) != sshape:
+        raise TypeError(f"{fmt} with group {g} stores qweight as {qdtype.name} {qshape} and scales as float16 "
+                        f"{sshape}, got {qweight.dtype.name} {qweight.shape} and {scales.dtype.name} {scales.shape} "
+                        "(make them with tinyllm.quantization.quantize)")
+    return fmt, g, n, k
+
+
+@register
+class QMATMUL(Op):
+    """y = x · dequant(W)ᵀ for x (M, K) float32, W (N, K) quantized as `arg` = (fmt, group_size) says (module
+    docstring); y (M, N) float32, accumulated in float32.
+    ⇒  dx = dy · dequant(W), a DEQUANT node and a MATMUL. The weight gets no gradient: quantized weights are
+    frozen (what a LoRA adapter on a quantized base needs). float64 x is accepted too (computed in float64), only
+    so gradcheck can difference it."""
+    def infer(src, arg):
+        x = src[0]
+        if len(src) != 3:
+            raise ValueError(f"needs (x, qweight, scales), got {len(src)} inputs")
+        fmt, g, n, k = _check_weight(src[1:], arg, "QMATMUL")
+        if len(x.shape) != 2 or x.shape[1] != k:
+            raise ValueError(f"x of shape {x.shape} does not multiply a quantized weight of {k} input features: "
+                             f"need (M, {k}) (the front end, QuantizedLinear, flattens leading axes)")
+        if x.dtype not in (dt.float32, dt.float64):
+            raise TypeError(f"x must be float32, got {x.dtype.name}: cast it with .float()")
+        return (x.shape[0], n), x.dtype
+    def forward(x, qweight, scales, arg):
+        w = dequantize(qweight, scales, *arg)
+        return np.matmul(x, w.T.astype(x.dtype, copy=False))
+    def backward(dy, y):
+        x, qweight, scales = y.src
+        w = build("DEQUANT", qweight, scales, arg=y.arg).cast(dy.dtype)
+        return (dy.matmul(w), None, None)
+
+
+@register
+class DEQUANT(Op):
+    """W' = dequant(qweight, scales) as float32 (N, K), `arg` = (fmt, group_size) (module docstring). What
+    QMATMUL's gradient reads; no gradient of its own (the quantized storage is frozen)."""
+    def infer(src, arg):
+        if len(src) != 2:
+            raise ValueError(f"needs (qweight, scales), got {len(src)} inputs")
+        fmt, g, n, k = _check_weight(src, arg, "DEQUANT")
+        return (n, k), dt.float32
+    def forward(qweight, scales, arg): return dequantize(qweight, scales, *arg)
+    def backward(dy, y): return (None, None)

@@ -1,0 +1,124 @@
+"""The autocast pass: AUTOCAST marks (tinyllm/autocast_mode.py) become casts, and the new dtypes flow through the graph.
+
+Walking the graph sources first, each node is rebuilt over its rewritten sources by one rule per kind of op,
+following torch's autocast op lists:
+
+    AUTOCAST(x; low)         x cast to `low` (float16 or bfloat16)
+    MATMUL, FLASH_ATTN       lower precision: with a low input, every float input goes low (the kernels
+                             accumulate in float32 and round the result once)
+    FP32 ops                 reductions, exp, log, reciprocal, square root, power, sorting, gathering: low inputs
+                             come back to float32
+    other elementwise ops    promote as torch does (float32 with bfloat16 gives float32), except that constants
+                             take their partner's dtype, as Python numbers do in torch ("weak" scalars)
+    views and the rest       follow their input
+
+A weight's low copy is not kept for the backward pass: each product with a stored operand is a checkpointing region
+that recasts it there. So a linear layer's output stays low through an activation and becomes float32 where it meets the float32
+residual stream, and softmax, layer_norm and the loss run in float32. A root whose dtype changed is cast back:
+every tensor keeps the dtype the front end gave it. Parameters stay float32; their gradients come back through
+the casts' own rule (dx = dy cast back), so the optimizer sees float32 gradients.
+"""
+import weakref
+
+from .. import dtype as dt
+from ..graph import build, const, toposort
+from ..ops import Group
+
+FP32 = Group.REDUCE | {"EXP", "LOG", "RECIP", "SQRT", "POW", "ARGSORT", "GATHER", "SCATTER_ADD",
+                       "ROW_SOFTMAX", "ROW_LOG_SOFTMAX", "ROW_LAYER_NORM"}
+LOWER = {"MATMUL", "FLASH_ATTN"}
+_marks = weakref.WeakSet()  # live AUTOCAST nodes: without any, the pass has nothing to do
+
+
+def marked(node):
+    """Note an AUTOCAST node (the front end calls this), so the pass knows a graph may hold marks."""
+    _marks.add(node)
+    return node
+
+
+def _weak(node):
+    """A constant, or a view of one: it adopts the dtype of what it meets."""
+    while node.op in Group.MOVEMENT and node.buffer is None:
+        node = node.src[0]
+    return node.op == "CONST" and node.buffer is None
+
+
+def _retyped(node, dtype):
+    """`node` in `dtype`: a weak constant is remade (its value rounded once), anything else is cast."""
+    if node.dtype is dtype:
+        return node
+    if _weak(node):
+        views = []
+        while node.op != "CONST":
+            views.append(node)
+            node = node.src[0]
+        node = const(node.arg, node.shape, dtype)
+        for v in reversed(views):
+            node = build(v.op, node, arg=v.arg)
+        return node
+    return build("CAST", node, arg=dtype)
+
+
+def _stored(node):
+    """A value read from memory (a weight, an input), possibly through views: its cast is cheap to redo."""
+    while node.op in Group.MOVEMENT and node.buffer is None:
+        node = node.src[0]
+    return not node.src or node.buffer is not None
+
+
+# A stored operand's low copy (a weight's) would live from the forward product to the backward one: the product
+# is made a gradient-checkpointing region (rewrite/checkpoint.py) entered at the stored operand and left at the
+# product, so the backward pass recasts the weight instead of keeping its copy
+ENTER, EXIT = ("enter", "nothing_saveable"), ("exit", "nothing_saveable")
+
+
+def _weight_cast(node):
+    """A low cast of a stored float operand."""
+    return node.op == "CAST" and node.dtype.is_low and not node.src[0].dtype.is_low and _stored(node.src[0])
+
+
+def _rule(n, src):
+    """The rewritten node for `n` over its rewritten sources `src`."""
+    if n.op == "AUTOCAST":
+        return _retyped(src[0], n.arg) if src[0].dtype.is_float else src[0]
+    lows = [s.dtype for s in src if s.dtype.is_low]
+    if not lows:
+        return build(n.op, *src, arg=n.arg)
+    if n.op in LOWER:
+        low = lows[0]
+        src = [_retyped(s, low) if s.dtype.is_float else s for s in src]
+        if n.op != "MATMUL" or not any(_weight_cast(s) for s in src):
+            return build(n.op, *src, arg=n.arg)
+        src = [build("CAST", build("CHECKPOINT", s.src[0], arg=ENTER), arg=s.arg) if _weight_cast(s) else s
+               for s in src]
+        return build("CHECKPOINT", build(n.op, *src, arg=n.arg), arg=EXIT)
+    if n.op in FP32:
+        return build(n.op, *[_retyped(s, dt.float32) if s.dtype.is_low else s for s in src], arg=n.arg)
+    if n.op in Group.ELEMENTWISE and n.op != "CAST" and len(src) > 1:
+        floats = [s for s in src if s.dtype.is_float]
+        strong = [s.dtype for s in floats if not _weak(s)] or [s.dtype for s in floats]
+        target = strong[0]
+        for d in strong[1:]:
+            target = dt.result_type(target, d)
+        return build(n.op, *[_retyped(s, target) if s.dtype.is_float else s for s in src], arg=n.arg)
+    try:
+        return build(n.op, *src, arg=n.arg)
+    except TypeError:  # an op that needs one dtype (CAT of a low and a float32 input): float32, as torch promotes
+        return build(n.op, *[_retyped(s, dt.float32) if s.dtype.is_low else s for s in src], arg=n.arg)
+
+
+def autocast_pass(roots, key=None):
+    """The pass on `roots` (a list of nodes); returns `roots` itself when the graph holds no AUTOCAST mark."""
+    if not _marks:
+        return roots
+    order = toposort(roots, stop=lambda n: n.buffer is not None)
+    if not any(n.op == "AUTOCAST" for n in order):
+        return roots
+    new = {}
+    for n in order:
+        if not n.src or n.buffer is not None:
+            new[n] = n
+            continue
+        src = tuple(new[s] for s in n.src)
+        new[n] = n if src == n.src and n.op != "AUTOCAST" else _rule(n, src)
+    return [_retyped(new[r], r.dtype) if new[r].dtype is not r.dtype else new[r] for r in roots]
