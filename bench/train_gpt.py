@@ -375,7 +375,7 @@ def main():
                 [memory(rt) for rt in lows]
         if "c" in rts and "numpy" in rts:
             cells.append(ratio("c", "numpy"))
-        cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))  # noqa: E501
+        cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))
         cells.append(f"{row['load'][0]:.1f}–{row['load'][1]:.1f}")
         print("| " + " | ".join(cells) + " |")
     if args.json:

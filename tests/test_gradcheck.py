@@ -90,8 +90,10 @@ def cases():
         "CHECKPOINT": [(lambda x: P("CHECKPOINT", x, arg=("enter", "nothing_saveable")), [leaf(2, 3)])],
         "AUTOCAST": [(lambda x: P("AUTOCAST", x, arg=tl.bfloat16), [leaf(2, 3)])],  # (the mark is x itself)
         # gradients reach x only: quantized weights are frozen
-        "QMATMUL": [(lambda x, q, s: P("QMATMUL", x, q, s, arg=("int8", 4)), [leaf(2, 8), tl.Tensor(q8), tl.Tensor(s8)]),
-                    (lambda x, q, s: P("QMATMUL", x, q, s, arg=("int4", 4)), [leaf(2, 8), tl.Tensor(q4), tl.Tensor(s4)])],
+        "QMATMUL": [(lambda x, q, s: P("QMATMUL", x, q, s, arg=("int8", 4)),
+                     [leaf(2, 8), tl.Tensor(q8), tl.Tensor(s8)]),
+                    (lambda x, q, s: P("QMATMUL", x, q, s, arg=("int4", 4)),
+                     [leaf(2, 8), tl.Tensor(q4), tl.Tensor(s4)])],
         "MATMUL": [(lambda a, b: P("MATMUL", a, b), [leaf(2, 3), leaf(3, 4)]),
                    (lambda a, b: P("MATMUL", a, b), [leaf(2, 2, 3), leaf(2, 3, 1)])],
         "GATHER": [(lambda x, i: P("GATHER", x, i, arg=0), [leaf(4, 2), index(3, 0, 3, -1)]),

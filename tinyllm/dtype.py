@@ -9,23 +9,21 @@ import numpy as np
 
 
 class DType:
-    __slots__ = ("name", "np", "itemsize", "is_float", "compute")
+    __slots__ = ("name", "np", "itemsize", "is_float", "compute", "is_low")
 
     def __init__(self, name, np_dtype, compute=None):
         self.name, self.np = name, np.dtype(np_dtype)  # np: how a buffer of this dtype is stored
         self.compute = self.np if compute is None else np.dtype(compute)  # the NumPy dtype its values compute in
         self.itemsize, self.is_float = self.np.itemsize, self.compute.kind == "f"
+        # a 16-bit float: computed in float32 and rounded once per op, as torch does on CPUs (an attribute, not a
+        # property: every kernel a runtime runs asks it)
+        self.is_low = self.is_float and self.itemsize == 2
 
     def __repr__(self):
         return f"tinyllm.{self.name}"
 
     def __reduce__(self):  # dtypes are singletons, also across pickling
         return (from_name, (self.name,))
-
-    @property
-    def is_low(self):
-        """A 16-bit float: computed in float32 and rounded once per op, as torch does on CPUs."""
-        return self.is_float and self.itemsize == 2
 
 
 float16 = DType("float16", np.float16)
