@@ -953,6 +953,13 @@ void tl_sgemm_batched(int batch, int transA, int transB, int M, int N, int K, co
                       strideC);
 }
 
+// Threads for a batch of products spread one matrix per thread: at most one per
+// matrix, and one per TL_MIN_WORK_PER_THREAD multiply-adds of the whole batch.
+static long batch_threads(int nt, long batch, int M, int N, int K) {
+    double work = (double)batch * M * N * K;
+    return tl_min(tl_min(nt, batch), (long)(work / TL_MIN_WORK_PER_THREAD));
+}
+
 void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, int N, int K,
                        const float *A, long lda, long strideA0, long strideA1,
                        const float *B, long ldb, long strideB0, long strideB1,
@@ -964,9 +971,12 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
     int per_matrix = tl_gemv_applies(M, N) ? nt : useful_threads(p, M, N, K, nt);
     // One matrix per thread at a time needs no hand-offs and no shared panel,
     // so prefer it, unless the matrices are big enough to keep all threads busy
-    // on their own and the batch does not divide evenly among the threads.
-    if (nt > 1 && batch > 1 && (per_matrix < nt || batch % nt == 0)) {
-#pragma omp parallel for num_threads((int)tl_min(nt, batch)) schedule(static)
+    // on their own and the batch does not divide evenly among the threads. A
+    // batch of little total work (a decode step's per-head products) stays on
+    // fewer threads: waking one costs more than its share of the products.
+    long over_batch = batch_threads(nt, batch, M, N, K);
+    if (over_batch > 1 && (per_matrix < nt || batch % nt == 0)) {
+#pragma omp parallel for num_threads((int)over_batch) schedule(static)
         for (long b = 0; b < batch; b++) gemm_one(p, batch1, b, transA, transB, M, N, K, A, lda, strideA0, strideA1,
                                                   B, ldb, strideB0, strideB1, beta, C, ldc, strideC0, strideC1, 1);
         return;
@@ -1071,8 +1081,9 @@ static void gemm_half_batched2(int fmt, int batch0, int batch1, int transA, int 
     if (batch <= 0 || M <= 0 || N <= 0) return;
     const gemm_plan *p = current_plan();
     int nt = g_threads, per_matrix = M <= GEMV_M ? nt : useful_threads(p, M, N, K, nt);
-    if (nt > 1 && batch > 1 && (per_matrix < nt || batch % nt == 0)) {  // as tl_sgemm_batched2
-#pragma omp parallel for num_threads((int)tl_min(nt, batch)) schedule(static)
+    long over_batch = batch_threads(nt, batch, M, N, K);
+    if (over_batch > 1 && (per_matrix < nt || batch % nt == 0)) {  // as tl_sgemm_batched2
+#pragma omp parallel for num_threads((int)over_batch) schedule(static)
         for (long b = 0; b < batch; b++) gemm_half_one(p, fmt, batch1, b, transA, transB, M, N, K, A, lda, strideA0,
                                                        strideA1, B, ldb, strideB0, strideB1, C, ldc, strideC0,
                                                        strideC1, 1);

@@ -12,6 +12,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))
+# OpenMP workers that spin between parallel regions (libgomp's default) take the core the main thread needs on a
+# busy machine (CI: 2 cores, shared): then each of the suite's many tiny parallel regions waits a scheduler tick
+# (speculative decoding's 25,000 small batched matmuls: 30 s instead of 2). Waiting asleep changes no value. Set
+# before any OpenMP runtime loads (tinyllm._kernels, torch), which read it once.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 settings.register_profile("default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -44,6 +49,28 @@ def pytest_collection_modifyitems(items):
             item.add_marker(f64)
 
 
+_each_runtime_set = []  # (the runtime each_runtime set, the TINYLLM_RUNTIME before it) while one is alive
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_runtime(request):
+    """A test that does not ask for each_runtime runs where it would without it, even after a module's each_runtime
+    tests: that module-scoped fixture's TINYLLM_RUNTIME lives until the module ends, and would otherwise put the
+    rest of the module on its last runtime (WGSL: 30 s for a 2 s sampling test). Other settings of the variable (a
+    module's reference_runtime, the session's own) are left as they are."""
+    leaked = _each_runtime_set and os.environ.get("TINYLLM_RUNTIME") == _each_runtime_set[-1][0]
+    if "each_runtime" in request.fixturenames or not leaked:
+        yield
+        return
+    before = _each_runtime_set[-1][1]
+    with pytest.MonkeyPatch.context() as mp:
+        if before is None:
+            mp.delenv("TINYLLM_RUNTIME")
+        else:
+            mp.setenv("TINYLLM_RUNTIME", before)
+        yield
+
+
 @pytest.fixture(scope="module", params=RUNTIMES)
 def each_runtime(request):
     """Runs a whole test module once per runtime: `pytestmark = pytest.mark.usefixtures("each_runtime")`.
@@ -53,9 +80,13 @@ def each_runtime(request):
         reason = wgsl_skip_reason()
         if reason:
             pytest.skip(reason)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TINYLLM_RUNTIME", request.param)
-        yield request.param
+    _each_runtime_set.append((request.param, os.environ.get("TINYLLM_RUNTIME")))
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TINYLLM_RUNTIME", request.param)
+            yield request.param
+    finally:
+        _each_runtime_set.pop()
 
 
 def _cpu_paths():

@@ -391,6 +391,63 @@ def test_two_processes_compiling_the_same_kernel_both_succeed(tmp_path):
     assert third["built"] == [] and third["y"] == results[0]["y"]
 
 
+def _scale_source(name, header, factor):
+    """A kernel that includes `header` by its absolute path, as generated kernels include c_math.h."""
+    return (f'#include "{header}"\nvoid {name}(char **bufs) {{\n  float *restrict out = (float *)bufs[0];\n'
+            f"  const float *restrict s0 = (const float *)bufs[1];\n"
+            f"  for (long i = 0; i < 8; i++) out[i] = s0[i] * {float(factor)}f;\n}}\n")
+
+
+def _call(fn, x):
+    out = np.empty_like(x)
+    fn(compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(out), compiler.ffi.from_buffer(x)]))
+    return out
+
+
+def test_a_cached_kernel_is_found_whatever_it_was_compiled_with(monkeypatch, tmp_path):
+    """Kernels compiled together in one library are each found again alone, and in another company, without
+    compiling (a test run alone, or in another order, reuses the suite's kernels)."""
+    if not compiler.available():
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
+    built = []
+    original = compiler._build
+    monkeypatch.setattr(compiler, "_build", lambda source, library: built.append(library) or original(source, library))
+    header = os.path.join(ROOT, "tinyllm", "runtime", "render", "c_math.h")
+    sources = {f"kcache{i}": _scale_source(f"kcache{i}", header, i + 2) for i in range(10)}
+    x = np.arange(8, dtype=np.float32)
+    first = compiler.load(sources)
+    assert len(built) == 2, f"10 new kernels: two libraries expected, built {built}"
+    for i in range(10):
+        np.testing.assert_array_equal(_call(first[f"kcache{i}"], x), x * (i + 2))
+    built.clear()
+    alone = compiler.load({"kcache7": sources["kcache7"]})
+    mixed = compiler.load({n: sources[n] for n in ("kcache0", "kcache3", "kcache8")})
+    assert built == [], f"kernels in the cache compiled again: {built}"
+    np.testing.assert_array_equal(_call(alone["kcache7"], x), x * 9)
+    np.testing.assert_array_equal(_call(mixed["kcache8"], x), x * 10)
+    # a new kernel beside cached ones: only it is compiled
+    fresh = compiler.load({"kcache3": sources["kcache3"], "kcache99": _scale_source("kcache99", header, 0.5)})
+    assert len(built) == 1
+    np.testing.assert_array_equal(_call(fresh["kcache99"], x), x * 0.5)
+
+
+def test_the_cache_key_names_headers_by_contents_not_path(tmp_path):
+    """Two checkouts at different paths (each CI run clones anew) share their kernels; an edited header does not."""
+    header = os.path.join(ROOT, "tinyllm", "runtime", "render", "c_math.h")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "c_math.h").write_bytes(open(header, "rb").read())
+    (b / "c_math.h").write_bytes(open(header, "rb").read())
+    cpu = compiler.path()
+    key = lambda h, factor=2: compiler.library_path(_scale_source("k", str(h), factor), cpu)  # noqa: E731
+    assert key(a / "c_math.h") == key(b / "c_math.h") == key(header)
+    assert key(a / "c_math.h", 2) != key(a / "c_math.h", 3)
+    (b / "c_math.h").write_bytes(open(header, "rb").read() + b"\n/* edited */\n")
+    compiler._headers.clear()  # (read once per process: headers do not change under a running program)
+    assert key(a / "c_math.h") != key(b / "c_math.h")
+
+
 # ---- no C compiler ----------------------------------------------------------------------------------------
 
 NO_CC_CHILD = """

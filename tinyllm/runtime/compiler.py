@@ -1,7 +1,11 @@
-"""Compiles generated C kernels into shared libraries, cached on disk by a hash of their source and of the CPU path
-they are compiled for, and loads them through cffi. Safe when several processes compile at once: each writes a
-private temporary file and renames it into place atomically. With no C compiler, `available()` is False and callers
-fall back (with one warning).
+"""Compiles generated C kernels into shared libraries, cached on disk, and loads them through cffi. Safe when several
+processes compile at once: each writes a private temporary file and renames it into place atomically. With no C
+compiler, `available()` is False and callers fall back (with one warning).
+
+The cache is per kernel: a library holds the kernels compiled together, and an index entry per kernel, named by the
+hash of its source, of the flags of its CPU path and of the compiler, points to its library. So a kernel is found
+again whatever else was compiled with it (another test order, another program), and the source's local headers are
+hashed by their contents, not their paths, so checkouts at other paths (each CI run's clone) share the cache.
 
 The CPU path (portable, avx2, avx512; see path()): by default the best this CPU has, forced by TINYLLM_CPU as the
 prebuilt kernels' is (runtime_c/cpu.c), a path this CPU lacks falling back to the best one below it. It is read on
@@ -10,6 +14,7 @@ and hash, so a kernel built for one path is never loaded for another."""
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -147,10 +152,58 @@ def supports(name):
         _forced[0] = saved
 
 
+_INCLUDE = re.compile(r'#include "(/[^"]+)"')
+_headers = {}  # {absolute path: sha256 of its contents}
+_toolchain = []  # [the compiler's identity] once asked
+
+
+def _compiler_id():
+    """The compiler's resolved path and its version line: another compiler must not reuse these libraries."""
+    if not _toolchain:
+        cc = compiler() or ""
+        try:
+            version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        except OSError:
+            version = ""
+        _toolchain.append(f"{os.path.realpath(cc)} {version}")
+    return _toolchain[0]
+
+
+def _digest(text, cpu):
+    """The cache key of source `text` on path `cpu`: the flags, the compiler, and the source with each local
+    header (an absolute #include) named by its contents rather than where this checkout keeps it."""
+    def by_contents(m):
+        if m.group(1) not in _headers:
+            with open(m.group(1), "rb") as f:
+                _headers[m.group(1)] = hashlib.sha256(f.read()).hexdigest()
+        return f'#include "{os.path.basename(m.group(1))}" /* {_headers[m.group(1)]} */'
+    key = " ".join(FLAGS + ISA[cpu]) + "\n" + _compiler_id() + "\n" + _INCLUDE.sub(by_contents, text)
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
 def library_path(text, cpu):
     """Where the library of kernel source `text` compiled for path `cpu` is cached."""
-    digest = hashlib.sha256((" ".join(FLAGS + ISA[cpu]) + "\n" + text).encode()).hexdigest()[:24]
-    return os.path.join(cache_dir(), f"k_{cpu}_{digest}.so")  # the path in the name is what _build compiles for
+    return os.path.join(cache_dir(), f"k_{cpu}_{_digest(text, cpu)}.so")  # _build compiles for the path it names
+
+
+def _index_dir():
+    path = os.path.join(os.path.dirname(cache_dir()), "kernel-index")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _indexed(source, cpu):
+    """The cached library that holds the kernel of `source` (compiled for `cpu`), or None."""
+    entry = os.path.join(_index_dir(), f"{cpu}_{_digest(source, cpu)}")
+    return os.path.realpath(entry) if os.path.exists(entry) else None  # (a link to a deleted library: missing)
+
+
+def _index(source, cpu, library):
+    """Records that `library` holds the kernel of `source` (atomically: a link made aside, renamed into place)."""
+    entry = os.path.join(_index_dir(), f"{cpu}_{_digest(source, cpu)}")
+    tmp = f"{entry}.{os.getpid()}.{threading.get_ident()}.tmp"
+    os.symlink(os.path.join("..", os.path.basename(cache_dir()), os.path.basename(library)), tmp)
+    os.replace(tmp, entry)
 
 
 def _build(source, library):
@@ -176,11 +229,12 @@ def _build(source, library):
 
 
 def load(sources):
-    """{name: C source} -> {name: callable(bufs)}, compiled for the current CPU path (path()). Compiles what the
-    disk cache lacks, two chunks in parallel."""
+    """{name: C source} -> {name: callable(bufs)}, compiled for the current CPU path (path()). Compiles the kernels
+    the disk cache lacks, two chunks in parallel."""
     cpu = path()
-    names = sorted(sources)
-    chunks = [names[i::2] for i in range(2)] if len(names) > 8 else [names]
+    where = {n: _indexed(sources[n], cpu) for n in sorted(sources)}
+    todo = [n for n in where if where[n] is None]
+    chunks = [todo[i::2] for i in range(2)] if len(todo) > 8 else [todo]
     jobs = []
     for chunk in (c for c in chunks if c):
         text = "\n".join(sources[n] for n in chunk)
@@ -189,14 +243,18 @@ def load(sources):
     if missing:
         with ThreadPoolExecutor(len(missing)) as pool:
             list(pool.map(lambda job: _build(*job), missing))
+    for chunk, _, so in jobs:
+        for n in chunk:
+            _index(sources[n], cpu, so)
+            where[n] = so
     out = {}
     with _lock:
-        for chunk, _, so in jobs:
+        for so in sorted(set(where.values())):
+            names = [n for n in where if where[n] == so]
             lib_ffi = cffi.FFI()
-            lib_ffi.cdef("".join(f"void {n}(char **bufs);\n" for n in chunk))
+            lib_ffi.cdef("".join(f"void {n}(char **bufs);\n" for n in names))
             lib = lib_ffi.dlopen(so)
             _libs.append((lib_ffi, lib))
-            for n in chunk:
+            for n in names:
                 out[n] = getattr(lib, n)
     return out
-
