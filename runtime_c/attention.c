@@ -568,9 +568,9 @@ static void transpose(int path, float *dst, long ld, const float *src, long lds,
         for (long j = i < nb ? db : 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
 }
 
-// The (b0, b1) = (bh / B1, bh % B1) matrix of a view.
-static inline const float *head(const tl_attn_view *x, long bh, long B1) {
-    return x->p + bh / B1 * x->s0 + bh % B1 * x->s1;
+// The (b0, b1, b2) matrix of a view, bh = (b0 * B1 + b1) * B2 + b2.
+static inline const float *head(const tl_attn_view *x, long bh, long B1, long B2) {
+    return x->p + bh / (B1 * B2) * x->s0 + bh / B2 % B1 * x->s1 + bh % B2 * x->s2;
 }
 
 // One product of a tile of queries (from i0) and a tile of keys (from k0), C (+)= A B, where the causal mask
@@ -608,9 +608,9 @@ static void mm_causal(int path, int causal, int cut, long off, long M, long N, l
 // Forward.
 
 void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
-                       long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+                       long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal) {
     const int path = tl_cpu_path();
-    const long BH = B0 * B1, tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
+    const long BH = B0 * B1 * B2, tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
     const int nt = threads_for(BH * Tq * Tk * (D + Dv), BH * tiles);
     // Static, in order: each thread takes whole heads of the same batch rows as the kernels before and after
     // it, so it reads and writes what its own core holds in cache (the two cores may share none). The
@@ -618,7 +618,7 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long task = 0; task < BH * tiles; task++) {
         const long bh = task / tiles, i0 = task % tiles * BR, br = tl_min(BR, Tq - i0);
-        const float *qt = head(q, bh, B1) + i0 * q->st, *kb = head(k, bh, B1), *vb = head(v, bh, B1);
+        const float *qt = head(q, bh, B1, B2) + i0 * q->st, *kb = head(k, bh, B1, B2), *vb = head(v, bh, B1, B2);
         float *o = out + (bh * Tq + i0) * ldo;
         float *s = tl_scratch(0, BR * BC), *kt = tl_scratch(1, D * BC), *ml = tl_scratch(2, 2 * BR);
         float *mrow = ml, *lrow = ml + BR;
@@ -667,15 +667,15 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
 
 void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
                         const tl_attn_view *out, const tl_attn_view *dout,
-                        long B0, long B1, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal) {
     const int path = tl_cpu_path();
-    const long BH = B0 * B1, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
+    const long BH = B0 * B1 * B2, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
     const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
     // Static, as in the forward: one task per head, all of equal work.
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long bh = 0; bh < BH; bh++) {
-        const float *qb = head(q, bh, B1), *kb = head(k, bh, B1), *vb = head(v, bh, B1);
-        const float *ob = head(out, bh, B1), *dob = head(dout, bh, B1);
+        const float *qb = head(q, bh, B1, B2), *kb = head(k, bh, B1, B2), *vb = head(v, bh, B1, B2);
+        const float *ob = head(out, bh, B1, B2), *dob = head(dout, bh, B1, B2);
         float *dq = dqkv + bh * per_head, *dk = dq + Tq * D, *dv = dk + Tk * D;
         float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;

@@ -365,3 +365,34 @@ def test_graph_export_shows_the_collapse(tmp_path):
     before, after = open(before).read(), open(after).read()
     assert "EXP" in before and "REDUCE_MAX" in before and "FLASH_ATTN" not in before
     assert "FLASH_ATTN" in after and "EXP" not in after and "MATMUL" not in after
+
+
+def test_c_kernels_read_grouped_keys_through_the_view(each_runtime):
+    """Grouped-query attention's k and v broadcast over the group (stride 0), v a head split of a projection
+    (batch and head strides that don't merge): the kernels read all three in place, three batch runs, no copy."""
+    if each_runtime != "c":
+        pytest.skip("C kernels")
+    from tinyllm.runtime import get
+    from tinyllm.runtime.c_attention import _views
+    rt = get("c")
+    if rt.lib is None:
+        pytest.skip("no prebuilt C module")
+    rng = np.random.default_rng(11)
+    b, hkv, g, t, d = 2, 2, 3, 70, 8
+    q = rng.standard_normal((b, hkv, g, t, d)).astype(np.float32)
+    kv = rng.standard_normal((b, t, 2, hkv, d)).astype(np.float32)  # one projection, k and v split out of it
+    k, v = [np.broadcast_to(kv[:, :, i].transpose(0, 2, 1, 3)[:, :, None], (b, hkv, g, t, d)) for i in range(2)]
+    views, batch = _views(rt, [q, k, v])
+    assert batch == (b, hkv, g), f"batch runs {batch}"
+    assert all(view.fields[0] is x for view, x in zip(views, (q, k, v))), "an input was copied"
+    out = np.empty((b, hkv, g, t, d + 1), np.float32)
+    rt.call(rt.lib.attention_forward, out, *views, *batch, t, t, d, d, 0.4, 1)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    grads = np.empty((b, hkv, g, t * 3 * d), np.float32)
+    views, batch = _views(rt, [q, k, v, out, dout])
+    rt.call(rt.lib.attention_backward, grads, *views, *batch, t, t, d, d, 0.4, 1)
+    f64 = [np.ascontiguousarray(x, np.float64) for x in (q, k, v)]
+    want = attention.attention_forward(*f64, 0.4, True)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    want_grads = attention.attention_backward(*f64, want, dout.astype(np.float64), 0.4, True)
+    np.testing.assert_allclose(grads, want_grads, rtol=1e-4, atol=1e-4 * np.abs(want_grads).max())

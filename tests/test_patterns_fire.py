@@ -116,3 +116,25 @@ def test_rowwise_fires_after_the_schedule_stage(name, backward):
     rules, lowered = fired(roots, ["schedule", "lower"], ROW_KERNELS)
     assert rule in rules.get("rowwise", set()), f"the row-kernel pass did not fire on {name}: {rules}"
     assert any(n.op.startswith("ROW_") for n in toposort(lowered))
+
+
+def rope_gqa_attention(seed, n_head=4, n_kv_head=2, t=5, d=8, interleaved=False):
+    """Llama's attention: RoPE on q and k, then grouped-query SDPA (k, v with fewer heads)."""
+    rng = np.random.default_rng(seed)
+    q, k, v = [tl.tensor(rng.standard_normal((2, h, t, d)).astype(np.float32), requires_grad=True)
+               for h in (n_head, n_kv_head, n_kv_head)]
+    cos, sin = tl.nn.RotaryEmbedding(d, 16, interleaved=interleaved)(tl.arange(t))
+    q, k = (F.apply_rotary_pos_emb(x, cos, sin, interleaved) for x in (q, k))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["rotate_half", "interleaved"])
+def test_flash_fires_with_rope_and_gqa(interleaved):
+    loss = rope_gqa_attention(0, interleaved=interleaved).sum()
+    rules, (root,) = fired([loss.node], ["differentiate"])
+    assert "flash" in rules, f"FlashAttention did not fire behind RoPE + GQA: {rules}"
+    assert any(n.op == "FLASH_ATTN" for n in toposort([root]))
+    with tl.no_grad():
+        y = rope_gqa_attention(1, interleaved=interleaved)
+    rules, _ = fired([y.node], ["values"])
+    assert "flash" in rules, f"FlashAttention did not fire behind RoPE + GQA at realize: {rules}"

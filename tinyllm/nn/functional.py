@@ -47,6 +47,26 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return y if bias is None else y + bias
 
 
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    """x / √(mean(x², over the trailing `normalized_shape` axes) + eps), then times weight (Zhang & Sennrich 2019:
+    LayerNorm without the centering). eps=None is the machine epsilon of the dtype the norm is computed in, as
+    torch: x's own for float32/float64, float32's for 16-bit floats. A 16-bit x is normalised in float32 and cast
+    back before the weight multiply, as Hugging Face's LlamaRMSNorm (torch's own rms_norm multiplies before the
+    cast: the two differ by at most one rounding of the 16-bit result)."""
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not normalized_shape or tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
+        raise RuntimeError(f"rms_norm: input of shape {x.shape} does not end in normalized_shape {normalized_shape}")
+    if weight is not None and tuple(weight.shape) != normalized_shape:
+        raise RuntimeError(f"rms_norm: weight of shape {weight.shape} must have normalized_shape {normalized_shape}")
+    if not x.dtype.is_float:
+        raise TypeError(f"rms_norm: needs a floating-point input, got {x.dtype.name}: use .float()")
+    xf = x.float() if x.dtype.is_low else x
+    eps = dt.finfo(xf.dtype).eps if eps is None else eps
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    y = (xf * (xf * xf).mean(dims, keepdim=True).add(eps).rsqrt()).to(x.dtype)
+    return y if weight is None else y * weight
+
+
 def dropout(x, p=0.5, training=True):
     """Zero each element with probability p and scale the rest by 1/(1-p), in training only."""
     if not 0.0 <= p <= 1.0:
@@ -161,8 +181,13 @@ def mse_loss(x, y, reduction="mean"):
     return (d * d).mean() if reduction == "mean" else (d * d).sum() if reduction == "sum" else d * d
 
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """softmax(q kᵀ · scale + mask) v, composed from primitives: the plain form a FlashAttention rewrite matches."""
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """softmax(q kᵀ · scale + mask) v, composed from primitives: the plain form a FlashAttention rewrite matches.
+    enable_gqa (grouped-query attention, torch's semantics): k and v may have fewer heads (axis -3) than q, Hkv
+    dividing Hq; query head h reads key/value head h // (Hq / Hkv). The keys are not copied per group: q is viewed
+    as (..., Hkv, g, L, E) against k (..., Hkv, 1, S, E), which the product broadcasts (a stride-0 EXPAND), and
+    the result is viewed back as (..., Hq, L, Ev). k's and v's gradients sum over each group."""
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise RuntimeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} don't fit: need "
                            "q (..., L, E), k (..., S, E), v (..., S, Ev)")
@@ -170,7 +195,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     if _autocast.current() is not None:  # one lower-precision op, as in torch: q, k and v are its inputs
         q, k, v = q._autocast(), k._autocast(), v._autocast()
         with _autocast.autocast(enabled=False):
-            return scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
+            return scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    heads = _gqa_heads(q, k, v, enable_gqa)
+    if heads is not None:
+        return _grouped_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, *heads)
     att = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
@@ -185,8 +213,40 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     return att @ v
 
 
+def _gqa_heads(q, k, v, enable_gqa):
+    """(Hq, Hkv) when q's heads (axis -3) read shared key/value heads, None for plain (broadcast) attention."""
+    hq = q.shape[-3] if q.ndim >= 3 else None
+    hk, hv = (k.shape[-3], v.shape[-3]) if k.ndim >= 3 and v.ndim >= 3 else (None, None)
+    if hq is None or hk is None or (hq == hk == hv):
+        return None
+    what = (f"scaled_dot_product_attention: q has {hq} heads, k {hk} and v {hv} (q {q.shape}, k {k.shape}, "
+            f"v {v.shape})")
+    if not enable_gqa:
+        if hk in (1, hq) and hv in (1, hq):
+            return None  # one key/value head broadcast to every query head: plain broadcasting, as torch
+        raise RuntimeError(f"{what}: head counts differ, so pass enable_gqa=True for grouped-query attention, or "
+                           "repeat k and v to q's heads")
+    if hk != hv or hq % hk:
+        raise RuntimeError(f"{what}: with enable_gqa=True, k and v need one head count that divides q's")
+    return hq, hk
+
+
+def _grouped_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, hq, hkv):
+    """Grouped-query attention as plain attention over (..., Hkv, g, L, E) with k, v unsqueezed to (..., Hkv, 1,
+    S, E): the product broadcasts them over the g query heads of each group without a copy."""
+    g, lead = hq // hkv, q.shape[:-3]
+    q5 = q.reshape(*lead, hkv, g, *q.shape[-2:])
+    mask = attn_mask
+    if mask is not None and mask.ndim >= 3:  # its head axis split as q's (or a size-1 one kept for both)
+        mask = mask.reshape(*mask.shape[:-3], hkv, g, *mask.shape[-2:]) if mask.shape[-3] == hq > 1 \
+            else mask.unsqueeze(-3)
+    y = scaled_dot_product_attention(q5, k.unsqueeze(-3), v.unsqueeze(-3), mask, dropout_p, is_causal, scale)
+    return y.reshape(*lead, hq, *y.shape[-2:])
+
+
 from .conv import conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, avg_pool2d  # noqa: E402,F401
 from .resize import pad, interpolate  # noqa: E402,F401
 from .activations import (silu, softsign, logsigmoid, mish, relu6, hardsigmoid, elu, celu, selu, softplus,  # noqa: E402,F401
                           hardtanh, hardswish, leaky_relu, normalize, softmin, l1_loss, binary_cross_entropy,
                           binary_cross_entropy_with_logits, nll_loss)
+from .rotary import apply_rotary_pos_emb  # noqa: E402,F401

@@ -44,6 +44,31 @@ class LayerNorm(Module):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
+class RMSNorm(Module):
+    """F.rms_norm with a learnable per-feature weight (ones at the start), torch's names and eps=None default."""
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True):
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class SwiGLU(Module):
+    """The gated MLP of Llama: down_proj(silu(gate_proj(x)) * up_proj(x)). SwiGLU (Shazeer 2020, "GLU Variants
+    Improve Transformer") gates one projection by the Swish (SiLU) of another, in place of GELU's single one.
+    Child names are Hugging Face's LlamaMLP's, so its weights load by name."""
+    def __init__(self, in_features, hidden_features, bias=False):
+        self.in_features, self.hidden_features = in_features, hidden_features
+        self.gate_proj = Linear(in_features, hidden_features, bias=bias)
+        self.up_proj = Linear(in_features, hidden_features, bias=bias)
+        self.down_proj = Linear(hidden_features, in_features, bias=bias)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
 class Dropout(Module):
     def __init__(self, p=0.5):
         self.p = p

@@ -2,8 +2,9 @@
 
 Handlers take (runtime, node, inputs) and return the output array, or None where the kernel does not apply
 (float64, or no prebuilt module): the op's NumPy forward (the tiled reference) runs instead. The kernels read
-their inputs in place through strides, so q, k and v split out of one projection (views) are not copied; an
-input whose last axis is strided is, and all are made row-major where their batch axes need over two strides.
+their inputs in place through strides, so q, k and v split out of one projection (views) are not copied, nor
+are the keys and values that grouped-query attention broadcasts over a group (stride 0); an input whose last axis
+is strided is, and all are made row-major where their batch axes need over three strides.
 
 With 16-bit float inputs (float16, bfloat16) the kernels run in float32 as they are: the inputs are widened by a
 generated kernel (c_copy.convert), and the float32 result is rounded to the node's dtype once, which is what the
@@ -17,18 +18,29 @@ from .c_views import batch_runs
 
 
 def _views(runtime, arrays):
-    """(tl_attn_view per array, (B0, B1)): each [..., T, D] array read in place, its batch axes as two runs."""
+    """(tl_attn_view per array, (B0, B1, B2)): each [..., T, D] array read in place, its batch axes as up to three
+    runs. Three cover grouped-query attention's (batch, kv heads, group) axes, k and v broadcast over the group
+    with stride 0, even when v is a head split of a projection (its batch and head strides don't merge)."""
     if runtime.lib is None or any(a.dtype != np.float32 for a in arrays):
         return None
     arrays = [a if a.shape[-1] == 1 or a.strides[-1] == 4 else runtime.contiguous(a) for a in arrays]
     batch = arrays[0].shape[:-2]
-    runs = batch_runs(batch, *arrays)
-    if runs is None:  # more than two strides: contiguous arrays' batch axes merge into one run
+    runs = _runs(batch, arrays)
+    if runs is None:  # more than three strides: contiguous arrays' batch axes merge into one run
         arrays = [runtime.contiguous(a) for a in arrays]
-        runs = batch_runs(batch, *arrays)
-    (b0, s0), (b1, s1) = ([(1, [0] * len(arrays))] * 2 + runs)[-2:]
-    views = [CStruct("tl_attn_view *", [a, s0[i], s1[i], a.strides[-2] // 4]) for i, a in enumerate(arrays)]
-    return views, (b0, b1)
+        runs = _runs(batch, arrays)
+    (b0, s0), (b1, s1), (b2, s2) = ([(1, [0] * len(arrays))] * 3 + runs)[-3:]
+    views = [CStruct("tl_attn_view *", [a, s0[i], s1[i], s2[i], a.strides[-2] // 4]) for i, a in enumerate(arrays)]
+    return views, (b0, b1, b2)
+
+
+def _runs(batch, arrays):
+    """batch_runs' (at most two) runs, or those of all axes but the last and the last on its own, or None."""
+    runs = batch_runs(batch, *arrays)
+    if runs is None:
+        runs = batch_runs(batch[:-1], *arrays)
+        runs = None if runs is None else runs + [(batch[-1], [a.strides[len(batch) - 1] // 4 for a in arrays])]
+    return runs
 
 
 def _kernel(name):

@@ -302,6 +302,8 @@ def _fused(rt, node, ins):
     ins = [rt.contiguous(v) for v in ins]
     out = rt.empty(node.shape, node.dtype)
     if math.prod(node.shape):
+        for *_, name in node.arg.code:  # a dtype WGSL lacks inside the kernel (a cast through it) is refused too
+            _storage_name(dt.from_name(name))
         source, groups = render.render(node.arg, _storage_name(node.dtype), tuple(_storage_name(v.dtype) for v in ins),
                                        rt.workgroup)
         rt.dispatch(source, [out, *ins], groups)
