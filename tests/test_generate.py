@@ -14,7 +14,7 @@ import torch
 import tinyllm as tl
 from helpers import rel, spread_weights
 from tinyllm import realizer
-from tinyllm.models import gpt as gpt_module
+from tinyllm.models import generation, gpt as gpt_module
 from tinyllm.models.gpt import GPT, GPTConfig
 
 import torch_nanogpt as ref
@@ -43,7 +43,7 @@ def test_cached_logits_equal_full_recomputation(each_runtime):
     model, tmodel = spread_model(seed=1)
     block = CFG["block_size"]
     ids = np.random.default_rng(2).integers(0, CFG["vocab_size"], (2, block + 6))
-    decoder = gpt_module._Decoder(model, 2, model.transformer.wte.weight.device, use_cache=True)
+    decoder = generation.Decoder(model, 2, model.transformer.wte.weight.device, use_cache=True)
     worst = 0.0
     with tl.no_grad():
         for L in range(3, ids.shape[1] + 1):
@@ -181,7 +181,7 @@ def test_cache_is_preallocated_and_written_in_place(each_runtime):
     runtime the replayed step writes them in place (the writes are the last readers of the old caches, so they
     take over their memory) and then runs as one chain of C calls."""
     model, _ = sharpened(seed=17, block_size=32)
-    decoder = gpt_module._Decoder(model, 1, model.transformer.wte.weight.device, use_cache=True)
+    decoder = generation.Decoder(model, 1, model.transformer.wte.weight.device, use_cache=True)
     tensors = list(decoder.caches)
     ids = np.random.default_rng(18).integers(0, CFG["vocab_size"], (1, 30))
     arrays = []

@@ -10,7 +10,7 @@ import torch
 
 import tinyllm as tl
 from helpers import spread_weights
-from tinyllm.models import gpt as gpt_module
+from tinyllm.models import generation
 from tinyllm.models.gpt import GPT, GPTConfig
 
 
@@ -42,7 +42,7 @@ def test_chunks_and_rollbacks_equal_the_full_forward(each_runtime):
     ids = np.random.default_rng(1).integers(0, 11, (1, 14))
     ref = full_logits(model, ids)
     rtol = 1e-4 if each_runtime == "wgsl" else 1e-5
-    decoder = gpt_module._Decoder(model, 1, model.lm_head.weight.device, use_cache=True)
+    decoder = generation.Decoder(model, 1, model.lm_head.weight.device, use_cache=True)
     worst = 0.0
     with tl.no_grad():
         decoder.sync(ids, 2)

@@ -1,0 +1,218 @@
+"""A Llama in Hugging Face's shape and with its parameter names (LlamaForCausalLM), so its state dicts load both ways.
+
+A pre-norm decoder as GPT's, with the changes Llama made (Touvron et al. 2023):
+    RMSNorm for LayerNorm           x / √(mean x² + eps) · w: no centring, no bias
+    rotary position embeddings      q and k rotated by their positions (nn.RotaryEmbedding), no position table
+    SwiGLU for GELU                 down(silu(gate(x)) · up(x)) (nn.SwiGLU)
+    grouped-query attention         num_key_value_heads ≤ num_attention_heads: a group of query heads shares
+                                    one key/value head (smaller caches)
+and no biases. `generate` is GPT's (tinyllm/models/generation.py): the same cache, samplers and speculative
+decoding; the cache holds keys already rotated, so a decode step rotates only its own q and k.
+"""
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .. import factory, nn
+from ..nn import functional as F
+from ..utils.checkpoint import checkpoint
+from .generation import GenerationMixin, attend_cached, decode_layers, positions
+from .gpt import GPT
+
+
+@dataclass
+class LlamaConfig:
+    """Hugging Face's LlamaConfig fields (and defaults), plus tinyllm's own: rope_interleaved (Meta's pair layout
+    instead of HF's rotate-half) and checkpoint (recompute each layer in the backward pass)."""
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = None  # None: num_attention_heads (no grouping)
+    head_dim: int = None  # None: hidden_size // num_attention_heads
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_interleaved: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    attention_dropout: float = 0.0
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    checkpoint: bool = False
+
+    def __post_init__(self):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(f"LlamaConfig: hidden_size {self.hidden_size} must be divisible by "
+                                 f"num_attention_heads {self.num_attention_heads} (or give head_dim)")
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"LlamaConfig: num_key_value_heads {self.num_key_value_heads} must divide "
+                             f"num_attention_heads {self.num_attention_heads} (each kv head serves a group)")
+        if self.head_dim % 2:
+            raise ValueError(f"LlamaConfig: head_dim {self.head_dim} must be even (rotary embeddings turn pairs)")
+
+    @classmethod
+    def from_hf(cls, hf_config):
+        """The config of a transformers.LlamaConfig (or its to_dict()): the fields both have. A rope scaling other
+        than the default (Llama 3's "llama3", "yarn", …) is refused: tinyllm computes plain RoPE."""
+        d = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            raise NotImplementedError(f"LlamaConfig.from_hf: rope_type {kind!r} is not supported, only the default "
+                                      "rotary embedding")
+        if d.get("hidden_act", "silu") != "silu":
+            raise NotImplementedError(f"LlamaConfig.from_hf: hidden_act {d['hidden_act']!r}: only silu (SwiGLU)")
+        theta = rope.get("rope_theta", d.get("rope_theta", cls.rope_theta))
+        own = {f.name for f in fields(cls)} - {"rope_theta", "rope_interleaved", "checkpoint"}
+        return cls(**{k: v for k, v in d.items() if k in own and v is not None}, rope_theta=float(theta))
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config):
+        c = config
+        self.n_head, self.n_kv_head, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.head_dim, bias=c.attention_bias)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=c.attention_bias)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=c.attention_bias)
+        self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=c.attention_bias)
+        self.interleaved, self.dropout = c.rope_interleaved, c.attention_dropout
+
+    def _qkv(self, x, cos, sin):
+        """q (B, H, T, hd) and k, v (B, H_kv, T, hd), q and k rotated to their positions."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        rotate = F.apply_rotary_pos_emb
+        return rotate(q, cos, sin, self.interleaved), rotate(k, cos, sin, self.interleaved), v
+
+    def _out(self, y):
+        B, _, T, _ = y.shape
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+    def forward(self, x, cos, sin, cache=None):
+        """With `cache` (a list to append to): also the keys and values of x's positions (B, H_kv, T, hd)."""
+        q, k, v = self._qkv(x, cos, sin)
+        if cache is not None:
+            cache.extend((k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self._out(y)
+
+    def decode(self, x, cos, sin, k_cache, v_cache):
+        """x (B, T, C) at the T positions after the cache's (generation.attend_cached): y and x's cache rows."""
+        y, k, v = attend_cached(*self._qkv(x, cos, sin), k_cache, v_cache)
+        return self._out(y), k, v
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config):  # in HF's order, so state dicts list the same keys in the same order
+        self.self_attn = LlamaAttention(config)
+        self.mlp = nn.SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def decode(self, x, cos, sin, k_cache, v_cache):
+        y, k, v = self.self_attn.decode(self.input_layernorm(x), cos, sin, k_cache, v_cache)
+        x = x + y
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+
+class LlamaModel(nn.Module):
+    """The decoder stack (HF's LlamaModel): embed_tokens, layers, norm; the rotary tables are not parameters."""
+
+    def __init__(self, config):
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = nn.RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta,
+                                             interleaved=config.rope_interleaved)
+
+
+class Llama(GenerationMixin, nn.Module):
+    """Hugging Face's LlamaForCausalLM: `model` (LlamaModel) and `lm_head`, tied to model.embed_tokens when
+    config.tie_word_embeddings. model(idx) gives the logits at every position (B, T, V), as HF's;
+    model(idx, targets) also the mean cross-entropy against targets (B, T) (the next tokens: unlike HF's
+    `labels`, not shifted here, as GPT's), positions whose target is -100 left out."""
+
+    def __init__(self, config):
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def _init_weights(self):
+        """HF's init: N(0, initializer_range) for the embedding and every projection, 1 for the norms' weights,
+        0 for biases."""
+        rng = factory.generator()
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                value = np.zeros(p.shape, np.float32)
+            elif name.endswith("norm.weight"):
+                value = np.ones(p.shape, np.float32)
+            else:
+                value = rng.normal(0.0, self.config.initializer_range, size=p.shape).astype(np.float32)
+            p.copy_(value)
+
+    def forward(self, idx, targets=None):
+        logits = self.lm_head(self._features(idx))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+        return logits, loss
+
+    def _features(self, idx, cache=None):
+        """The final norm's output at every position of idx (B, T); with `cache` (a list), each layer's keys and
+        values (B, H_kv, T, hd), keys rotated, are appended to it."""
+        B, T = idx.shape
+        if T > self.config.max_position_embeddings:
+            raise ValueError(f"Llama: sequence of length {T} is longer than max_position_embeddings "
+                             f"{self.config.max_position_embeddings}")
+        cos, sin = self.model.rotary_emb(factory.arange(T, device=idx.device))
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            if self.config.checkpoint and self.training and cache is None:
+                x = checkpoint(layer, x, cos, sin)
+            else:
+                x = layer(x, cos, sin, cache)
+        return self.model.norm(x)
+
+    @classmethod
+    def from_hf(cls, hf_model, device=None):
+        """A Llama with the config and weights of a transformers LlamaForCausalLM (torch is read here, not
+        imported: the weights come through .detach().numpy())."""
+        model = cls(LlamaConfig.from_hf(hf_model.config))
+        model.load_state_dict({k: v.detach().float().cpu().numpy() for k, v in hf_model.state_dict().items()})
+        return model.to(device=device) if device is not None else model
+
+    configure_optimizers = GPT.configure_optimizers  # AdamW, decay on the 2-D weights only
+
+    # ---- generation's hooks (tinyllm/models/generation.py) ----
+    @property
+    def max_positions(self):
+        return self.config.max_position_embeddings
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def _cache_shapes(self, batch):
+        c = self.config
+        return [(batch, c.num_key_value_heads, c.max_position_embeddings, c.head_dim + extra)
+                for _ in range(c.num_hidden_layers) for extra in (1, 0)]
+
+    def _decode_features(self, toks, pos, caches):
+        cos, sin = self.model.rotary_emb(positions(pos, toks.shape[1], toks.device))
+        x, rows = decode_layers(self.model.layers, self.model.embed_tokens(toks), caches, cos, sin)
+        return self.model.norm(x), rows
