@@ -113,6 +113,16 @@ def _linear_slots(model):
                 yield mod, attr, f"{prefix}.{attr}" if prefix else attr
 
 
+def _refuse_adapters(model, what):
+    """quantize_ and load replace layers, which would drop a LoRA adapter (tinyllm.nn.lora) or leave its float base
+    unquantized: they refuse a model that has one."""
+    names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+    if names:
+        raise RuntimeError(f"{what}: {names[0]} ({len(names)} layers in all) has a LoRA adapter: quantize or load the "
+                           "base model first, then lora.apply (QLoRA: the adapters train over the quantized base) and "
+                           "lora.load its adapters")
+
+
 def _tied_to_embedding(model):
     """ids of the Parameters that are also an Embedding's weight (GPT's lm_head shares wte's)."""
     return {id(m.weight) for m in model.modules() if isinstance(m, Embedding)}
@@ -133,6 +143,7 @@ def quantize_(model, fmt, group_size=32, embedding=False):
     every layer is checked before any changes. Returns the model."""
     if fmt not in FORMATS:
         raise ValueError(f"quantize_: unknown format {fmt!r}: use 'int8' or 'int4'")
+    _refuse_adapters(model, "quantize_")
     slots = list(_linear_slots(model))
     done = [name for parent, attr, name in slots if isinstance(getattr(parent, attr), QuantizedLinear)]
     if done:
@@ -196,6 +207,7 @@ def load(model, path):
     if metadata.get("format") != FILE_FORMAT:
         raise ValueError(f"{path}: not a tinyllm quantized checkpoint (metadata format {metadata.get('format')!r}, "
                          f"expected {FILE_FORMAT!r}): write it with tinyllm.quantization.save")
+    _refuse_adapters(model, "load")
     layers, aliases = json.loads(metadata["quantized"]), json.loads(metadata["aliases"])
     header = safetensors.load_header(path)
     slots = {n: (p, a) for p, a, n in _linear_slots(model)}

@@ -117,6 +117,13 @@ class Module:
     def num_parameters(self):
         return sum(p.numel() for p in self.parameters())
 
+    def requires_grad_(self, requires_grad=True):
+        """Set requires_grad on every parameter, as torch: requires_grad_(False) freezes the module (a tied
+        parameter is one object, so it stays tied)."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
 
 def _to_numpy(value):
     if isinstance(value, Tensor):
