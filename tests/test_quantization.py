@@ -301,6 +301,8 @@ def test_wgsl_refuses_bfloat16_at_upload_and_kernel_build():
     x = tl.tensor(np.zeros(3, np.float32), device="wgsl")
     with pytest.raises(TypeError, match="no bfloat16.*\\.float\\(\\)"):
         x.to(tl.bfloat16).numpy()
+    with pytest.raises(TypeError, match="no bfloat16.*\\.float\\(\\)"):  # a cast through bf16 inside a fused kernel
+        (x * 2).to(tl.bfloat16).float().numpy()
 
 
 def test_wgsl_quantized_gpt_matches_numpy():
