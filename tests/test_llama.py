@@ -69,13 +69,18 @@ def test_logits_loss_and_every_gradient_match_hf():
     out = ref(torch.from_numpy(x))
     tloss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, HF["vocab_size"]), torch.from_numpy(y).reshape(-1))
     tloss.backward()
-    assert rel(logits.numpy(), out.logits.detach().numpy()) <= LOGITS_RTOL
+    logits_err = rel(logits.numpy(), out.logits.detach().numpy())
+    assert logits_err <= LOGITS_RTOL
     assert abs(loss.item() - tloss.item()) <= LOGITS_RTOL * abs(tloss.item())
     tparams = dict(ref.named_parameters())
+    errs = {}
     for name, p in model.named_parameters():
         tg = tparams[name].grad.numpy()
         assert np.linalg.norm(tg) > 0, f"HF's gradient of {name} is zero: the check would be vacuous"
-        assert rel(p.grad.numpy(), tg) <= GRAD_RTOL, name
+        errs[name] = rel(p.grad.numpy(), tg)
+        assert errs[name] <= GRAD_RTOL, name
+    worst = max(errs, key=errs.get)
+    print(f"\n[parity] logits {logits_err:.1e}, worst gradient {errs[worst]:.1e} ({worst})")
 
 
 def test_adamw_training_tracks_hf():
@@ -102,6 +107,7 @@ def test_adamw_training_tracks_hf():
         losses.append(tloss.item())
         drift.append(abs(loss.item() - tloss.item()) / abs(tloss.item()))
     assert losses[-1] < losses[0] - 0.5, f"the loss did not fall: {losses[0]:.3f} -> {losses[-1]:.3f}"
+    print(f"\n[parity] loss {losses[0]:.3f} -> {losses[-1]:.3f} over 50 steps, max drift {max(drift):.2e}")
     assert max(drift) <= DRIFT_RTOL, f"loss drift {max(drift):.2e}"
 
 
