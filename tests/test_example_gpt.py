@@ -399,3 +399,19 @@ def test_bfloat16_training_runs_under_autocast(work, tmp_path):
     _, meta = read_ckpt(tmp_path / "bf16" / CKPT)
     assert "grad_scaler" not in meta and json.loads(meta["args"])["dtype"] == "bfloat16"
     assert math.isfinite(json.loads(meta["val_loss"]))
+
+
+@pytest.mark.parametrize("flags, llama_flags", [([], []), ([], ["--n-kv-head", "4"]),
+                                                (["--n-layer", "2", "--n-embd", "96", "--n-head", "6"], [])])
+def test_llama_of_the_gpts_size(flags, llama_flags):
+    """--model llama counts its parameters from the config's shapes (no weights made): the count must be the built
+    model's, and its SwiGLU width must bring it within one width step of the GPT of the same flags."""
+    sys.path.insert(0, os.path.dirname(EXAMPLE))
+    import gpt as example
+    from gpt_files import build_model
+    gpt_args, llama_args = example.parse_args(flags), example.parse_args(flags + llama_flags + ["--model", "llama"])
+    gpt, llama = (example.new_config(a, 65) for a in (gpt_args, llama_args))
+    for config, kind in ((gpt, "gpt"), (llama, "llama")):
+        assert example.count_parameters(config) == build_model(kind, config).num_parameters()
+    step = 3 * llama.hidden_size * llama.num_hidden_layers
+    assert abs(example.count_parameters(llama) - example.count_parameters(gpt)) <= step / 2
