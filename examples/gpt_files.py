@@ -48,10 +48,21 @@ def run_cli(main, prog, interrupted=""):
         sys.exit(main())
     except (UsageError, Failed) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        sys.exit(2 if isinstance(e, UsageError) else 1)
+        _exit(2 if isinstance(e, UsageError) else 1)
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted{interrupted}", file=sys.stderr)
-        sys.exit(130)
+        _exit(130)
+
+
+def _exit(code):
+    """sys.exit(code); in an MPI job of several ranks, the whole job ends (MPI_Abort): the other ranks would wait
+    in their next collective for this one."""
+    import sys
+    from tinyllm import distributed
+    if distributed.is_initialized() and distributed.get_world_size() > 1:
+        sys.stderr.flush()
+        distributed.process_group.comm().Abort(code)
+    sys.exit(code)
 
 
 class CheckpointError(UsageError):

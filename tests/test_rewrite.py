@@ -218,7 +218,7 @@ def _x():
 
 
 RULE_CASES = {
-    "drop_detach": lambda x: x + x.detach() * 0.5,
+    "drop_marker": lambda x: x + x.detach() * 0.5,
     "mul_one": lambda x: x * 1.0,
     "double_neg": lambda x: -(-x),
     "cast_cast": lambda x: x.double().float(),
@@ -430,7 +430,7 @@ WRAPPERS = {
     "fold_sum": ("simplify", lambda e, x, lib: e + lib.full(S, 0.5).sum(1, keepdim=True)),
     "where_const": ("simplify", lambda e, x, lib: lib.where(lib.full(S, True), e, x)),
     "where_same": ("simplify", lambda e, x, lib: lib.where(e > 0, e, e)),
-    "drop_detach": ("simplify", lambda e, x, lib: e + e.detach()),
+    "drop_marker": ("simplify", lambda e, x, lib: e + e.detach()),
     "canonical_order": ("cse", lambda e, x, lib: e * x + x * e),
 }
 CONFIGS = [["simplify"], ["cse"], ["simplify", "cse"]]

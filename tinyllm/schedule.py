@@ -10,6 +10,9 @@ The order decides how much memory is held at once. Two rules, both deterministic
     reads) runs as soon as its inputs exist, so X and dY die early rather than wait for the output's turn in the
     walk. The output is held to the end anyway. A recomputed value (a CHECKPOINT "recompute" marker) is never
     pulled early: moving it forward would undo the checkpointing.
+  * Communication overlaps computation. A non-blocking all-reduce (IALLREDUCE) counts as an output for the rule
+    above, so it and the work only it needs (a bucket of weight gradients) start as soon as their inputs exist;
+    its WAIT, and what reads the WAIT, run after every kernel that does not need them.
 """
 from .graph import consumers, toposort
 from .ops import Group
@@ -30,7 +33,7 @@ def _output_work(kernels, outputs, users):
     """Kernels whose every consumer is (work for) the same one output: they can run as soon as their inputs do."""
     owner, outs = {}, set(outputs)
     for n in reversed(kernels):  # consumers first
-        if n in outs:
+        if n in outs or n.op == "IALLREDUCE":
             owner[n] = n
         elif users[n] and not (n.op == "CHECKPOINT" and n.arg[0] == "recompute"):
             first = owner.get(users[n][0])
@@ -66,7 +69,18 @@ def order(outputs):
     for n in walk:
         if n not in placed and (n not in early or not pending[n]):
             place(n)
-    return inputs, kernels
+    return inputs, _waits_last(kernels)
+
+
+def _waits_last(kernels):
+    """kernels with the WAITs and everything after them in the graph moved behind the rest (order kept)."""
+    late = set()
+    for n in kernels:
+        if n.op == "WAIT" or any(s in late for s in n.src):
+            late.add(n)
+    if not late:
+        return kernels
+    return [n for n in kernels if n not in late] + [n for n in kernels if n in late]
 
 
 class Schedule:

@@ -19,6 +19,9 @@ from .weak import WeakValues
 
 _grad_enabled = [True]
 _grad_leaves = WeakValues()  # LOAD node of a leaf that requires grad -> its Tensor
+# fn(leaves whose .grad this backward updated) -> more leaves whose .grad fn set, run before the gradients are
+# realized: a hook may replace a leaf's lazy .grad (data parallel training all-reduces it, tinyllm/nn/parallel.py)
+grad_ready_hooks = []
 MaxResult = namedtuple("MaxResult", "values indices")
 
 
@@ -312,8 +315,14 @@ class Tensor:
                 continue
             g = Tensor._from_node(g, self.device)
             t.grad = g if t.grad is None else Tensor._from_node(build("ADD", t.grad._node, g._node), self.device)
-            updated.append(t.grad)
-        realize(self, *updated)
+            updated.append(t)
+        seen = {id(t) for t in updated}
+        for hook in grad_ready_hooks:  # (DistributedDataParallel: its all-reduces join this backward's graph)
+            for t in hook(updated):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    updated.append(t)
+        realize(self, *[t.grad for t in updated])
         if not retain_graph and not self.is_leaf:  # the graph is spent, as in torch: free what it holds
             buf = self._node.buffer
             self._node = Node("LOAD", (), buf, buf.shape, buf.dtype)

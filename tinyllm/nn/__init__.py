@@ -9,3 +9,4 @@ from .layers import (Softmax, LogSoftmax, Softmin, Tanh, Sigmoid, SiLU, Mish, So
                      BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss)
 from .utils import clip_grad_norm_  # noqa: F401
 from . import lora  # noqa: F401
+from . import parallel  # noqa: F401

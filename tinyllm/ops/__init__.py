@@ -9,6 +9,7 @@ from ..graph import OPS
 from .base import (Op, register, rule_of, PRIMITIVES, Source, Elementwise, Unary, Binary, Ternary,  # noqa: F401
                    Reduce, Movement, Identity)
 from . import source, elementwise, reduce, movement, matmul, index, sort, attention, checkpoint, qmatmul  # noqa: F401
+from . import collective  # noqa: F401  (tinyllm.distributed's collectives)
 from . import kernel, rowwise  # noqa: F401  (the ops that passes make)
 
 

@@ -64,7 +64,7 @@ def fold_sum(c, x):
     return const(v * n, x.shape, x.dtype)  # exact in float64, and representable in the dtype
 
 
-def drop_detach(x): return x  # after autograd, DETACH has nothing left to stop
+def drop_marker(x): return x  # after autograd, DETACH has nothing left to stop, nor REPLICATE to all-reduce
 def add_zero(x): return x
 def mul_one(x): return x
 def double_neg(x): return x
@@ -80,7 +80,7 @@ def permute_permute(x, p, q): return x.permute(tuple(p.arg[i] for i in q.arg))
 
 x = Pat(name="x")
 simplify = PatternMatcher([
-    (Pat("DETACH", src=(x,)), drop_detach),
+    (Pat(("DETACH", "REPLICATE"), src=(x,)), drop_marker),
     # x + (-0.0) is x for every x; x + 0 too for integers and bools
     (Pat("ADD", src=(x, _const(0, lambda a: isinstance(a, int) or math.copysign(1, a) < 0)), commutative=True),
      add_zero),

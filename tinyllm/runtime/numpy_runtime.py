@@ -8,7 +8,7 @@ from ..env import debug_level
 
 from .. import dtype as dt
 from ..graph import OPS
-from ..ops import Group
+from ..ops import Group, collective
 from .base import Buffer, Runtime
 from .memory import owner, track
 
@@ -66,6 +66,8 @@ class NumpyRuntime(Runtime):
         run = self._timed if debug_level() else self.run
         for node, dead in zip(schedule.kernels, schedule.frees):
             vals[node] = track(run(node, [vals[s] for s in node.src]))
+            if collective._inflight:  # all-reduces started earlier in this schedule move on between kernels
+                collective.progress()
             for d in dead:
                 self.release(vals.pop(d))
         return self.output_buffers(schedule, [vals[n] for n in schedule.outputs], input_storage)

@@ -256,9 +256,13 @@ class WGSLRuntime(Runtime):
             warnings.warn(f"tinyllm: the WGSL runtime has no kernel for op {node.op}{' ' + why if why else ''} and "
                           "runs it on the host (NumPy), reading its inputs back; register one with "
                           "tinyllm.runtime.wgsl_runtime.register_kernel", RuntimeWarning, stacklevel=2)
+        return self.host_forward(node.op, node, ins)
+
+    def host_forward(self, op, node, ins):
+        """`op`'s NumPy forward on the values of `ins` read back, uploaded as `node`'s value."""
         arrays = [self.to_numpy(Buffer(self, v, v.shape, v.dtype)) for v in ins]
         with np.errstate(all="ignore"):
-            result = OPS[node.op].evaluate(*arrays, arg=node.arg)
+            result = OPS[op].evaluate(*arrays, arg=node.arg)
         return self.from_numpy(result, node.dtype).data
 
     def matmul_tiles(self, m, n):
@@ -344,6 +348,20 @@ def _shrink(rt, node, ins):
 @register_kernel("AUTOCAST")  # a mark the autocast pass replaces; one that survives is the value itself
 def _identity(rt, node, ins):
     return ins[0]
+
+
+@register_kernel("ALLREDUCE")
+@register_kernel("BROADCAST")
+@register_kernel("ALLGATHER")
+@register_kernel("REDUCE_SCATTER")
+@register_kernel("IALLREDUCE")
+def _collective(rt, node, ins):
+    """MPI combines host memory: the value is read back, combined and uploaded. A non-blocking all-reduce
+    completes at once here (the upload needs its result), and its WAIT passes the value on."""
+    return rt.host_forward("ALLREDUCE" if node.op == "IALLREDUCE" else node.op, node, ins)
+
+
+register_kernel("WAIT")(_identity)
 
 
 @register_kernel("CONTIGUOUS")

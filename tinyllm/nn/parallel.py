@@ -1,0 +1,104 @@
+"""DistributedDataParallel: one model per rank, each on its own share of the batch, gradients averaged across
+the ranks (tinyllm.distributed) so every rank takes the same optimizer step, as torch.nn.parallel's.
+
+How the averaging overlaps the backward pass. Gradients are lazy graph until backward() realizes them, so the
+all-reduces join that one graph: the parameters are grouped into buckets of about `bucket_cap_mb` (torch's 25 MB),
+in reverse order of `module.parameters()` (the order backward produces their gradients); each bucket's gradients
+are joined into one flat array and averaged by a non-blocking all-reduce (IALLREDUCE, then WAIT). The schedule
+starts a bucket's all-reduce as soon as its last gradient exists and places every WAIT after all the kernels that
+do not need it (tinyllm/schedule.py), so the ranks combine early buckets while the backward pass computes the
+later ones; between kernels the runtime lets MPI progress. The averaged gradients are views of the buckets.
+"""
+import contextlib
+import weakref
+
+from ..graph import build, const
+from ..tensor import Tensor, grad_ready_hooks
+from .module import Module
+
+_live = weakref.WeakSet()  # the DistributedDataParallel wrappers alive: each averages its own parameters' grads
+
+
+class DistributedDataParallel(Module):
+    """Wraps `module`: parameters are broadcast from rank 0 now; after each backward() the gradients of its
+    parameters are the mean over the ranks. `no_sync()` skips the averaging (gradient accumulation: the
+    gradients summed locally are averaged by the first backward outside it). The wrapped model is `.module`."""
+    def __init__(self, module, bucket_cap_mb=25, broadcast_buffers=True):
+        from .. import distributed as dist
+        if not isinstance(module, Module):
+            raise TypeError(f"DistributedDataParallel: expected a tinyllm.nn.Module, got {type(module).__name__}")
+        if not bucket_cap_mb or bucket_cap_mb <= 0:
+            raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be positive, got {bucket_cap_mb}")
+        self.world_size, self.rank = dist.get_world_size(), dist.get_rank()  # (a clear error before init)
+        self.module = module
+        self.bucket_cap_mb = bucket_cap_mb
+        self.require_backward_grad_sync = True
+        params = module.parameters()
+        _broadcast(params)  # every rank starts from rank 0's weights
+        self._ids = {id(p) for p in params if p.requires_grad}
+        self._buckets = _buckets([p for p in reversed(params) if p.requires_grad], bucket_cap_mb * 2 ** 20)
+        _live.add(self)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate gradients on each rank without averaging them."""
+        before, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = before
+
+    def _average(self, updated):
+        """Replace the updated gradients of this wrapper's parameters by their mean over the ranks (lazily)."""
+        if not self.require_backward_grad_sync or not any(id(t) in self._ids for t in updated):
+            return []
+        touched = []
+        for bucket in self._buckets:
+            grads = [p.grad.node if p.grad is not None else const(0.0, p.shape, p.dtype) for p in bucket]
+            flat = [build("RESHAPE", g, arg=(g.numel,)) for g in grads]
+            flat = flat[0] if len(flat) == 1 else build("CAT", *flat, arg=0)
+            mean = build("WAIT", build("IALLREDUCE", flat, arg="AVG"))
+            start = 0
+            for p in bucket:
+                view = build("SHRINK", mean, arg=((start, start + p.numel(), 1),))
+                p.grad = Tensor._from_node(build("RESHAPE", view, arg=tuple(p.shape)), p.device)
+                start += p.numel()
+            touched += bucket
+        return touched
+
+
+def _buckets(params, cap_bytes):
+    """params (in order) grouped into runs of one dtype and device of at most cap_bytes (a larger one alone)."""
+    buckets, size = [], 0
+    for p in params:
+        nbytes = p.numel() * p.dtype.itemsize
+        last = buckets[-1] if buckets else None
+        if last is None or size + nbytes > cap_bytes or last[0].dtype is not p.dtype or last[0].device != p.device:
+            buckets.append([p])
+            size = nbytes
+        else:
+            last.append(p)
+            size += nbytes
+    return buckets
+
+
+def _broadcast(params):
+    """Every rank's params ← rank 0's, in one realize."""
+    from .. import realizer
+    from ..tensor import no_grad
+    with no_grad():
+        realizer.assign(params, [Tensor._from_node(build("BROADCAST", p.detach().node, arg=0), p.device)
+                                 for p in params])
+
+
+def _average_all(updated):
+    touched = []
+    for ddp in list(_live):
+        touched += ddp._average(updated)
+    return touched
+
+
+grad_ready_hooks.append(_average_all)

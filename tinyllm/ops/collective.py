@@ -1,0 +1,186 @@
+"""Collectives as graph nodes: values combined across the ranks of the MPI job (tinyllm/distributed), so the
+scheduler places them among the kernels like any other op. On the CPU runtimes a buffer is host memory and goes
+to MPI as it is (no copy when it is contiguous); the WGSL runtime reads it back first.
+
+Gradients follow the convention of Megatron-LM's tensor parallelism: what a collective returns to every rank is
+one replicated value, and the loss computed from it counts once (not once per rank). So
+    y = Σ_r x_r on every rank            ⇒  dx_r = dy                (each rank holds all of dL/dy)
+    y = x on every rank, read by rank-local work giving partial dL/dx_r   ⇒  dx = Σ_r dx_r   (REPLICATE)
+    y = concat_r x_r on every rank       ⇒  dx_r = dy[r-th block]
+    y_r = (Σ_s x_s)[r-th block]          ⇒  dx_r = concat_s dy_s     (each rank's block is its own)
+    y = x_src on every rank              ⇒  dx_src = dy, dx_r = 0 elsewhere
+
+IALLREDUCE and WAIT split an all-reduce in two so the scheduler can overlap it with other kernels (data parallel
+gradients, tinyllm/nn/parallel.py): IALLREDUCE starts a non-blocking MPI_Iallreduce into a new array and returns
+it while the ranks combine it; WAIT completes it. The schedule runs a START as soon as its input exists and a
+WAIT after every kernel that does not need it (tinyllm/schedule.py); between kernels the runtimes let MPI make
+progress (`progress`). Neither has a gradient: they reduce gradients, outside autograd.
+"""
+import numpy as np
+
+from .. import dtype as dt
+from ..graph import build, const
+from .base import Identity, Op, register
+
+OPS = ("SUM", "AVG", "MAX")
+_inflight = {}  # id(array being reduced) -> (request, its input array kept alive, the array, op)
+
+
+def _pg():
+    from ..distributed import process_group
+    return process_group
+
+
+def _check_op(arg, dtype):
+    if arg not in OPS:
+        raise ValueError(f"unknown reduce op {arg!r}: use one of {OPS} (tinyllm.distributed.ReduceOp)")
+    if arg == "AVG" and not dtype.is_float:
+        raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got {dtype.name}: use SUM and divide")
+
+
+def _mpi_op(op):
+    MPI = _pg().mpi()
+    return MPI.MAX if op == "MAX" else MPI.SUM
+
+
+def _finish(out, op):
+    if op == "AVG":
+        out /= out.dtype.type(_pg().get_world_size())
+    return out
+
+
+def _rank_block(dy, y):
+    """dy's rows of this rank's block along axis 0, `y.src[0]`'s share of a gathered value."""
+    n = y.src[0].shape[0]
+    r = _pg().get_rank()
+    return build("SHRINK", dy, arg=((r * n, (r + 1) * n, 1),) + tuple((0, s, 1) for s in dy.shape[1:]))
+
+
+@register
+class ALLREDUCE(Op):
+    """y = op over the ranks of x (SUM, AVG or MAX), the same on every rank  ⇒  dx = dy for SUM, dy / world for
+    AVG (the loss counts once, module docstring); MAX has no gradient here."""
+    def infer(src, arg):
+        (x,) = src
+        _check_op(arg, x.dtype)
+        return x.shape, x.dtype
+    def forward(x, arg):
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        _pg().comm().Allreduce(x, out, op=_mpi_op(arg))
+        return _finish(out, arg)
+    def backward(dy, y):
+        if y.arg == "MAX":
+            raise NotImplementedError("all_reduce with ReduceOp.MAX has no gradient: detach its input")
+        return (dy if y.arg == "SUM" else dy * (1.0 / _pg().get_world_size()),)
+
+
+@register
+class REPLICATE(Identity):
+    """y = x, where x is the same on every rank and rank-local work reads it (Megatron's f): each rank's dy is
+    the part of dL/dx through its own share of that work  ⇒  dx = Σ_r dy_r, an ALLREDUCE SUM of dy. The
+    forward does nothing, so the schedule stage drops the marker (rewrite/simplify.py)."""
+    def infer(src, arg):
+        (x,) = src
+        return x.shape, x.dtype
+    def forward(x): return x
+    def backward(dy, y): return (build("ALLREDUCE", dy, arg="SUM"),)
+
+
+@register
+class BROADCAST(Op):
+    """y = x of rank `arg` on every rank  ⇒  dx = dy on that rank, 0 on the others."""
+    def infer(src, arg):
+        (x,) = src
+        if not isinstance(arg, int) or arg < 0:
+            raise ValueError(f"src must be a rank (an int ≥ 0), got {arg!r}")
+        return x.shape, x.dtype
+    def forward(x, arg):
+        out = np.array(x, copy=True, order="C")
+        _pg().comm().Bcast(out, root=arg)
+        return out
+    def backward(dy, y):
+        return (dy if _pg().get_rank() == y.arg else const(0.0, dy.shape, dy.dtype),)
+
+
+@register
+class ALLGATHER(Op):
+    """y = the ranks' x stacked along axis 0 in rank order (x (n, ...) → y (world·n, ...))  ⇒  dx = this rank's
+    block of dy."""
+    def infer(src, arg):
+        (x,) = src
+        if not x.shape:
+            raise ValueError("all_gather needs a tensor with at least one axis (it stacks along axis 0)")
+        return (arg * x.shape[0],) + x.shape[1:], x.dtype
+    def forward(x, arg):
+        x = np.ascontiguousarray(x)
+        out = np.empty((arg * x.shape[0],) + x.shape[1:], x.dtype)
+        _pg().comm().Allgather(x, out)
+        return out
+    def backward(dy, y): return (_rank_block(dy, y),)
+
+
+@register
+class REDUCE_SCATTER(Op):
+    """y = this rank's block (axis 0) of the sum (or AVG, MAX) over ranks of x (x (world·n, ...) → y (n, ...))
+    ⇒  dx = the ranks' dy stacked along axis 0 (an ALLGATHER of dy)."""
+    def infer(src, arg):
+        (x,) = src
+        op, world = arg
+        _check_op(op, x.dtype)
+        if not x.shape or x.shape[0] % world:
+            raise ValueError(f"reduce_scatter of shape {x.shape} over {world} ranks: axis 0 must be a multiple of "
+                             f"the world size")
+        return (x.shape[0] // world,) + x.shape[1:], x.dtype
+    def forward(x, arg):
+        op, world = arg
+        x = np.ascontiguousarray(x)
+        out = np.empty((x.shape[0] // world,) + x.shape[1:], x.dtype)
+        _pg().comm().Reduce_scatter_block(x, out, op=_mpi_op(op))
+        return _finish(out, op)
+    def backward(dy, y):
+        if y.arg[0] == "MAX":
+            raise NotImplementedError("reduce_scatter with ReduceOp.MAX has no gradient: detach its input")
+        g = build("ALLGATHER", dy, arg=y.arg[1])
+        return (g if y.arg[0] == "SUM" else g * (1.0 / y.arg[1]),)
+
+
+def _check_async(src, arg):
+    (x,) = src
+    _check_op(arg, x.dtype)
+    if x.dtype not in (dt.float32, dt.float64):
+        raise TypeError(f"a non-blocking all-reduce runs on float32 or float64 buffers, got {x.dtype.name}")
+    return x.shape, x.dtype
+
+
+@register
+class IALLREDUCE(Op):
+    """Starts y = op over the ranks of x (MPI_Iallreduce); its value is complete only after a WAIT."""
+    infer = staticmethod(_check_async)
+    def forward(x, arg):
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        _inflight[id(out)] = (_pg().comm().Iallreduce(x, out, op=_mpi_op(arg)), x, out, arg)
+        return out
+
+
+@register
+class WAIT(Op):
+    """y = the completed all-reduce that its IALLREDUCE input started."""
+    def infer(src, arg):
+        (x,) = src
+        return x.shape, x.dtype
+    def forward(x):
+        entry = _inflight.pop(id(x), None)
+        if entry is None:
+            raise RuntimeError("WAIT: its input is not an all-reduce in flight (an IALLREDUCE's value, waited once)")
+        request, _, out, op = entry
+        request.Wait()
+        return _finish(out, op)
+
+
+def progress():
+    """Let MPI move the started all-reduces on (Open MPI's non-blocking collectives advance only inside MPI calls):
+    the runtimes call this between kernels while any is in flight."""
+    if _inflight:
+        _pg().mpi().Request.Testall([entry[0] for entry in _inflight.values()])
