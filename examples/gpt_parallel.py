@@ -58,8 +58,7 @@ class Parallel:
         if self.mode == "ddp":
             return tinyllm.nn.parallel.DistributedDataParallel(model)
         if self.mode == "tensor_parallel":
-            from tinyllm.distributed import tensor_parallel
-            tensor_parallel.parallelize(model)
+            dist.tensor_parallel.parallelize(model)
         return model
 
     def optimizer(self, model, weight_decay, lr):
@@ -108,10 +107,12 @@ class Parallel:
             dist.barrier()
 
     def save_checkpoint(self, save, path, model, optimizer, *rest):
-        """save(path, model, optimizer, *rest) on rank 0 only: the model (and the optimizer's state, gathered from
-        its shards for ZeRO-1) is the same on every rank."""
+        """save(path, model, optimizer, *rest) on rank 0 only, once the model (and the optimizer's state) is whole
+        there: ZeRO-1's state shards and tensor parallelism's weight blocks are gathered first."""
         if self.mode == "zero":
             optimizer.consolidate_state_dict(to=0)
+        if self.mode == "tensor_parallel":  # each rank trained its block of the split weights: join them
+            dist.tensor_parallel.gather_parameters(model)
         if self.is_main:
             save(path, model, optimizer if self.mode != "zero" else optimizer.consolidated(), *rest)
 

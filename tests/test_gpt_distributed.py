@@ -65,6 +65,24 @@ def test_data_parallel_equals_one_process(mode, tmp_path):
     assert "2 ranks" in two and two.count("final val loss") == 1  # rank 0 alone reports
 
 
+def test_tensor_parallel_trains_the_same_model(tmp_path):
+    """2 ranks each computing half of every layer's heads and MLP, on the whole batch, against 1 process: the same
+    validation loss (to 1e-4) and weights (to 1e-3 of the largest) after 20 steps. Looser than data parallelism:
+    the split sums every matmul in another order, and AdamW turns the rounding of gradients that are zero in exact
+    arithmetic (c_attn's key bias: softmax ignores a score added to a whole row) into steps of the learning rate."""
+    steps = ["--max-iters", "20", "--eval-interval", "20"]
+    rc, one, _ = run([*steps, "--ckpt-dir", str(tmp_path / "one")])
+    assert rc == 0, one
+    rc, two, _ = run([*steps, "--ckpt-dir", str(tmp_path / "two"), "--tensor-parallel"], ranks=2)
+    assert rc == 0, two
+    a, b = checkpoint(tmp_path / "one"), checkpoint(tmp_path / "two")
+    scale = max(np.abs(a[k]).max() for k in a if k.startswith("model."))
+    worst = max(float(np.abs(a[k] - b[k]).max()) for k in a if k.startswith("model."))
+    print(f"--tensor-parallel: worst weight difference {worst / scale:.2e} of the largest weight")
+    assert worst <= 1e-3 * scale
+    assert final_loss(two) == pytest.approx(final_loss(one), rel=1e-4)
+
+
 @pytest.mark.parametrize("mode", ["--ddp", "--zero"])
 def test_failing_rank_ends_the_job_and_resume_is_bit_exact(mode, tmp_path):
     """Rank 1 raises after step 3: the job exits non-zero within seconds with its message (MPI_Abort from the

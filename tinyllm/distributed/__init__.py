@@ -13,3 +13,4 @@ from .collectives import (Work, all_reduce, broadcast, all_gather, all_gather_in
                           reduce_scatter_tensor)
 from . import functional  # noqa: F401
 from .optim import ZeroRedundancyOptimizer  # noqa: F401
+from . import tensor_parallel  # noqa: F401
