@@ -101,6 +101,10 @@ def test_buckets_in_reverse_order_and_capped(dist):
     assert [id(p) for p in order] == [id(p) for p in reversed(params)]
     for b in ddp._buckets:
         assert len(b) == 1 or sum(p.numel() * 4 for p in b) <= 2048
+    wide = GPT(GPTConfig(**{**CONFIG, "n_embd": 128}))  # 1.7 MB of weights
+    big = DDP(wide)  # torch's 25 MB, but the bucket reduced last holds at most 1 MB
+    assert len(big._buckets) == 2 and sum(p.numel() * 4 for p in big._buckets[-1]) <= 2 ** 20
+    assert [id(p) for b in big._buckets for p in b] == [id(p) for p in reversed(wide.parameters())]
 
 
 def test_allreduces_overlap_the_backward_pass(dist, monkeypatch):

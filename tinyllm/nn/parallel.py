@@ -4,7 +4,8 @@ the ranks (tinyllm.distributed) so every rank takes the same optimizer step, as 
 How the averaging overlaps the backward pass. Gradients are lazy graph until backward() realizes them, so the
 all-reduces join that one graph: the parameters are grouped into buckets of about `bucket_cap_mb` (torch's 25 MB),
 in reverse order of `module.parameters()` (the order backward produces their gradients); each bucket's gradients
-are joined into one flat array and averaged by a non-blocking all-reduce (IALLREDUCE, then WAIT). The schedule
+are joined into one flat array and averaged by a non-blocking all-reduce (IALLREDUCE, then WAIT); the last one,
+which nothing is left to overlap, holds at most 1 MB. The schedule
 starts a bucket's all-reduce as soon as its last gradient exists and places every WAIT after all the kernels that
 do not need it (tinyllm/schedule.py), so the ranks combine early buckets while the backward pass computes the
 later ones; between kernels the runtime lets MPI progress. The averaged gradients are views of the buckets.
@@ -36,7 +37,7 @@ class DistributedDataParallel(Module):
         params = module.parameters()
         _broadcast(params)  # every rank starts from rank 0's weights
         self._ids = {id(p) for p in params if p.requires_grad}
-        self._buckets = _buckets([p for p in reversed(params) if p.requires_grad], bucket_cap_mb * 2 ** 20)
+        self._buckets = _buckets([p for p in params if p.requires_grad], bucket_cap_mb * 2 ** 20)
         _live.add(self)
 
     def forward(self, *args, **kwargs):
@@ -70,19 +71,25 @@ class DistributedDataParallel(Module):
         return touched
 
 
+LAST_BUCKET_BYTES = 2 ** 20  # the bucket reduced last: nothing of the backward pass is left to hide it behind
+
+
 def _buckets(params, cap_bytes):
-    """params (in order) grouped into runs of one dtype and device of at most cap_bytes (a larger one alone)."""
+    """params (in module order) grouped into runs of one dtype and device, in the order backward finishes them
+    (reverse module order), each of at most cap_bytes (a larger parameter alone). The first parameters' gradients
+    come last, so their bucket is at most LAST_BUCKET_BYTES: its all-reduce is the one the step waits for."""
     buckets, size = [], 0
     for p in params:
         nbytes = p.numel() * p.dtype.itemsize
         last = buckets[-1] if buckets else None
-        if last is None or size + nbytes > cap_bytes or last[0].dtype is not p.dtype or last[0].device != p.device:
+        cap = min(cap_bytes, LAST_BUCKET_BYTES) if len(buckets) == 1 else cap_bytes
+        if last is None or size + nbytes > cap or last[0].dtype is not p.dtype or last[0].device != p.device:
             buckets.append([p])
             size = nbytes
         else:
             last.append(p)
             size += nbytes
-    return buckets
+    return [bucket[::-1] for bucket in reversed(buckets)]
 
 
 def _broadcast(params):

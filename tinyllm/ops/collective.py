@@ -26,6 +26,11 @@ OPS = ("SUM", "AVG", "MAX")
 _inflight = {}  # id(array being reduced) -> (request, its input array kept alive, the array, op)
 
 
+class Collective(Op):
+    """An op whose value depends on every rank's input. Its gradient rule is checked on 2 ranks against the
+    convention above (tests/distributed/test_collectives.py), not by gradcheck's finite differences on one process."""
+
+
 def _pg():
     from ..distributed import process_group
     return process_group
@@ -57,7 +62,7 @@ def _rank_block(dy, y):
 
 
 @register
-class ALLREDUCE(Op):
+class ALLREDUCE(Collective):
     """y = op over the ranks of x (SUM, AVG or MAX), the same on every rank  ⇒  dx = dy for SUM, dy / world for
     AVG (the loss counts once, module docstring); MAX has no gradient here."""
     def infer(src, arg):
@@ -76,7 +81,7 @@ class ALLREDUCE(Op):
 
 
 @register
-class REPLICATE(Identity):
+class REPLICATE(Identity, Collective):
     """y = x, where x is the same on every rank and rank-local work reads it (Megatron's f): each rank's dy is
     the part of dL/dx through its own share of that work  ⇒  dx = Σ_r dy_r, an ALLREDUCE SUM of dy. The
     forward does nothing, so the schedule stage drops the marker (rewrite/simplify.py)."""
@@ -88,7 +93,7 @@ class REPLICATE(Identity):
 
 
 @register
-class BROADCAST(Op):
+class BROADCAST(Collective):
     """y = x of rank `arg` on every rank  ⇒  dx = dy on that rank, 0 on the others."""
     def infer(src, arg):
         (x,) = src
@@ -104,7 +109,7 @@ class BROADCAST(Op):
 
 
 @register
-class ALLGATHER(Op):
+class ALLGATHER(Collective):
     """y = the ranks' x stacked along axis 0 in rank order (x (n, ...) → y (world·n, ...))  ⇒  dx = this rank's
     block of dy."""
     def infer(src, arg):
@@ -121,7 +126,7 @@ class ALLGATHER(Op):
 
 
 @register
-class REDUCE_SCATTER(Op):
+class REDUCE_SCATTER(Collective):
     """y = this rank's block (axis 0) of the sum (or AVG, MAX) over ranks of x (x (world·n, ...) → y (n, ...))
     ⇒  dx = the ranks' dy stacked along axis 0 (an ALLGATHER of dy)."""
     def infer(src, arg):
@@ -154,7 +159,7 @@ def _check_async(src, arg):
 
 
 @register
-class IALLREDUCE(Op):
+class IALLREDUCE(Collective):
     """Starts y = op over the ranks of x (MPI_Iallreduce); its value is complete only after a WAIT."""
     infer = staticmethod(_check_async)
     def forward(x, arg):
@@ -165,7 +170,7 @@ class IALLREDUCE(Op):
 
 
 @register
-class WAIT(Op):
+class WAIT(Collective):
     """y = the completed all-reduce that its IALLREDUCE input started."""
     def infer(src, arg):
         (x,) = src

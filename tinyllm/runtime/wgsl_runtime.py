@@ -346,6 +346,7 @@ def _shrink(rt, node, ins):
 @register_kernel("DETACH")
 @register_kernel("CHECKPOINT")  # a region marker: the value itself
 @register_kernel("AUTOCAST")  # a mark the autocast pass replaces; one that survives is the value itself
+@register_kernel("REPLICATE")  # a mark for autograd (simplify drops it after): the value itself
 def _identity(rt, node, ins):
     return ins[0]
 
