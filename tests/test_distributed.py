@@ -7,7 +7,6 @@ failure: .ci/run installs both (openmpi-bin libopenmpi-dev, pip install -e '.[mp
 import glob
 import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import textwrap
 import pytest
 
 import tinyllm as tl
+from helpers import in_ci, mpi_missing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "tests", "distributed", "test_*.py")))
@@ -33,19 +33,6 @@ RANK_LOG = textwrap.dedent("""
     os.dup2(fd, 2)
     os.execv(sys.executable, [sys.executable] + sys.argv[2:])
 """)
-
-
-def in_ci():
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
-
-
-def mpi_missing():
-    """Why the 2-rank tests cannot run here (None when they can)."""
-    if shutil.which("mpirun") is None:
-        return "mpirun not found: install an MPI (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev)"
-    if importlib.util.find_spec("mpi4py") is None:
-        return "mpi4py not installed: pip install -e '.[mpi]'"
-    return None
 
 
 def hypothesis_profile(config):

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from test_distributed import in_ci, mpi_missing
+from helpers import in_ci, mpi_missing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT = os.path.join(ROOT, "examples", "gpt.py")
