@@ -28,9 +28,18 @@ def batches(steps):
 
 
 @pytest.mark.parametrize("runtime", ["numpy", "c"])
-def test_equals_one_process_on_the_whole_batch(dist, runtime):
+def test_equals_one_process_on_the_whole_batch(dist, runtime, monkeypatch):
     """2 ranks × B/2 rows, 5 AdamW steps, against this rank training alone on all B rows from the same start: the
-    losses (averaged over ranks) and weights agree to 1e-5; the ranks' weights are bit-identical."""
+    losses (averaged over ranks) and weights agree to 1e-5; the ranks' weights are bit-identical. On C the backward
+    pass with its all-reduces replays as a recorded program from the third step on (c_program.py)."""
+    from tinyllm.runtime import c_program
+    replayed, run = [], c_program.Program.run
+
+    def spy(self, runtime, schedule, *args, **kwargs):
+        if any(k.op == "IALLREDUCE" for k in schedule.kernels):
+            replayed.append(schedule)
+        return run(self, runtime, schedule, *args, **kwargs)
+    monkeypatch.setattr(c_program.Program, "run", spy)
     r, w = dist.get_rank(), dist.get_world_size()
     tl.manual_seed(0)
     ref = GPT(GPTConfig(**CONFIG)).to(runtime)
@@ -55,6 +64,42 @@ def test_equals_one_process_on_the_whole_batch(dist, runtime):
     a, b = flat(model), flat(ref)
     assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
     ranks = gathered(dist, a)
+    assert all(np.array_equal(ranks[0], x) for x in ranks)
+    assert len(replayed) == (3 if runtime == "c" else 0)
+
+
+def test_jit_replays_the_step(dist, monkeypatch):
+    """Under tinyllm.jit on C (the step chained from its recorded programs, all-reduces included, from the 4th
+    call), the same parameters as eager DDP steps, bit for bit, on every rank."""
+    from tinyllm.runtime import c_chain
+    r, w = dist.get_rank(), dist.get_world_size()
+    rows = slice(r * B // w, (r + 1) * B // w)
+    result, chained, run = [], [], c_chain.Chain.run
+
+    def spy(self, *args):
+        out = run(self, *args)
+        chained.append(out is not None)
+        return out
+    monkeypatch.setattr(c_chain.Chain, "run", spy)
+    for jit in (False, True):
+        tl.manual_seed(0)
+        model = GPT(GPTConfig(**CONFIG)).to("c")
+        ddp = DDP(model, bucket_cap_mb=0.004)
+        opt = model.configure_optimizers(0.1, 1e-3)
+
+        def step(x, y):
+            _, loss = ddp(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        fn = tl.jit(step) if jit else step
+        for x, y in batches(6):
+            fn(tl.tensor(x[rows], device="c"), tl.tensor(y[rows], device="c"))
+        result.append(flat(model))
+    assert chained and all(chained)
+    assert np.array_equal(result[0], result[1])
+    ranks = gathered(dist, result[1])
     assert all(np.array_equal(ranks[0], x) for x in ranks)
 
 

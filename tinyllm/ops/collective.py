@@ -14,7 +14,8 @@ IALLREDUCE and WAIT split an all-reduce in two so the scheduler can overlap it w
 gradients, tinyllm/nn/parallel.py): IALLREDUCE starts a non-blocking MPI_Iallreduce into a new array and returns
 it while the ranks combine it; WAIT completes it. The schedule runs a START as soon as its input exists and a
 WAIT after every kernel that does not need it (tinyllm/schedule.py); between kernels the runtimes let MPI make
-progress (`progress`). Neither has a gradient: they reduce gradients, outside autograd.
+progress (`progress`). On the C runtime these are host calls (CRuntime.host_call), so a schedule holding them is
+recorded and replayed like any other. Neither has a gradient: they reduce gradients, outside autograd.
 """
 import numpy as np
 
@@ -23,12 +24,22 @@ from ..graph import build, const
 from .base import Identity, Op, register
 
 OPS = ("SUM", "AVG", "MAX")
-_inflight = {}  # id(array being reduced) -> (request, its input array kept alive, the array, op)
+_inflight = {}  # address of the array being reduced into -> (request, its input array kept alive, the array, op)
 
 
 class Collective(Op):
     """An op whose value depends on every rank's input. Its gradient rule is checked on 2 ranks against the
-    convention above (tests/distributed/test_collectives.py), not by gradcheck's finite differences on one process."""
+    convention above (tests/distributed/test_collectives.py), not by gradcheck's finite differences on one process.
+    `into(x, out, arg)` does the MPI work, x and out row-major host arrays, out of the op's shape and dtype: the
+    NumPy forward and the C runtime's handler (a recorded host call) both run it."""
+
+
+def _made(into, x, shape, arg):
+    """A forward: into(x, out, arg) on x made row-major and a new `out` of `shape`."""
+    x = np.ascontiguousarray(x)
+    out = np.empty(shape, x.dtype)
+    into(x, out, arg)
+    return out
 
 
 def _pg():
@@ -69,11 +80,11 @@ class ALLREDUCE(Collective):
         (x,) = src
         _check_op(arg, x.dtype)
         return x.shape, x.dtype
-    def forward(x, arg):
-        x = np.ascontiguousarray(x)
-        out = np.empty_like(x)
+    @staticmethod
+    def into(x, out, arg):
         _pg().comm().Allreduce(x, out, op=_mpi_op(arg))
-        return _finish(out, arg)
+        _finish(out, arg)
+    def forward(x, arg): return _made(ALLREDUCE.into, x, x.shape, arg)
     def backward(dy, y):
         if y.arg == "MAX":
             raise NotImplementedError("all_reduce with ReduceOp.MAX has no gradient: detach its input")
@@ -100,10 +111,11 @@ class BROADCAST(Collective):
         if not isinstance(arg, int) or arg < 0:
             raise ValueError(f"src must be a rank (an int ≥ 0), got {arg!r}")
         return x.shape, x.dtype
-    def forward(x, arg):
-        out = np.array(x, copy=True, order="C")
+    @staticmethod
+    def into(x, out, arg):
+        out[...] = x
         _pg().comm().Bcast(out, root=arg)
-        return out
+    def forward(x, arg): return _made(BROADCAST.into, x, x.shape, arg)
     def backward(dy, y):
         return (dy if _pg().get_rank() == y.arg else const(0.0, dy.shape, dy.dtype),)
 
@@ -117,11 +129,9 @@ class ALLGATHER(Collective):
         if not x.shape:
             raise ValueError("all_gather needs a tensor with at least one axis (it stacks along axis 0)")
         return (arg * x.shape[0],) + x.shape[1:], x.dtype
-    def forward(x, arg):
-        x = np.ascontiguousarray(x)
-        out = np.empty((arg * x.shape[0],) + x.shape[1:], x.dtype)
-        _pg().comm().Allgather(x, out)
-        return out
+    @staticmethod
+    def into(x, out, arg): _pg().comm().Allgather(x, out)
+    def forward(x, arg): return _made(ALLGATHER.into, x, (arg * x.shape[0],) + x.shape[1:], arg)
     def backward(dy, y): return (_rank_block(dy, y),)
 
 
@@ -137,12 +147,11 @@ class REDUCE_SCATTER(Collective):
             raise ValueError(f"reduce_scatter of shape {x.shape} over {world} ranks: axis 0 must be a multiple of "
                              f"the world size")
         return (x.shape[0] // world,) + x.shape[1:], x.dtype
-    def forward(x, arg):
-        op, world = arg
-        x = np.ascontiguousarray(x)
-        out = np.empty((x.shape[0] // world,) + x.shape[1:], x.dtype)
-        _pg().comm().Reduce_scatter_block(x, out, op=_mpi_op(op))
-        return _finish(out, op)
+    @staticmethod
+    def into(x, out, arg):
+        _pg().comm().Reduce_scatter_block(x, out, op=_mpi_op(arg[0]))
+        _finish(out, arg[0])
+    def forward(x, arg): return _made(REDUCE_SCATTER.into, x, (x.shape[0] // arg[1],) + x.shape[1:], arg)
     def backward(dy, y):
         if y.arg[0] == "MAX":
             raise NotImplementedError("reduce_scatter with ReduceOp.MAX has no gradient: detach its input")
@@ -162,11 +171,10 @@ def _check_async(src, arg):
 class IALLREDUCE(Collective):
     """Starts y = op over the ranks of x (MPI_Iallreduce); its value is complete only after a WAIT."""
     infer = staticmethod(_check_async)
-    def forward(x, arg):
-        x = np.ascontiguousarray(x)
-        out = np.empty_like(x)
-        _inflight[id(out)] = (_pg().comm().Iallreduce(x, out, op=_mpi_op(arg)), x, out, arg)
-        return out
+    @staticmethod
+    def into(x, out, arg):
+        _inflight[_address(out)] = (_pg().comm().Iallreduce(x, out, op=_mpi_op(arg)), x, out, arg)
+    def forward(x, arg): return _made(IALLREDUCE.into, x, x.shape, arg)
 
 
 @register
@@ -176,12 +184,30 @@ class WAIT(Collective):
         (x,) = src
         return x.shape, x.dtype
     def forward(x):
-        entry = _inflight.pop(id(x), None)
-        if entry is None:
-            raise RuntimeError("WAIT: its input is not an all-reduce in flight (an IALLREDUCE's value, waited once)")
-        request, _, out, op = entry
-        request.Wait()
-        return _finish(out, op)
+        complete(x, pending(x))
+        return x
+
+
+def _address(a):
+    """_inflight's key. By address, not by array: a replayed C program (runtime/c_program.py) hands the host
+    calls new arrays over the same memory."""
+    return a.__array_interface__["data"][0]
+
+
+def pending(out):
+    """The input of the all-reduce in flight into `out` (MPI reads it until the all-reduce completes)."""
+    entry = _inflight.get(_address(out))
+    if entry is None:
+        raise RuntimeError("WAIT: its input is not an all-reduce in flight (an IALLREDUCE's value, waited once)")
+    return entry[1]
+
+
+def complete(out, x):
+    """Waits for the all-reduce of x into out and finishes it in place (AVG divides by the world size). x is
+    passed only so that a recorded program keeps its memory until here."""
+    request, _, _, op = _inflight.pop(_address(out))
+    request.Wait()
+    _finish(out, op)
 
 
 def progress():

@@ -11,7 +11,7 @@ from . import compiler
 from .base import Buffer
 from .c_arena import ALIGN, pack, peak
 from .c_donate import donors, take
-from .c_record import CallRecorder, CStruct, NotRecordable, Ref
+from .c_record import CallRecorder, CStruct, HostArray, HostCall, NotRecordable, Ref
 from .c_views import address
 from .memory import note_peak, owner, track
 
@@ -45,7 +45,8 @@ class Program:
             region.place = ("fresh", j)
         self.fresh = [(r.shape, r.dtype) for r in fresh]
         # calls that can report bad input (embeddings) take nothing over: the normal path reruns on the inputs
-        self.checks = any(self.ffi.typeof(fn).result.cname != "void" for fn, _ in self.calls)
+        self.checks = any(not isinstance(fn, HostCall) and self.ffi.typeof(fn).result.cname != "void"
+                          for fn, _ in self.calls)
         self.donors = {} if self.checks else donors(rec, fresh, self.outputs)
         self.places = {}  # (returned array, id of a donated base) -> where its views sit (c_donate._places)
         self.feeds = {n.arg: i for i, n in enumerate(schedule.inputs) if n.op == "SLOT"}  # feed position -> input
@@ -61,6 +62,8 @@ class Program:
         for _, args in self.calls:
             for a in args:
                 for x in a if isinstance(a, list) else a.fields if isinstance(a, CStruct) else [a]:
+                    if isinstance(x, HostArray):
+                        x = x.ref
                     if isinstance(x, Ref):
                         yield x
 
@@ -96,6 +99,20 @@ class Program:
             return v
 
         for fn, args in self.calls:
+            if isinstance(fn, HostCall):  # arrays over the memory the recorded ones had
+                cargs = []
+                for i, a in enumerate(args):
+                    if isinstance(a, HostArray):
+                        v = value(a.ref, "char *")
+                        made = functools.partial(_host_array, a.shape, a.dtype)
+                        if isinstance(v, tuple):  # made on each run from the pointer _patch computes
+                            patches.append((_then(made, functools.partial(cargs.__setitem__, i)), "char *", *v))
+                            a = None
+                        else:
+                            a = made(v)
+                    cargs.append(a)
+                bound.append((fn.fn, cargs))
+                continue
             types = ffi.typeof(fn).args
             cargs = []
             for i, (a, t) in enumerate(zip(args, types)):
@@ -216,6 +233,18 @@ def _kernel_runs(run_kernels, bound):
             out.append((fn, args))
     flush()
     return out
+
+
+def _then(f, g):
+    return lambda x: g(f(x))
+
+
+def _host_array(shape, dtype, pointer):
+    """The row-major array of `shape` and `dtype` at a char pointer (a NULL one: an empty array)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if not size:
+        return np.empty(shape, dtype)
+    return np.frombuffer(compiler.ffi.buffer(pointer, size), dtype).reshape(shape)
 
 
 def _base(array):

@@ -2,7 +2,9 @@
 (CRuntime.recorder), each call through CRuntime.call is noted with its pointers as offsets into a Region: an input
 of the schedule, or an array the schedule allocated (runtime.empty). A run is recordable only if every kernel
 returned a view of something it read, or made C calls and returned an array from runtime.empty: a kernel that ran
-its NumPy forward (or copied with NumPy) leaves the schedule on the normal path."""
+its NumPy forward (or copied with NumPy) leaves the schedule on the normal path. A host call (CRuntime.host_call:
+a Python function of row-major arrays the schedule read or allocated, such as an MPI collective's) is noted too,
+and a replay makes it again with arrays over the same memory."""
 import weakref
 from collections import namedtuple
 
@@ -60,6 +62,15 @@ def _bounds(array):
 
 
 Ref = namedtuple("Ref", "region offset")  # a recorded pointer: `offset` bytes into `region` (None: a null pointer)
+HostArray = namedtuple("HostArray", "ref shape dtype")  # a host call's row-major array argument
+
+
+class HostCall:
+    """A recorded call of a Python function (CRuntime.host_call) among the C calls."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 class NotRecordable(Exception):
@@ -81,7 +92,7 @@ class CallRecorder:
             self.failed = None
         self.allocs, self.calls = [], []  # calls: (fn, recorded args)
         self.in_steps, self.next_in_step = {}, frozenset()  # call index -> c_runtime.in_step of its kernel
-        self.node_calls, self.node_allocs = 0, 0
+        self.node_calls, self.node_allocs, self.node_hosts = 0, 0, 0
 
     def fail(self, why):
         self.failed = self.failed or why
@@ -145,8 +156,24 @@ class CallRecorder:
         self.next_in_step = frozenset()
         self.node_calls += 1
 
+    def host(self, fn, args):
+        """A host call: fn(*args), its arrays row-major (else the run is not recordable)."""
+        if self.failed is None:
+            try:
+                specs = []
+                for a in args:
+                    if isinstance(a, np.ndarray):
+                        if not a.flags.c_contiguous:
+                            raise NotRecordable(f"a host call's argument {a.shape} is not row-major")
+                        a = HostArray(self._ref(a), a.shape, a.dtype)
+                    specs.append(a)
+                self.calls.append((HostCall(fn), specs))
+            except NotRecordable as e:
+                self.fail(str(e))
+        self.node_hosts += 1
+
     def begin_kernel(self):
-        self.node_calls, self.node_allocs = 0, len(self.allocs)
+        self.node_calls, self.node_allocs, self.node_hosts = 0, len(self.allocs), 0
 
     def end_kernel(self, node, out):
         """Fails the recording if the kernel's work would not replay (see the module's docstring)."""
@@ -157,5 +184,9 @@ class CallRecorder:
         except NotRecordable:
             region = None
         made_here = region is not None and region.kind == "alloc" and region.index >= self.node_allocs
-        if not (made_here if self.node_calls else region is not None and not made_here):
+        if self.node_hosts:  # what the host calls wrote is theirs to know: they were given the arrays they write
+            ok = region is not None
+        else:
+            ok = made_here if self.node_calls else region is not None and not made_here
+        if not ok:
             self.fail(f"{node.op} {node.shape} ran outside C")

@@ -13,6 +13,8 @@ import numpy as np
 
 from .. import dtype as dt
 from ..env import debug_level
+from ..graph import OPS
+from ..ops import collective
 from ..ops.index import check_index
 from ..ops.kernel import run_kernel
 from ..views import contiguous_strides
@@ -89,6 +91,13 @@ class CRuntime(NumpyRuntime):
         if self.recorder is not None:
             self.recorder.call(fn, args)
         return fn(*c_record.c_args(self.ffi or compiler.ffi, fn, args))
+
+    def host_call(self, fn, *args):
+        """fn(*args) for a Python function of row-major arrays the schedule read or allocated (an MPI call); a
+        recorder, if one watches, notes it, and a replay makes it again over the same memory."""
+        if self.recorder is not None:
+            self.recorder.host(fn, args)
+        return fn(*args)
 
     def contiguous(self, x):
         """x if it is row-major, else a row-major copy made in C into an array from the pool (so a recorded run
@@ -215,6 +224,21 @@ class CRuntime(NumpyRuntime):
                   *beta, out, N, c0, c1)
         return out
 
+    def _collective(self, node, ins):
+        """The op's MPI work as a host call on the input made row-major and an array from the pool, so a schedule
+        holding collectives replays too (16-bit floats, which MPI cannot add, run the NumPy forward)."""
+        if node.dtype.is_low:
+            return None
+        x = self.contiguous(ins[0])
+        out = self.empty(node.shape, node.dtype.np)
+        self.host_call(OPS[node.op].into, x, out, node.arg)
+        return out
+
+    def _wait(self, node, ins):
+        (y,) = ins
+        self.host_call(collective.complete, y, collective.pending(y))
+        return y
+
     def _gather(self, node, ins):
         x, idx = ins
         axis = node.arg
@@ -259,7 +283,9 @@ def in_step(kernel, ins):
 
 
 CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,
-                         SCATTER_ADD=CRuntime._scatter_add)
+                         SCATTER_ADD=CRuntime._scatter_add, WAIT=CRuntime._wait)
+CRuntime.handlers.update({name: CRuntime._collective for name, op in OPS.items()
+                          if issubclass(op, collective.Collective) and hasattr(op, "into")})
 CRuntime.handlers.update(c_attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
 CRuntime.handlers.update(c_qmatmul.HANDLERS)  # QMATMUL: runtime_c/qmatmul.c
 CRuntime.handlers.update(c_copy.HANDLERS)  # CONTIGUOUS, RESHAPE, CAT, PAD: runtime_c/copy.c

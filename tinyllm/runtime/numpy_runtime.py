@@ -37,6 +37,10 @@ class NumpyRuntime(Runtime):
     def constant(self, value, shape, dtype):
         return np.broadcast_to(dt.encode(value, dtype), shape)  # one element seen through zero strides
 
+    def host_call(self, fn, *args):
+        """fn(*args): Python work between kernels on host arrays (an MPI call); the C runtime records it."""
+        return fn(*args)
+
     def release(self, value):
         """`value` is no longer needed by the schedule (a runtime with a buffer pool may keep it)."""
 
@@ -67,7 +71,7 @@ class NumpyRuntime(Runtime):
         for node, dead in zip(schedule.kernels, schedule.frees):
             vals[node] = track(run(node, [vals[s] for s in node.src]))
             if collective._inflight:  # all-reduces started earlier in this schedule move on between kernels
-                collective.progress()
+                self.host_call(collective.progress)
             for d in dead:
                 self.release(vals.pop(d))
         return self.output_buffers(schedule, [vals[n] for n in schedule.outputs], input_storage)
