@@ -124,6 +124,38 @@ def test_all_reduce_async(dist, each_runtime, op):
                          close(other, part(7, (8, 8)) @ part(8, (8, 8)), dict(rtol=1e-5, atol=1e-5))()))
 
 
+def test_all_reduce_async_of_an_intermediate_repeated(dist):
+    """An async all-reduce of a lazy value (an intermediate of its schedule), with other work replayed before each
+    wait(), four times over on C (its schedule recorded on the 2nd run): MPI's input is never overwritten while the
+    all-reduce is in flight, so every result is right."""
+    rank = dist.get_rank()
+    a, b = tl.tensor(part(3, (256, 256)), device="c"), tl.tensor(part(4, (256, 256)), device="c")
+    for i in range(4):
+        t = tl.tensor(part(rank, (512, 512), seed=i), device="c") * 2.0  # MPI reads it after its schedule ends
+        work = dist.all_reduce(t, async_op=True)
+        ((a * 3.0 + 1.0) @ (b * 5.0 - 2.0)).realize()  # intermediates in the replay arena
+        work.wait()
+        want = 2.0 * sum(part(r, (512, 512), seed=i).astype(np.float64) for r in range(dist.get_world_size()))
+        agree(dist, close(t.numpy(), want, F32))
+
+
+def test_bad_index_after_a_collective_in_a_replay(dist):
+    """A replayed schedule whose embedding meets a bad index after its all-reduce ran raises the IndexError at
+    once, on every rank, rather than rerunning the schedule (which would all-reduce a second time)."""
+    table = tl.tensor(part(dist.get_rank(), (5, 3)), device="c")
+    for k in (0, 1, 2, 3):
+        rows = tl.tensor(np.array([0, 4, 9 if k == 3 else 2]), device="c")
+        y = dist.functional.all_reduce(table)[rows]  # the gather reads the all-reduce's output
+        if k < 3:
+            want = sum(part(r, (5, 3)).astype(np.float64) for r in range(dist.get_world_size()))[[0, 4, 2]]
+            agree(dist, close(y.numpy(), want, F32))
+        else:  # the 4th run replays the recorded program
+            with pytest.raises(IndexError, match="index 9 is out of range for 5 rows"):
+                y.realize()
+    agree(dist, close(dist.functional.all_reduce(table).numpy(),  # the ranks are still in step
+                      sum(part(r, (5, 3)).astype(np.float64) for r in range(dist.get_world_size())), F32))
+
+
 @given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5), seed=st.integers(0, 2**16))
 def test_collectives_over_shapes(dist, shape, seed):
     """all_reduce, all_gather_into_tensor and reduce_scatter_tensor over drawn shapes (the same draws on every

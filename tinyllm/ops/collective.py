@@ -24,14 +24,17 @@ from ..graph import build, const
 from .base import Identity, Op, register
 
 OPS = ("SUM", "AVG", "MAX")
-_inflight = {}  # address of the array being reduced into -> (request, its input array kept alive, the array, op)
+# address of the array being reduced into -> (request, its input, the array, op). On the normal path the entry
+# keeps the input alive; in a replayed C program they are views of its arena, which the schedule holds until the
+# WAIT (a schedule whose all-reduce outlives it is not recorded: runtime/c_program.py)
+_inflight = {}
 
 
 class Collective(Op):
     """An op whose value depends on every rank's input. Its gradient rule is checked on 2 ranks against the
     convention above (tests/distributed/test_collectives.py), not by gradcheck's finite differences on one process.
-    `into(x, out, arg)` does the MPI work, x and out row-major host arrays, out of the op's shape and dtype: the
-    NumPy forward and the C runtime's handler (a recorded host call) both run it."""
+    Each but WAIT has `into(x, out, arg)`, which does the MPI work, x and out row-major host arrays, out of the
+    op's shape and dtype: the NumPy forward and the C runtime's handler (a recorded host call) both run it."""
 
 
 def _made(into, x, shape, arg):
@@ -205,6 +208,7 @@ def pending(out):
 def complete(out, x):
     """Waits for the all-reduce of x into out and finishes it in place (AVG divides by the world size). x is
     passed only so that a recorded program keeps its memory until here."""
+    pending(out)  # (its error, if none is in flight)
     request, _, _, op = _inflight.pop(_address(out))
     request.Wait()
     _finish(out, op)

@@ -16,7 +16,8 @@ def build(runtime, tape, observed):
     """A Chain for `tape`, from what each Program.run of the replay that just ended saw (`observed`), or None
     when a schedule did not run from its Program, returned one of its inputs (the caller may copy those), read
     an argument that is not row-major, or can report bad input (an embedding's index) after one that writes in
-    place or reads host values: the chain could then fail halfway, where the normal replay must start over."""
+    place, reads host values or makes host calls (MPI): the chain could then fail halfway, where the normal replay
+    must start over."""
     if len(observed) != len(tape.schedules):
         return None
     observed = [(program, [_strong(a) for a in inputs], *rest) for program, inputs, *rest in observed]
@@ -28,7 +29,7 @@ def build(runtime, tape, observed):
             return None
         if any(srcs[pos][0] == "arg" and not inputs[i].flags.c_contiguous for pos, i in program.feeds.items()):
             return None
-        written = written or bool(taken) or any(s[0] == "host" for s in srcs)
+        written = written or bool(taken) or program.hosts or any(s[0] == "host" for s in srcs)
     return Chain(runtime, tape, observed)
 
 

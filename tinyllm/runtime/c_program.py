@@ -7,6 +7,7 @@ import weakref
 
 import numpy as np
 
+from ..ops import collective
 from . import compiler
 from .base import Buffer
 from .c_arena import ALIGN, pack, peak
@@ -47,6 +48,7 @@ class Program:
         # calls that can report bad input (embeddings) take nothing over: the normal path reruns on the inputs
         self.checks = any(not isinstance(fn, HostCall) and self.ffi.typeof(fn).result.cname != "void"
                           for fn, _ in self.calls)
+        self.hosts = any(isinstance(fn, HostCall) for fn, _ in self.calls)  # see call()
         self.donors = {} if self.checks else donors(rec, fresh, self.outputs)
         self.places = {}  # (returned array, id of a donated base) -> where its views sit (c_donate._places)
         self.feeds = {n.arg: i for i, n in enumerate(schedule.inputs) if n.op == "SLOT"}  # feed position -> input
@@ -170,6 +172,9 @@ class Program:
         for fn, args in self.bound:
             status = fn(*args)  # only the embedding kernels return a value: -1 when every index is valid
             if status is not None and status != -1:
+                if self.hosts:  # the normal path would make the host calls (MPI collectives) again: say it here
+                    raise IndexError(f"{fn.__name__}: index {args[2][status]} is out of range for {args[4]} rows "
+                                     "(the embedding's indices must lie in [-rows, rows))")
                 return False
         return True
 
@@ -279,10 +284,13 @@ def execute(runtime, schedule, vals, donate=()):
             programs[key] = got + 1
         return runtime.run_schedule(schedule, vals)
     rec = runtime.recorder = CallRecorder(inputs)
+    before = set(collective._inflight)
     try:
         outs = runtime.run_schedule(schedule, vals)
     finally:
         runtime.recorder = None
+    if set(collective._inflight) - before:  # MPI reads and writes its arrays after the run: not in the arena
+        rec.fail("an all-reduce still in flight when the schedule ends (its WAIT is in a later one)")
     outputs = [vals[n] for n in schedule.outputs]
     try:
         programs[key] = Program(runtime, rec, schedule, outputs) if rec.failed is None else None

@@ -184,8 +184,8 @@ class CallRecorder:
         except NotRecordable:
             region = None
         made_here = region is not None and region.kind == "alloc" and region.index >= self.node_allocs
-        if self.node_hosts:  # what the host calls wrote is theirs to know: they were given the arrays they write
-            ok = region is not None
+        if self.node_hosts:  # host calls write only the arrays they are given: an array made here, or a view
+            ok = region is not None and (made_here or not self.node_calls)
         else:
             ok = made_here if self.node_calls else region is not None and not made_here
         if not ok:

@@ -93,8 +93,8 @@ class CRuntime(NumpyRuntime):
         return fn(*c_record.c_args(self.ffi or compiler.ffi, fn, args))
 
     def host_call(self, fn, *args):
-        """fn(*args) for a Python function of row-major arrays the schedule read or allocated (an MPI call); a
-        recorder, if one watches, notes it, and a replay makes it again over the same memory."""
+        """fn(*args) for a Python function of row-major arrays the schedule read or allocated (an MPI call),
+        returning None; a recorder, if one watches, notes it, and a replay makes it again over the same memory."""
         if self.recorder is not None:
             self.recorder.host(fn, args)
         return fn(*args)
@@ -231,12 +231,14 @@ class CRuntime(NumpyRuntime):
             return None
         x = self.contiguous(ins[0])
         out = self.empty(node.shape, node.dtype.np)
-        self.host_call(OPS[node.op].into, x, out, node.arg)
+        if out.size:  # (nothing to combine: every rank has the same shapes)
+            self.host_call(OPS[node.op].into, x, out, node.arg)
         return out
 
     def _wait(self, node, ins):
         (y,) = ins
-        self.host_call(collective.complete, y, collective.pending(y))
+        if y.size:
+            self.host_call(collective.complete, y, collective.pending(y))
         return y
 
     def _gather(self, node, ins):
