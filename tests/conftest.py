@@ -21,7 +21,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 settings.register_profile("default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,
+# CI draws fewer: on its 2 shared cores the suite must stay under 15 minutes, and on the compiled runtimes nearly
+# every drawn shape builds kernels (850-904 s with 25)
+settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
