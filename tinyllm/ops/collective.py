@@ -197,19 +197,22 @@ def _address(a):
     return a.__array_interface__["data"][0]
 
 
-def pending(out):
-    """The input of the all-reduce in flight into `out` (MPI reads it until the all-reduce completes)."""
-    entry = _inflight.get(_address(out))
+def _entry(out, take=False):
+    entry = (_inflight.pop if take else _inflight.get)(_address(out), None)
     if entry is None:
         raise RuntimeError("WAIT: its input is not an all-reduce in flight (an IALLREDUCE's value, waited once)")
-    return entry[1]
+    return entry
+
+
+def pending(out):
+    """The input of the all-reduce in flight into `out` (MPI reads it until the all-reduce completes)."""
+    return _entry(out)[1]
 
 
 def complete(out, x):
     """Waits for the all-reduce of x into out and finishes it in place (AVG divides by the world size). x is
     passed only so that a recorded program keeps its memory until here."""
-    pending(out)  # (its error, if none is in flight)
-    request, _, _, op = _inflight.pop(_address(out))
+    request, _, _, op = _entry(out, take=True)
     request.Wait()
     _finish(out, op)
 
