@@ -15,7 +15,9 @@ the kernels read several rows of W at once instead (GEMV_ROWS for a rows kernel,
 loading it once per few values of W. With several rows at once the prefetchers follow several streams at once,
 slower where the rows are short (a cols kernel reading 4 or 8 rows of 384 floats at once streamed at half the
 rate of one row at a time). Where a stream enters a new 4 KiB page, the kernels ask for the start of the next one
-(gemv_page_ahead), which the hardware prefetchers cannot do.
+(gemv_page_ahead), which the hardware prefetchers cannot do. With two or more rows of x, where each value of W
+costs several FMAs, the hardware prefetchers alone no longer keep enough of W in flight: those kernels also ask
+for every line of W some 8 KiB ahead of where they read (gemv_ahead).
 */
 
 #include <stdint.h>
@@ -63,6 +65,18 @@ enum { SLOT_OUT, SLOT_X, SLOT_PARTS };  // per-thread scratch slots (common.h: t
 static inline __attribute__((always_inline)) void gemv_page_ahead(const int pa, const float *a, long step) {
     if (pa && ((uintptr_t)a & 4095) < (uintptr_t)step)
         for (int l = 0; l < 4; l++) __builtin_prefetch((const char *)a + 4096 + 64 * l, 0, 3);
+}
+
+// Where a kernel reading `rows` rows of W at a time (ldw floats apart) asks for the line it will read next at the
+// same place: the same column of a later block of rows, the first block at least GEMV_AHEAD bytes on, in floats.
+// Into L2 (a T1 hint): L1 has no room for 8 KiB more. At M = 2-4, one thread, W from memory (Zen 4), this took
+// x W and x W^T from 12-20 GB/s to 19-28 at K x N = 384 x 1152 to 4096 x 4096; 16 KiB did as well on the large
+// shapes and worse on the small, 2 KiB did worse. At M = 1 it cost 0-20 %: that kernel's loop outruns memory
+// already, and the hardware prefetchers keep up with it alone.
+#define GEMV_AHEAD 8192L
+static inline long gemv_ahead(long ldw, int rows) {
+    const long block = rows * ldw * (long)sizeof(float);
+    return block > 0 ? (GEMV_AHEAD + block - 1) / block * rows * ldw : 0;  // ldw 0: one row of W, or a broadcast
 }
 
 typedef struct {
@@ -120,7 +134,7 @@ static void gemv_cols_portable(int m, int pa, long k, const float *x, long ldx, 
 AVX2 static inline __attribute__((always_inline)) void
 gemv_rows_avx2_m(const int M, const int PA, const int RP, long k, const float *x, long ldx,
                  const float *w, long ldw, long n, float *out) {
-    const long n8 = n / 8 * 8;
+    const long n8 = n / 8 * 8, ahead = gemv_ahead(ldw, RP);
     memset(out, 0, (size_t)M * n * sizeof(float));
     long p = 0;
     for (; p + RP <= k; p += RP) {
@@ -131,6 +145,8 @@ gemv_rows_avx2_m(const int M, const int PA, const int RP, long k, const float *x
         for (long j = 0; j < n8; j += 8) {
             __m256 v[GEMV_ROWS];
             for (int q = 0; q < RP; q++) gemv_page_ahead(PA, wp + q * ldw + j, 32);
+            if (M > 1 && j % 16 == 0)  // once per 64-byte line
+                for (int q = 0; q < RP; q++) _mm_prefetch((const char *)(wp + q * ldw + j + ahead), _MM_HINT_T1);
             for (int q = 0; q < RP; q++) v[q] = _mm256_loadu_ps(wp + q * ldw + j);
             for (int i = 0; i < M; i++) {
                 __m256 s = _mm256_loadu_ps(out + i * n + j);
@@ -193,12 +209,15 @@ AVX2 static inline __attribute__((always_inline)) void
 gemv_dots_avx2(const int M, const int PA, const int R, long k, const float *x, long ldx,
                const float *w, long ldw, long n, float *out) {
     const int U = M * R >= 8 ? 1 : 2;
+    const long ahead = gemv_ahead(ldw, R);
     __m256 s[2][GEMV_M * GEMV_DOTS];
     for (int u = 0; u < U; u++)
         for (int q = 0; q < M * R; q++) s[u][q] = _mm256_setzero_ps();
     long p = 0;
     for (; p + 8 * U <= k; p += 8 * U) {
         for (int r = 0; r < R; r++) gemv_page_ahead(PA, w + r * ldw + p, 32 * U);
+        if (M > 1 && (U == 2 || p % 16 == 0))  // once per 64-byte line
+            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w + r * ldw + p + ahead), _MM_HINT_T1);
         for (int u = 0; u < U; u++) {
             __m256 v[GEMV_DOTS];
             for (int r = 0; r < R; r++) v[r] = _mm256_loadu_ps(w + r * ldw + p + 8 * u);
@@ -261,6 +280,7 @@ AVX2 static void gemv_cols_avx2(int m, int pa, long k, const float *x, long ldx,
 AVX512 static inline __attribute__((always_inline)) void
 gemv_rows_avx512_m(const int M, const int PA, const int RP, long k, const float *x, long ldx,
                    const float *w, long ldw, long n, float *out) {
+    const long ahead = gemv_ahead(ldw, RP);
     memset(out, 0, (size_t)M * n * sizeof(float));
     long p = 0;
     for (; p + RP <= k; p += RP) {
@@ -272,6 +292,8 @@ gemv_rows_avx512_m(const int M, const int PA, const int RP, long k, const float 
             const __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
             __m512 v[GEMV_ROWS];
             for (int q = 0; q < RP; q++) gemv_page_ahead(PA, wp + q * ldw + j, 64);
+            if (M > 1)
+                for (int q = 0; q < RP; q++) _mm_prefetch((const char *)(wp + q * ldw + j + ahead), _MM_HINT_T1);
             for (int q = 0; q < RP; q++) v[q] = _mm512_maskz_loadu_ps(mask, wp + q * ldw + j);
             for (int i = 0; i < M; i++) {
                 __m512 s = _mm512_maskz_loadu_ps(mask, out + i * n + j);
@@ -306,12 +328,16 @@ AVX512 static inline __attribute__((always_inline)) void
 gemv_dots_avx512(const int M, const int PA, const int R, long k, const float *x, long ldx,
                  const float *w, long ldw, long n, float *out) {
     const int U = M * R >= 8 ? 1 : 2;
+    const long ahead = gemv_ahead(ldw, R);
     __m512 s[2][GEMV_M * GEMV_DOTS];
     for (int u = 0; u < U; u++)
         for (int q = 0; q < M * R; q++) s[u][q] = _mm512_setzero_ps();
     long p = 0;
     for (; p + 16 * U <= k; p += 16 * U) {
         for (int r = 0; r < R; r++) gemv_page_ahead(PA, w + r * ldw + p, 64 * U);
+        if (M > 1)
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < U; u++) _mm_prefetch((const char *)(w + r * ldw + p + 16 * u + ahead), _MM_HINT_T1);
         for (int u = 0; u < U; u++) {
             __m512 v[GEMV_DOTS];
             for (int r = 0; r < R; r++) v[r] = _mm512_loadu_ps(w + r * ldw + p + 16 * u);
