@@ -60,7 +60,9 @@ enum { SLOT_OUT, SLOT_X, SLOT_PARTS };  // per-thread scratch slots (common.h: t
 // most of a small model's weights) streamed 15-40 % faster with it on Zen 4 (M = 1, K x N = 384 x 1152 to
 // 768 x 768, one thread: 22-25 GB/s against 17-20; the same weights carved from one huge-page array: 26); on
 // huge pages, where it has nothing to do, it cost 5-20 % (K = N = 2048 and 4096), so it is only on (pa) for a W
-// that spans under 4 MiB, where numpy, which asks for huge pages from 4 MiB up, leaves 4 KiB pages. 2 or 8 lines,
+// that spans under 8 MiB. numpy asks for huge pages from 4 MiB up, but only the 2 MiB-aligned stretches inside
+// an array get them, so one of 4 MiB lies mostly on 4 KiB pages (1024 x 1024, M = 1, one thread: 25 GB/s with
+// it, 17-20 without). 2 or 8 lines,
 // two pages ahead, or into L2 only did no better, and a prefetch on every line (1-8 KiB ahead) slowed the stream.
 static inline __attribute__((always_inline)) void gemv_page_ahead(const int pa, const float *a, long step) {
     if (pa && ((uintptr_t)a & 4095) < (uintptr_t)step)
@@ -498,7 +500,7 @@ void tl_gemv(int transA, int transB, long M, long N, long K, const float *A, lon
         v.ys_i = 1;
         v.ys_j = ldc;
     }
-    // gemv_page_ahead for a W that spans under 4 MiB (1 Mi floats): most likely on 4 KiB pages
-    v.page_ahead = ((v.w_cols ? v.n : v.k) - 1) * v.ldw + (v.w_cols ? v.k : v.n) < (1L << 20);
+    // gemv_page_ahead for a W that spans under 8 MiB (2 Mi floats): mostly on 4 KiB pages
+    v.page_ahead = ((v.w_cols ? v.n : v.k) - 1) * v.ldw + (v.w_cols ? v.k : v.n) < (2L << 20);
     gemv_run(&v, nt);
 }
