@@ -164,9 +164,22 @@ static void kernel_portable(int kc, const float *restrict a, long lda, const flo
     }
 }
 
+// dst[0, n) = src[0, n): one run of a strip being packed. The strip sizes of the plans as compile-time sizes,
+// which the compiler turns into a few vector moves; memcpy with a run-time size is a library call per run, and
+// packing B for a 256 x 256 x 256 product on two threads spent 15 % of the product's time in those calls.
+static inline void copy_run(float *dst, const float *src, int n) {
+    switch (n) {
+    case MR: memcpy(dst, src, MR * sizeof(float)); break;
+    case MR5: memcpy(dst, src, MR5 * sizeof(float)); break;
+    case NR: memcpy(dst, src, NR * sizeof(float)); break;
+    case NR5: memcpy(dst, src, NR5 * sizeof(float)); break;
+    default: memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
 // Packs rows [i0, i0+mr) x columns [k0, k0+kc) of op(A) as one strip of MR = g->p->mr rows: element
 // (i0 + i, k0 + p) at out[p*MR + i]; rows past mr are zero, so the kernel can always compute a full tile.
-// Full strips (the common case) copy contiguous runs with memcpy.
+// Full strips (the common case) copy contiguous runs (copy_run).
 static void pack_a_strip(const gemm_args *g, long i0, long k0, int mr, int kc, float *out) {
     const int full = g->p->mr;
     if (g->afmt != TL_F32) {  // widened one element at a time
@@ -175,7 +188,7 @@ static void pack_a_strip(const gemm_args *g, long i0, long k0, int mr, int kc, f
     } else if (g->transA) {  // row k of the stored A holds op(A)'s column k: contiguous in i
         const float *src = g->A + k0 * g->lda + i0;
         if (mr == full) {
-            for (int p = 0; p < kc; p++) memcpy(out + p * full, src + p * g->lda, full * sizeof(float));
+            for (int p = 0; p < kc; p++) copy_run(out + p * full, src + p * g->lda, full);
         } else {
             for (int p = 0; p < kc; p++) {
                 for (int i = 0; i < full; i++) out[p * full + i] = i < mr ? src[p * g->lda + i] : 0.0f;
@@ -212,7 +225,7 @@ static void pack_b_strip(const gemm_args *g, long k0, long j0, int nr, int kc, f
     } else {
         const float *src = g->B + k0 * g->ldb + j0;
         if (nr == full) {
-            for (int p = 0; p < kc; p++) memcpy(out + p * full, src + p * g->ldb, full * sizeof(float));
+            for (int p = 0; p < kc; p++) copy_run(out + p * full, src + p * g->ldb, full);
         } else {
             for (int p = 0; p < kc; p++) {
                 for (int j = 0; j < full; j++) out[p * full + j] = j < nr ? src[p * g->ldb + j] : 0.0f;
@@ -634,8 +647,7 @@ static void pack_b(const gemm_args *g, long k0, long j0, int nc, int kc, long s0
         }
         for (int p = 0; p < kc && g->bfmt == TL_F32; p++) {
             const float *src = g->B + (k0 + p) * g->ldb + j0;
-            for (long s = s0; s < full; s++)
-                memcpy(bpack + (s * kc + p) * NRp, src + s * NRp, NRp * sizeof(float));
+            for (long s = s0; s < full; s++) copy_run(bpack + (s * kc + p) * NRp, src + s * NRp, NRp);
         }
         if (full < s0) full = s0;
         for (long s = full; s < s1; s++) pack_b_strip(g, k0, j0 + s * NRp, (int)tl_min(NRp, nc - s * NRp), kc,
