@@ -81,6 +81,11 @@ static inline long gemv_ahead(long ldw, int rows) {
     return block > 0 ? (GEMV_AHEAD + block - 1) / block * rows * ldw : 0;  // ldw 0: one row of W, or a broadcast
 }
 
+// Asks for the line at a + ahead in each of `rows` rows of W (ldw floats apart), into L2 (locality 2: T1).
+static inline __attribute__((always_inline)) void gemv_rows_ahead(const float *a, long ahead, long ldw, int rows) {
+    for (int r = 0; r < rows; r++) __builtin_prefetch(a + r * ldw + ahead, 0, 2);
+}
+
 typedef struct {
     int m;            // rows of x: 1..GEMV_M
     long n, k;        // outputs per row of x, length of the sums
@@ -147,8 +152,7 @@ gemv_rows_avx2_m(const int M, const int PA, const int RP, long k, const float *x
         for (long j = 0; j < n8; j += 8) {
             __m256 v[GEMV_ROWS];
             for (int q = 0; q < RP; q++) gemv_page_ahead(PA, wp + q * ldw + j, 32);
-            if (M > 1 && j % 16 == 0)  // once per 64-byte line
-                for (int q = 0; q < RP; q++) _mm_prefetch((const char *)(wp + q * ldw + j + ahead), _MM_HINT_T1);
+            if (M > 1 && j % 16 == 0) gemv_rows_ahead(wp + j, ahead, ldw, RP);  // once per 64-byte line
             for (int q = 0; q < RP; q++) v[q] = _mm256_loadu_ps(wp + q * ldw + j);
             for (int i = 0; i < M; i++) {
                 __m256 s = _mm256_loadu_ps(out + i * n + j);
@@ -218,8 +222,7 @@ gemv_dots_avx2(const int M, const int PA, const int R, long k, const float *x, l
     long p = 0;
     for (; p + 8 * U <= k; p += 8 * U) {
         for (int r = 0; r < R; r++) gemv_page_ahead(PA, w + r * ldw + p, 32 * U);
-        if (M > 1 && (U == 2 || p % 16 == 0))  // once per 64-byte line
-            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w + r * ldw + p + ahead), _MM_HINT_T1);
+        if (M > 1 && (U == 2 || p % 16 == 0)) gemv_rows_ahead(w + p, ahead, ldw, R);  // once per 64-byte line
         for (int u = 0; u < U; u++) {
             __m256 v[GEMV_DOTS];
             for (int r = 0; r < R; r++) v[r] = _mm256_loadu_ps(w + r * ldw + p + 8 * u);
@@ -294,8 +297,7 @@ gemv_rows_avx512_m(const int M, const int PA, const int RP, long k, const float 
             const __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
             __m512 v[GEMV_ROWS];
             for (int q = 0; q < RP; q++) gemv_page_ahead(PA, wp + q * ldw + j, 64);
-            if (M > 1)
-                for (int q = 0; q < RP; q++) _mm_prefetch((const char *)(wp + q * ldw + j + ahead), _MM_HINT_T1);
+            if (M > 1) gemv_rows_ahead(wp + j, ahead, ldw, RP);
             for (int q = 0; q < RP; q++) v[q] = _mm512_maskz_loadu_ps(mask, wp + q * ldw + j);
             for (int i = 0; i < M; i++) {
                 __m512 s = _mm512_maskz_loadu_ps(mask, out + i * n + j);
@@ -338,8 +340,7 @@ gemv_dots_avx512(const int M, const int PA, const int R, long k, const float *x,
     for (; p + 16 * U <= k; p += 16 * U) {
         for (int r = 0; r < R; r++) gemv_page_ahead(PA, w + r * ldw + p, 64 * U);
         if (M > 1)
-            for (int r = 0; r < R; r++)
-                for (int u = 0; u < U; u++) _mm_prefetch((const char *)(w + r * ldw + p + 16 * u + ahead), _MM_HINT_T1);
+            for (int u = 0; u < U; u++) gemv_rows_ahead(w + p + 16 * u, ahead, ldw, R);
         for (int u = 0; u < U; u++) {
             __m512 v[GEMV_DOTS];
             for (int r = 0; r < R; r++) v[r] = _mm512_loadu_ps(w + r * ldw + p + 16 * u);
