@@ -5,13 +5,15 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker_env(threads):
+def worker_env(threads, openblas_coretype=None):
     """Every library's thread count set before anything is imported, threads pinned (OMP_PROC_BIND) unless the
     caller chose otherwise, and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed so numpy runs the OpenBLAS kernel it
-    would pick for this CPU by itself."""
+    would pick for this CPU by itself; or, given `openblas_coretype` (Haswell: its AVX2 kernel), that kernel."""
     env = dict(os.environ)
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         env.pop(var, None)
+    if openblas_coretype:
+        env["OPENBLAS_CORETYPE"] = openblas_coretype
     env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), TINYLLM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
     env.setdefault("OMP_PROC_BIND", "true")

@@ -3,6 +3,7 @@
     python bench/matmul.py                      # n = 64 ... 2048 and the GEMV table, 1 and 2 threads
     python bench/matmul.py --sizes 256 512 --threads 1 --rounds 9
     python bench/matmul.py --sizes --trans-n 0 --gemv-sizes 768 384x1536 --gemv-m 1  # the GEMV table alone
+    python bench/matmul.py --sizes 256 512 1024 --gemv-sizes --openblas-coretype Haswell   # OpenBLAS's AVX2 kernel
     python bench/matmul.py --wgsl-sizes 64 128 256        # + the WGSL runtime (lavapipe: small sizes only)
     python bench/matmul.py --threads 1 --sizes --trans-n 0 --wgsl-sizes 1024 2048 4096   # on a GPU: WGSL alone
 
@@ -10,7 +11,8 @@ Each thread count runs in its own subprocess, with OMP_NUM_THREADS, OPENBLAS_NUM
 TINYLLM_THREADS set before anything is imported (and torch.set_num_threads), threads pinned with
 OMP_PROC_BIND=true unless already set. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from
 that environment, so numpy runs the OpenBLAS kernel it would pick for this CPU by itself (the
-header says which one). Within a subprocess the three libraries are timed interleaved, in a
+header says which one), unless --openblas-coretype names one: `--openblas-coretype Haswell` times numpy on
+OpenBLAS's AVX2 kernel, the one it runs on a CPU without AVX-512, beside tinyllm's avx2 path. Within a subprocess the three libraries are timed interleaved, in a
 rotating order, for several rounds of many short timings; the table shows the best timing of
 each, which on a machine shared with other processes is the one that ran undisturbed. Between
 libraries the bench sleeps long enough for the previous library's idle threads to stop spinning,
@@ -335,11 +337,11 @@ def gemv_shape(size):
 
 
 def run_threads(threads, args):
-    env = worker_env(threads)
+    env = worker_env(threads, args.openblas_coretype)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
            "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
-    if args.gemv_sizes:
-        cmd += ["--gemv-sizes", *map(str, args.gemv_sizes), "--gemv-m", *map(str, args.gemv_m)]
+    # always passed, so that `--gemv-sizes` with none reaches the worker as none rather than as its default
+    cmd += ["--gemv-sizes", *map(str, args.gemv_sizes), "--gemv-m", *map(str, args.gemv_m)]
     if threads == min(args.threads) and args.wgsl_sizes:  # the GPU does not care about CPU threads: once
         cmd += ["--wgsl-sizes", *map(str, args.wgsl_sizes), "--wgsl-tiles", *args.wgsl_tiles]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -361,6 +363,8 @@ def main():
                    help="also time the WGSL runtime at these sizes (lavapipe: <= 256; a GPU: 1024 2048 4096)")
     p.add_argument("--wgsl-tiles", nargs="+", default=["auto"], metavar="BMxBNxBKxTMxTN",
                    help="WGSL matmul tile configurations to time, each a row ('auto': the runtime's choice)")
+    p.add_argument("--openblas-coretype", metavar="NAME",
+                   help="numpy on this OpenBLAS kernel (OPENBLAS_CORETYPE; Haswell: AVX2) instead of its own pick")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.gemv_sizes is None:
@@ -378,7 +382,9 @@ def main():
     if args.sizes or args.trans_n:
         print(f"sgemm GFLOP/s, square n x n x n, float32: best of {args.rounds} interleaved rounds x up to "
               f"{args.samples} timings (~{SAMPLE_S * 1e3:g} ms each) per library")
-        print("numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
+        print(f"numpy with OPENBLAS_CORETYPE={args.openblas_coretype} (that OpenBLAS kernel, not its own pick)"
+              if args.openblas_coretype else
+              "numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start (well above 0, other processes "
           f"compete for the cores, and large sizes read low for every library)")
     for threads in args.threads:
