@@ -12,8 +12,9 @@ TINYLLM_THREADS set before anything is imported (and torch.set_num_threads), thr
 OMP_PROC_BIND=true unless already set. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from
 that environment, so numpy runs the OpenBLAS kernel it would pick for this CPU by itself (the
 header says which one), unless --openblas-coretype names one: `--openblas-coretype Haswell` times numpy on
-OpenBLAS's AVX2 kernel, the one it runs on a CPU without AVX-512, beside tinyllm's avx2 path. Within a subprocess the three libraries are timed interleaved, in a
-rotating order, for several rounds of many short timings; the table shows the best timing of
+OpenBLAS's AVX2 kernel, the one it runs on a CPU without AVX-512, beside tinyllm's avx2 path. Within a
+subprocess the three libraries are timed interleaved, in a rotating order, for several rounds of many
+short timings; the table shows the best timing of
 each, which on a machine shared with other processes is the one that ran undisturbed. Between
 libraries the bench sleeps long enough for the previous library's idle threads to stop spinning,
 so they do not steal a core from the next one. Builds the extension in place if it is missing.
