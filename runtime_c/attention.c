@@ -14,7 +14,7 @@ Forward, one task per (batch x head, tile of BR queries), tasks spread over the 
 
 Backward, one task per (batch x head), so dQ, dK and dV of a head have a single writer (no atomics):
 
-    Delta = rowsum(dO o O) - dL
+    Delta = rowsum(dO o O) - dL                              (dL = 0 when dout is dO alone)
     for each tile of BC keys:  K^T and V^T packed once
         for each tile of BR queries that sees it:
             P = exp(Q K^T * scale - L);  dV += P^T dO;  dP = dO V^T
@@ -667,7 +667,8 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
 
 void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
                         const tl_attn_view *out, const tl_attn_view *dout,
-                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal,
+                        int dl) {
     const int path = tl_cpu_path();
     const long BH = B0 * B1 * B2, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
     const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
@@ -680,7 +681,8 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
         float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
         float *delta = tl_scratch(2, Tq);
-        for (long i = 0; i < Tq; i++) delta[i] = dot(path, dob + i * dos, ob + i * os, Dv) - dob[i * dos + Dv];
+        for (long i = 0; i < Tq; i++)
+            delta[i] = dot(path, dob + i * dos, ob + i * os, Dv) - (dl ? dob[i * dos + Dv] : 0.0f);
         // No zeroing first: the first product into each row of dq, dk and dv writes it (accumulate 0), as the
         // first key tile (k0 = 0) reaches every query row and a key tile's first query tile every key row.
         for (long k0 = 0; k0 < Tk; k0 += BC) {

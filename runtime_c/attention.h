@@ -5,7 +5,8 @@ attention_forward / attention_backward manner: explicit sizes, float32.
     q [B0, B1, B2, Tq, D], k [B0, B1, B2, Tk, D], v [B0, B1, B2, Tk, Dv]   (B0, B1, B2: batch, heads, groups)
     out [B0, B1, B2, Tq, Dv + 1]: O = softmax(q k^T * scale [causal]) v in out[..., :Dv], the row log-sum-exp L in
         out[..., Dv]
-    dout: the gradient of out, same shape (its last column, dL, is usually zero)
+    dout: the gradient of out: [dO | dL], out's shape, when dl != 0; dO alone, [..., Tq, Dv], when dl == 0 (dL = 0,
+        as it is whenever L is not used past the attention)
     dqkv [B0 * B1 * B2, Tq*D + Tk*D + Tk*Dv]: dq, dk, dv of each (b0, b1, b2) one after another
 
 The inputs are read in place through strides (tl_attn_view), so the heads that a model splits out of one
@@ -32,6 +33,7 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
 
 void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
                         const tl_attn_view *out, const tl_attn_view *dout,
-                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal);
+                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal,
+                        int dl);
 
 #endif  // TINYLLM_ATTENTION_H

@@ -94,7 +94,8 @@ def test_flash_attention_forward_and_backward_match_numpy(cpu_path, tq, d, causa
                                                         (37, 80, 64, 57, False, False), (90, 90, 32, 32, True, True)])
 def test_flash_attention_kernels_match_the_float64_reference(cpu_path, tq, tk, d, dv, causal, packed):
     """runtime_c/attention.c called directly: Tq != Tk both ways (causal keys after every query), Dv != D, and q, k,
-    v read in place as the heads of one (b, t, 3, h, d) projection."""
+    v read in place as the heads of one (b, t, 3, h, d) projection, with dout then dO alone (dL = 0), a strided
+    view, as the pads pass passes it."""
     from tinyllm.ops import attention
     from tinyllm.runtime.c_attention import _views
     rt, rng = get("c"), np.random.default_rng(tq + tk)
@@ -105,11 +106,13 @@ def test_flash_attention_kernels_match_the_float64_reference(cpu_path, tq, tk, d
         q, k, v = [(rng.standard_normal((2, 3, t, n)) * 2).astype(np.float32) for t, n in ((tq, d), (tk, d), (tk, dv))]
     out = np.empty((2, 3, tq, dv + 1), np.float32)
     dout = rng.standard_normal(out.shape).astype(np.float32)
+    if packed:  # dO alone: the heads of a (b, t, h, dv) gradient
+        dout = rng.standard_normal((2, tq, 3, dv)).astype(np.float32).transpose(0, 2, 1, 3)
     grads = np.empty((2, 3, tq * d + tk * (d + dv)), np.float32)
     views, batch = _views(rt, [q, k, v])
     rt.call(rt.lib.attention_forward, out, *views, *batch, tq, tk, d, dv, 0.3, int(causal))
     views, batch = _views(rt, [q, k, v, out, dout])
-    rt.call(rt.lib.attention_backward, grads, *views, *batch, tq, tk, d, dv, 0.3, int(causal))
+    rt.call(rt.lib.attention_backward, grads, *views, *batch, tq, tk, d, dv, 0.3, int(causal), int(not packed))
     f64 = [x.astype(np.float64) for x in (q, k, v)]
     want = attention.attention_forward(*f64, 0.3, causal)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=f"forward on the {cpu_path} path")

@@ -306,6 +306,24 @@ def test_training_steps_keep_no_old_graph_alive():
     assert held[1] == held[2] == held[3], held
 
 
+@pytest.mark.parametrize("with_dl", [True, False])
+def test_backward_takes_dout_with_or_without_dl(with_dl):
+    """FLASH_ATTN_BWD on each runtime with dout [dO | dL], dL nonzero, or dO alone (dL = 0, as the pads pass
+    passes it): against the float64 reference."""
+    rng = np.random.default_rng(5)
+    (q, k, v), _ = draw_inputs(rng, (2, 2), 9, 11, 4, 6, 2.0)
+    out = attention.attention_forward(q, k, v, 0.4, True).astype(np.float32)
+    dout = rng.standard_normal((2, 2, 9, 6 + with_dl)).astype(np.float32)
+    dev = tl.tensor(q).device
+    node = build("FLASH_ATTN_BWD", *(tl.tensor(x).node for x in (q, k, v, out, dout)), arg=(0.4, True))
+    got = tl.Tensor._from_node(node, dev).numpy()
+    f64 = [x.astype(np.float64) for x in (q, k, v, out, dout)]
+    want = attention.attention_backward(*f64, 0.4, True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+    if with_dl:  # dL enters: the same gradient without it differs
+        assert not np.allclose(want, attention.attention_backward(*f64[:4], f64[4][..., :6], 0.4, True))
+
+
 def test_bad_inputs_are_named():
     q, k = tl.randn(2, 3, 4).node, tl.randn(2, 5, 3).node
     with pytest.raises(ValueError, match="FLASH_ATTN: q, k, v have shapes"):
@@ -320,11 +338,12 @@ def test_bad_inputs_are_named():
 @settings(max_examples=20)
 @given(b=st.integers(1, 2), h=st.integers(1, 3), tq=st.integers(1, 150), tk=st.integers(1, 150),
        d=st.integers(1, 40), dv=st.integers(1, 40), causal=st.booleans(), portable=st.booleans(),
-       packed=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_c_kernels_match_the_reference(each_runtime, b, h, tq, tk, d, dv, causal, portable, packed, seed):
+       packed=st.booleans(), with_dl=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_c_kernels_match_the_reference(each_runtime, b, h, tq, tk, d, dv, causal, portable, packed, with_dl, seed):
     """runtime_c/attention.c, AVX2 and portable paths, against the float64 NumPy reference: ragged tiles on
     both axes, odd head sizes (the masked edge of the 16-wide blocks). `packed` reads q, k and v in place as
-    the heads of one (b, t, 3, h, d) projection, as a model splits them (strided batch and row axes)."""
+    the heads of one (b, t, 3, h, d) projection, as a model splits them (strided batch and row axes). dout is
+    [dO | dL] `with_dl`, else dO alone (dL = 0)."""
     if each_runtime != "c":
         pytest.skip("C kernels")
     from tinyllm.runtime import get
@@ -340,14 +359,14 @@ def test_c_kernels_match_the_reference(each_runtime, b, h, tq, tk, d, dv, causal
     else:
         (q, k, v), _ = draw_inputs(rng, (b, h), tq, tk, d, dv, 2.0)
     out = np.empty((b, h, tq, dv + 1), np.float32)
-    dout = rng.standard_normal(out.shape).astype(np.float32)
+    dout = rng.standard_normal(out.shape[:-1] + (dv + with_dl,)).astype(np.float32)
     grads = np.empty((b, h, tq * d + tk * (d + dv)), np.float32)
     rt.lib.tl_force_portable(int(portable))
     try:
         views, batch = _views(rt, [q, k, v])
         rt.call(rt.lib.attention_forward, out, *views, *batch, tq, tk, d, dv, 0.4, int(causal))
         views, batch = _views(rt, [q, k, v, out, dout])
-        rt.call(rt.lib.attention_backward, grads, *views, *batch, tq, tk, d, dv, 0.4, int(causal))
+        rt.call(rt.lib.attention_backward, grads, *views, *batch, tq, tk, d, dv, 0.4, int(causal), int(with_dl))
     finally:
         rt.lib.tl_force_portable(0)
     f64 = [x.astype(np.float64) for x in (q, k, v)]
@@ -390,7 +409,7 @@ def test_c_kernels_read_grouped_keys_through_the_view(each_runtime):
     dout = rng.standard_normal(out.shape).astype(np.float32)
     grads = np.empty((b, hkv, g, t * 3 * d), np.float32)
     views, batch = _views(rt, [q, k, v, out, dout])
-    rt.call(rt.lib.attention_backward, grads, *views, *batch, t, t, d, d, 0.4, 1)
+    rt.call(rt.lib.attention_backward, grads, *views, *batch, t, t, d, d, 0.4, 1, 1)
     f64 = [np.ascontiguousarray(x, np.float64) for x in (q, k, v)]
     want = attention.attention_forward(*f64, 0.4, True)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

@@ -3,7 +3,8 @@
 // Delta = rowsum(dO * O) - dL and dQ = scale * sum_j dS_ij k_j. PART 1 (dispatched after it) runs one per key:
 // dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i, with dS = P * (dO v^T - Delta). Each invocation owns
 // its output row, so nothing is added atomically. grads [BH, TQ*D + TK*D + TK*DV] = [dq | dk | dv] per (b, h).
-// o and dout are the forward's [O | L] and its gradient; q, k, v, the sizes and qk() are flash_attention.wgsl's.
+// o is the forward's [O | L]; dout its gradient [dO | dL], rows DOUT_W = DV + 1 wide, or dO alone (DOUT_W = DV,
+// dL = 0: MINUS_DL is then 0); q, k, v, the sizes and qk() are flash_attention.wgsl's.
 @group(0) @binding(0) var<storage, read_write> grads: array<{{T}}>;
 @group(0) @binding(4) var<storage, read> o: array<{{T}}>;
 @group(0) @binding(5) var<storage, read> dout: array<{{T}}>;
@@ -11,12 +12,13 @@
 
 const PART: u32 = {{PART}}u;
 const PER_HEAD: u32 = TQ * D + TK * D + TK * DV;
+const DOUT_W: u32 = {{DOUT_W}}u;
 
 // (P_ij, dS_ij) for query row `qr` = bh*TQ + i and key row `kr` = bh*TK + j.
 fn scores(qr: u32, kr: u32, dl: f32, scale: f32) -> vec2<f32> {
   let p = exp(qk(qr, kr) * scale - f32(o[qr * (DV + 1u) + DV]));
   var dp = 0.0;
-  for (var c = 0u; c < DV; c++) { dp += f32(dout[qr * (DV + 1u) + c]) * f32(v[kr * DV + c]); }
+  for (var c = 0u; c < DV; c++) { dp += f32(dout[qr * DOUT_W + c]) * f32(v[kr * DV + c]); }
   return vec2<f32>(p, p * (dp - dl) * scale);
 }
 
@@ -28,8 +30,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (r >= BH * TQ) { return; }
     let bh = r / TQ;
     let i = r % TQ;
-    var dl = -f32(dout[r * (DV + 1u) + DV]);
-    for (var c = 0u; c < DV; c++) { dl += f32(dout[r * (DV + 1u) + c]) * f32(o[r * (DV + 1u) + c]); }
+    var dl = {{MINUS_DL}};
+    for (var c = 0u; c < DV; c++) { dl += f32(dout[r * DOUT_W + c]) * f32(o[r * (DV + 1u) + c]); }
     delta[r] = dl;
     var dq: array<f32, {{D}}>;
     for (var d = 0u; d < D; d++) { dq[d] = 0.0; }
@@ -50,7 +52,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var i = select(0u, j, CAUSAL); i < TQ; i++) {
       let qr = bh * TQ + i;
       let pds = scores(qr, r, delta[qr], scale);
-      for (var c = 0u; c < DV; c++) { dv[c] += pds.x * f32(dout[qr * (DV + 1u) + c]); }
+      for (var c = 0u; c < DV; c++) { dv[c] += pds.x * f32(dout[qr * DOUT_W + c]); }
       for (var d = 0u; d < D; d++) { dk[d] += pds.y * f32(q[qr * D + d]); }
     }
     for (var d = 0u; d < D; d++) { grads[bh * PER_HEAD + TQ * D + j * D + d] = {{T}}(dk[d]); }

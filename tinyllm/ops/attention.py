@@ -8,7 +8,8 @@ recomputes each tile of scores from q, k and L, so its memory is linear in the s
 A graph node has one output, so both carry several values packed together:
     FLASH_ATTN(q, k, v)                    -> (..., Tq, Dv + 1):  O in [..., :Dv], L in [..., Dv]
     FLASH_ATTN_BWD(q, k, v, out, dout)     -> (..., Tq·D + Tk·D + Tk·Dv):  dq, dk, dv flattened, one after another
-and views (SHRINK, RESHAPE) take them apart. `arg` is (scale, causal); causal keeps key j for query i when
+and views (SHRINK, RESHAPE) take them apart. dout is [dO | dL], out's gradient, or dO alone, (..., Tq, Dv), for
+dL = 0: the pads pass (rewrite/pads.py) reads the usual gradient, dO padded with a zero column, that way. `arg` is (scale, causal); causal keeps key j for query i when
 j <= i, torch's top-left convention for Tq != Tk.
 """
 import numpy as np
@@ -82,7 +83,7 @@ def attention_backward(q, k, v, out, dout, scale, causal, tile=None):
     (dL: L = log Σⱼ e^Sᵢⱼ adds dLᵢ·Pᵢⱼ to dSᵢⱼ, hence the -dL in Δ.)"""
     tq, tk, dv, tile = q.shape[-2], k.shape[-2], v.shape[-1], tile or TILE
     o, lse = out[..., :dv], out[..., dv:]
-    do, dl = dout[..., :dv], dout[..., dv:]
+    do, dl = dout[..., :dv], dout[..., dv:] if dout.shape[-1] > dv else 0  # dO alone: dL = 0
     delta = np.sum(do * o, axis=-1, keepdims=True) - dl
     dq, dk, dvv = np.zeros(q.shape, q.dtype), np.zeros(k.shape, q.dtype), np.zeros(v.shape, q.dtype)
     for r0, k0, k1 in _tiles(tq, tk, tile, causal):
@@ -140,9 +141,10 @@ class FLASH_ATTN_BWD(Op):
         q, k, v, out, dout = src
         _check_qkv(q, k, v)
         want = q.shape[:-1] + (v.shape[-1] + 1,)
-        if out.shape != want or dout.shape != want or out.dtype is not q.dtype or dout.dtype is not q.dtype:
-            raise ValueError(f"out {out.shape} and dout {dout.shape} must both be FLASH_ATTN's output {want} "
-                             f"({q.dtype.name})")
+        if out.shape != want or dout.shape not in (want, want[:-1] + (want[-1] - 1,)) or out.dtype is not q.dtype \
+                or dout.dtype is not q.dtype:
+            raise ValueError(f"out {out.shape} must be FLASH_ATTN's output {want} and dout {dout.shape} its gradient "
+                             f"(or that without the last column) ({q.dtype.name})")
         size = q.shape[-2] * q.shape[-1] + k.shape[-2] * (k.shape[-1] + v.shape[-1])
         return q.shape[:-2] + (size,), q.dtype
 

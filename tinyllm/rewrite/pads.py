@@ -4,7 +4,9 @@ slices that are added together are one pad of their concatenation, and a pad tha
 just its input, so the three become one CAT. Exact but for the sign of zero: -0.0 + 0.0 (the pad) is +0.0,
 while the concatenation keeps -0.0. Where each slice's gradient arrives reshaped from a strided view (attention's
 heads moved back beside each other), the CAT joins the views themselves and is reshaped after: one copy, not
-one per slice and another for the CAT (exact: it moves values and computes nothing)."""
+one per slice and another for the CAT (exact: it moves values and computes nothing). The same slicing takes
+attention's output O out of FLASH_ATTN's [O | L]: its gradient, dO padded with a zero dL column, reaches
+FLASH_ATTN_BWD, which reads dO itself instead (dL = 0), so the padded copy is never made."""
 from ..graph import build
 from .engine import Pat, PatternMatcher
 
@@ -72,6 +74,14 @@ def cat_of_merged(c):
     return build("CAT", *xs, arg=d).reshape(c.shape)
 
 
+def dout_without_dl(g, p):
+    """FLASH_ATTN_BWD(q, k, v, out, pad of dO by one zero column) is FLASH_ATTN_BWD(q, k, v, out, dO): dL = 0."""
+    *rows, last = p.arg[1]
+    if last != (0, p.shape[-1] - 1, 1) or any(w != (0, n, 1) for w, n in zip(rows, p.shape)):
+        return None
+    return build("FLASH_ATTN_BWD", *g.src[:4], p.src[0], arg=g.arg)
+
+
 pads = PatternMatcher([
     (Pat("ADD", src=(Pat("PAD", name="a"), Pat("PAD", name="b"))), pads_to_cat),
     (Pat("ADD", src=(Pat("ADD", src=(Pat(name="y"), Pat("PAD", name="a")), commutative=True), Pat("PAD", name="b")),
@@ -79,4 +89,5 @@ pads = PatternMatcher([
     (Pat("PAD", src=(Pat(name="x"),), name="p"), full_pad),
     (Pat("CAT", name="c"), flatten_cat),
     (Pat("CAT", name="c"), cat_of_merged),
+    (Pat("FLASH_ATTN_BWD", src=(Pat(), Pat(), Pat(), Pat(), Pat("PAD", name="p")), name="g"), dout_without_dl),
 ])

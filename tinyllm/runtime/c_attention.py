@@ -44,7 +44,8 @@ def _runs(batch, arrays):
 
 
 def _kernel(name):
-    """The handler of runtime_c/attention.c's kernel `name` (both take the same arguments: attention.h)."""
+    """The handler of runtime_c/attention.c's kernel `name` (both take the same arguments, and the backward whether
+    dout holds dL: attention.h)."""
     def run(runtime, node, ins):
         low = node.dtype.is_low and runtime.lib is not None and all(s.dtype is node.dtype for s in node.src)
         if low:
@@ -58,9 +59,10 @@ def _kernel(name):
         q, k, v = ins[:3]
         scale, causal = node.arg
         out = runtime.empty(node.shape, np.dtype(np.float32))
+        dl = (int(ins[4].shape[-1] > v.shape[-1]),) if len(ins) == 5 else ()  # the backward: does dout hold dL?
         if out.size:
             runtime.call(getattr(runtime.lib, name), out, *views, *batch, q.shape[-2], k.shape[-2], q.shape[-1],
-                         v.shape[-1], scale, int(causal))
+                         v.shape[-1], scale, int(causal), *dl)
         return convert(runtime, out, dt.float32, node.dtype) if low else out
     return run
 

@@ -38,7 +38,10 @@ def _flash_backward(rt, node, ins):
     delta = rt.empty(q.shape[:-1], dt.float32)
     bindings = [grads, q, k, v, out, dout, delta]
     read_only = [False, True, True, True, True, True, False]
+    width = dout.shape[-1]  # v's width + 1 when dout holds dL, v's width when it is dO alone (dL = 0)
+    minus_dl = "-f32(dout[r * DOUT_W + DV])" if width > v.shape[-1] else "0.0"
     for part, rows in ((0, math.prod(q.shape[:-1])), (1, math.prod(k.shape[:-1]))):
-        source, groups = _source("flash_attention_backward", rt, rows, q, k, v, node.arg, PART=part)
+        source, groups = _source("flash_attention_backward", rt, rows, q, k, v, node.arg, PART=part, DOUT_W=width,
+                                 MINUS_DL=minus_dl)
         rt.dispatch(source, bindings, groups, read_only)
     return grads
