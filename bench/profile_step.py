@@ -8,8 +8,9 @@ Python outside it (graph building, autograd, the rewrites before autograd, sched
 Every kernel's run() and every execute() is timed (perf_counter around each call), so the figures carry a few
 microseconds per kernel of timer overhead. On the C runtime a schedule run again is replayed from its recorded C
 calls (tinyllm/runtime/c_program.py), which no per-kernel timer sees: the step is first timed that way (the
-"replayed" column), then measured kernel by kernel with replays off, so the breakdown includes the per-kernel
-Python that a replay skips. Run in a subprocess with the thread counts set before import (as the
+"replayed" column), then once more with each of the replay's C calls timed (the "inside a replay" table: the
+products by shape and transposition, with their GFLOP/s there, beside the other calls), then measured kernel by
+kernel with replays off, so the op breakdown includes the per-kernel Python that a replay skips. Run in a subprocess with the thread counts set before import (as the
 other benches); nothing here compares against torch: bench/train_gpt.py does that.
 """
 import argparse
@@ -72,12 +73,13 @@ def worker(config, runtime, steps, top, jitted):
 
     for _ in range(3):  # schedules built, kernels compiled (and, with --jit, the step recorded twice)
         step()
-    replayed = None
+    replayed, in_replay = None, {}
     if getattr(rt, "replays", False):
         start = time.perf_counter()
         for _ in range(steps):
             step()
         replayed = (time.perf_counter() - start) / steps
+        in_replay = replay_calls(step, steps)
         rt.replays = False  # from here every kernel goes through the timed run()
         step()
     kernels.clear()
@@ -96,7 +98,42 @@ def worker(config, runtime, steps, top, jitted):
         "kernels_ms": in_kernels * 1e3, "runtime_python_ms": (spent["execute"] / steps - in_kernels) * 1e3,
         "outside_ms": (total - spent["execute"] / steps) * 1e3,
         "by_op_ms": {op: s * 1e3 for op, s in sorted(by_op.items(), key=lambda kv: -kv[1])},
-        "top": [[op, shape, calls // steps, s / steps * 1e3] for (op, shape), (calls, s) in top_kernels]}))
+        "top": [[op, shape, calls // steps, s / steps * 1e3] for (op, shape), (calls, s) in top_kernels],
+        "replay": [[name, shape, calls // steps, s / steps * 1e3, flops / s / 1e9 if flops else None]
+                   for (name, shape), (calls, s, flops) in sorted(in_replay.items(), key=lambda kv: -kv[1][1])][:top]}))
+
+
+def replay_calls(step, steps):
+    """{(C function, shape): [calls, seconds, flops]} over `steps` replayed steps, each call of the replays timed.
+    A product's shape is (transA, transB, M, N, K) and its batch, read off tl_sgemm_batched2's arguments."""
+    from tinyllm.runtime import c_program
+    calls = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    plain = c_program.Program.call
+
+    def timed_call(self, held=0):
+        for fn, args in self.bound:
+            start = time.perf_counter()
+            status = fn(*args)
+            spent = time.perf_counter() - start
+            if status is not None and status != -1:  # a kernel reported bad input: the normal path says so
+                return False
+            # a generated kernel alone is a bare function pointer; runs of them go through tl_run_kernels
+            name, shape, flops = getattr(fn, "__name__", "<cdata>"), "", 0.0
+            name = "generated kernel" if name.startswith("<") else name
+            if name == "tl_sgemm_batched2":
+                b0, b1, ta, tb, m, n, k = (int(a) for a in args[:7])
+                shape, flops = f"{'Aᵀ' if ta else 'A'} {'Bᵀ' if tb else 'B'} {m}x{n}x{k}" + \
+                    (f" x{b0 * b1}" if b0 * b1 > 1 else ""), 2.0 * b0 * b1 * m * n * k
+            c = calls[(name, shape)]
+            c[0], c[1], c[2] = c[0] + 1, c[1] + spent, c[2] + flops
+        return True
+    c_program.Program.call = timed_call
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        c_program.Program.call = plain
+    return calls
 
 
 def main():
@@ -133,6 +170,10 @@ def main():
     print("\n| slowest kernels | shape | calls per step | ms per step |\n|---|---|---|---|")
     for op, shape, calls, ms in r["top"]:
         print(f"| {op} | {shape} | {calls} | {ms:.2f} |")
+    if r["replay"]:
+        print("\n| inside a replay: C call | product | calls per step | ms per step | GFLOP/s |\n|---|---|---|---|---|")
+        for name, shape, calls, ms, gflops in r["replay"]:
+            print(f"| {name} | {shape} | {calls} | {ms:.2f} | {'' if gflops is None else f'{gflops:.0f}'} |")
 
 
 if __name__ == "__main__":
