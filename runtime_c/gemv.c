@@ -208,40 +208,57 @@ gemv_finish_avx2(const int M, const int R, const __m256 *s, long n, float *out) 
         for (int r = 0; r < R; r++) out[i * n + r] = t[i * R + r];
 }
 
-// Cols kernel: R rows of W (R outputs) against the M rows of x, 8 values of k per step (16, into two sets of
-// accumulators, when there are fewer than 8: more independent FMA chains to cover an FMA's 4-cycle latency on
-// each of 2 pipes), the last few through a masked load (lanes past k read as zero).
+// Floats of a cols kernel's W rows before their first 64-byte boundary, the same in every row (ldw a multiple of
+// 16 floats), taken first through the masked step so that the main loop's loads never straddle two cache lines.
+// NumPy's large arrays start 16 bytes past a line: at M = 4, one thread, W from memory (Zen 4), x W^T ran 10-16 %
+// slower on those than with W on a line (K x N = 1536 x 384, 1024^2-4096^2).
+static inline long gemv_head(const float *w, long ldw, long k) {
+    const long head = (long)((64 - ((uintptr_t)w & 63)) & 63) / (long)sizeof(float);
+    return ldw % 16 == 0 && k >= head + 64 ? head : 0;
+}
+
+// s[i*R + r] += x(i, p + l) W(r, p + l) for the lanes l < c (<= 8): the cols kernel's masked step.
+AVX2 static inline __attribute__((always_inline)) void
+gemv_dots_masked_avx2(const int M, const int R, long p, long c, const float *x, long ldx, const float *w, long ldw,
+                      __m256 *s) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 v[GEMV_DOTS];
+    for (int r = 0; r < R; r++) v[r] = _mm256_maskload_ps(w + r * ldw + p, mask);
+    for (int i = 0; i < M; i++) {
+        __m256 xi = _mm256_maskload_ps(x + i * ldx + p, mask);
+        for (int r = 0; r < R; r++) s[i * R + r] = _mm256_fmadd_ps(xi, v[r], s[i * R + r]);
+    }
+}
+
+// Cols kernel: R rows of W (R outputs) against the M rows of x, 16 values of k (a cache line of each row) per
+// step, into two sets of accumulators when there are fewer than 8 (more independent FMA chains to cover an FMA's
+// 4-cycle latency on each of 2 pipes); the few before W's rows reach a line (gemv_head) and the last few through
+// the masked step (lanes past them read as zero).
 AVX2 static inline __attribute__((always_inline)) void
 gemv_dots_avx2(const int M, const int PA, const int R, long k, const float *x, long ldx,
                const float *w, long ldw, long n, float *out) {
     const int U = M * R >= 8 ? 1 : 2;
-    const long ahead = gemv_ahead(ldw, R);
+    // one row at a time (x in L1): peeling cost more than it saved (384 x 1152 to 768 x 768, M = 4: -45 %)
+    const long ahead = gemv_ahead(ldw, R), head = R > 1 ? gemv_head(w, ldw, k) : 0;
     __m256 s[2][GEMV_M * GEMV_DOTS];
     for (int u = 0; u < U; u++)
         for (int q = 0; q < M * R; q++) s[u][q] = _mm256_setzero_ps();
-    long p = 0;
-    for (; p + 8 * U <= k; p += 8 * U) {
-        for (int r = 0; r < R; r++) gemv_page_ahead(PA, w + r * ldw + p, 32 * U);
-        if (M > 1 && (U == 2 || p % 16 == 0)) gemv_rows_ahead(w + p, ahead, ldw, R);  // once per 64-byte line
-        for (int u = 0; u < U; u++) {
+    for (long h = 0; h < head; h += 8) gemv_dots_masked_avx2(M, R, h, tl_min(8, head - h), x, ldx, w, ldw, s[0]);
+    long p = head;
+    for (; p + 16 <= k; p += 16) {
+        for (int r = 0; r < R; r++) gemv_page_ahead(PA, w + r * ldw + p, 64);
+        if (M > 1) gemv_rows_ahead(w + p, ahead, ldw, R);
+        for (int u = 0; u < 2; u++) {
             __m256 v[GEMV_DOTS];
             for (int r = 0; r < R; r++) v[r] = _mm256_loadu_ps(w + r * ldw + p + 8 * u);
             for (int i = 0; i < M; i++) {
                 __m256 xi = _mm256_loadu_ps(x + i * ldx + p + 8 * u);
-                for (int r = 0; r < R; r++) s[u][i * R + r] = _mm256_fmadd_ps(xi, v[r], s[u][i * R + r]);
+                for (int r = 0; r < R; r++)
+                    s[u % U][i * R + r] = _mm256_fmadd_ps(xi, v[r], s[u % U][i * R + r]);
             }
         }
     }
-    for (; p < k; p += 8) {
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)tl_min(8, k - p)),
-                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256 v[GEMV_DOTS];
-        for (int r = 0; r < R; r++) v[r] = _mm256_maskload_ps(w + r * ldw + p, mask);
-        for (int i = 0; i < M; i++) {
-            __m256 xi = _mm256_maskload_ps(x + i * ldx + p, mask);
-            for (int r = 0; r < R; r++) s[0][i * R + r] = _mm256_fmadd_ps(xi, v[r], s[0][i * R + r]);
-        }
-    }
+    for (; p < k; p += 8) gemv_dots_masked_avx2(M, R, p, tl_min(8, k - p), x, ldx, w, ldw, s[0]);
     for (int u = 1; u < U; u++)
         for (int q = 0; q < M * R; q++) s[0][q] = _mm256_add_ps(s[0][q], s[u][q]);
     gemv_finish_avx2(M, R, s[0], n, out);

@@ -394,6 +394,24 @@ def test_gemv_long_sums_every_leftover_row(config, few, n, tb, mirror):
     assert_close(c, ref, tol)
 
 
+# W's rows (N x K, K a multiple of 16) starting anywhere in a cache line: the x W^T kernels that read several rows
+# at a time take each row's floats before its first line boundary on their own first (gemv.c, gemv_head).
+@pytest.mark.parametrize("few", [1, 2, 4])
+@pytest.mark.parametrize("offset", [0, 1, 4, 7, 8, 12, 15])
+def test_gemv_weight_rows_at_every_offset_in_a_line(config, few, offset):
+    rng = np.random.default_rng(offset * 10 + few)
+    n, k = 9, 3200
+    store = np.empty(n * k + 32, np.float32)
+    start = (-store.ctypes.data // 4) % 16 + offset  # `offset` floats past a 64-byte boundary
+    w = store[start:start + n * k].reshape(n, k)
+    w[...] = rng.standard_normal((n, k))
+    x = rng.standard_normal((few, k)).astype(np.float32)
+    c = np.empty((few, n), np.float32)
+    lib.tl_sgemm(0, 1, few, n, k, ptr(x), k, ptr(w), k, 0.0, ptr(c), n)
+    ref, tol = reference(0, 1, x, w, 0.0, np.zeros((few, n), np.float32))
+    assert_close(c, ref, tol)
+
+
 # A stride of 0: every row of op(A) (or every column of op(B)) is the same stored one, as a broadcast operand.
 @pytest.mark.parametrize("m,n,k", [(1, 1000, 300), (4, 77, 1030), (3, 5, 2), (300, 2, 129), (40, 300, 70)])
 @pytest.mark.parametrize("which", ["a", "b"])
