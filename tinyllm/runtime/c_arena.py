@@ -1,5 +1,7 @@
 """Where a replayed schedule's intermediate arrays sit in the runtime's arena, packed by their lifetimes."""
-ALIGN = 64  # bytes: each arena array starts on a cache line, as NumPy's large allocations do
+# bytes: arena arrays start a multiple of a cache line from the arena's start, which is where NumPy puts a large
+# array, 16 bytes into a line (an arena on a line made no difference a config S step showed: bench/RESULTS.md)
+ALIGN = 64
 
 
 def pack(regions):
