@@ -10,8 +10,9 @@ microseconds per kernel of timer overhead. On the C runtime a schedule run again
 calls (tinyllm/runtime/c_program.py), which no per-kernel timer sees: the step is first timed that way (the
 "replayed" column), then once more with each of the replay's C calls timed (the "inside a replay" table: the
 products by shape and transposition, with their GFLOP/s there, beside the other calls), then measured kernel by
-kernel with replays off, so the op breakdown includes the per-kernel Python that a replay skips. Run in a subprocess with the thread counts set before import (as the
-other benches); nothing here compares against torch: bench/train_gpt.py does that.
+kernel with replays off, so the op breakdown includes the per-kernel Python that a replay skips. Run in a
+subprocess with the thread counts set before import (as the other benches); nothing here compares against
+torch: bench/train_gpt.py does that.
 """
 import argparse
 import collections

@@ -9,8 +9,8 @@ A graph node has one output, so both carry several values packed together:
     FLASH_ATTN(q, k, v)                    -> (..., Tq, Dv + 1):  O in [..., :Dv], L in [..., Dv]
     FLASH_ATTN_BWD(q, k, v, out, dout)     -> (..., Tq·D + Tk·D + Tk·Dv):  dq, dk, dv flattened, one after another
 and views (SHRINK, RESHAPE) take them apart. dout is [dO | dL], out's gradient, or dO alone, (..., Tq, Dv), for
-dL = 0: the pads pass (rewrite/pads.py) reads the usual gradient, dO padded with a zero column, that way. `arg` is (scale, causal); causal keeps key j for query i when
-j <= i, torch's top-left convention for Tq != Tk.
+dL = 0: the pads pass (rewrite/pads.py) reads the usual gradient, dO padded with a zero column, that way. `arg`
+is (scale, causal); causal keeps key j for query i when j <= i, torch's top-left convention for Tq != Tk.
 """
 import numpy as np
 
