@@ -12,12 +12,13 @@ the hardware prefetchers follow best (shorter runs, say to keep the sums in L1, 
 value of W meets m values of x, and the operand reused along the run (the m x n sums of a rows kernel, the
 m x K of x of a cols kernel) is loaded once per value of W too: where it does not fit in L1 (GEMV_L1 floats)
 the kernels read several rows of W at once instead (GEMV_ROWS for a rows kernel, GEMV_DOTS_X for a cols kernel),
-loading it once per few values of W. With several rows at once the prefetchers follow several streams at once,
-slower where the rows are short (a cols kernel reading 4 or 8 rows of 384 floats at once streamed at half the
-rate of one row at a time). Where a stream enters a new 4 KiB page, the kernels ask for the start of the next one
-(gemv_page_ahead), which the hardware prefetchers cannot do. With two or more rows of x, where each value of W
-costs several FMAs, the hardware prefetchers alone no longer keep enough of W in flight: those kernels also ask
-for every line of W some 8 KiB ahead of where they read (gemv_ahead).
+loading it once per few values of W, and so they do where a row of W spans a 4 KiB page (gemv_one_stream).
+With several rows at once the prefetchers follow several streams at once, slower where the rows are short (a
+cols kernel reading 4 or 8 rows of 384 floats at once streamed at half the rate of one row at a time). Where a
+stream enters a new 4 KiB page, the kernels ask for the start of the next one (gemv_page_ahead), which the
+hardware prefetchers cannot do. With two or more rows of x, where each value of W costs several FMAs, the
+hardware prefetchers alone no longer keep enough of W in flight: those kernels also ask for every line of W some
+8 KiB ahead of where they read (gemv_ahead).
 */
 
 #include <stdint.h>
@@ -85,6 +86,14 @@ static inline long gemv_ahead(long ldw, int rows) {
 static inline __attribute__((always_inline)) void gemv_rows_ahead(const float *a, long ahead, long ldw, int rows) {
     for (int r = 0; r < rows; r++) __builtin_prefetch(a + r * ldw + ahead, 0, 2);
 }
+
+// Whether a kernel reads one row of W at a time, a single stream: where the operand it reuses along a row
+// (`reused` floats) fits in L1 and the row (`row` floats) is shorter than a 4 KiB page. A single stream stalls at
+// every page boundary, where the hardware prefetchers stop; several rows at once keep several pages in flight.
+// Zen 3 (AVX2 only), M = 1, one thread, W from memory: x W^T at 1024^2 7.4 -> 11.5 GB/s and 2048^2 12.1 -> 15.9,
+// x W at 2048^2 9.7 -> 13.5 and at 384 x 1152 (rows of 1152 floats) 6.6 -> 8.8; M = 4 unchanged. Shorter rows
+// stay one at a time: more streams there cost (Zen 4, K = 384: 10-12 GB/s with 8 rows against 17-19 with one).
+static inline int gemv_one_stream(long reused, long row) { return reused <= GEMV_L1 && row < 1024; }
 
 typedef struct {
     int m;            // rows of x: 1..GEMV_M
@@ -174,9 +183,9 @@ gemv_rows_avx2_m(const int M, const int PA, const int RP, long k, const float *x
 
 AVX2 static void gemv_rows_avx2(int m, int pa, long k, const float *x, long ldx, const float *w, long ldw,
                                 long n, float *out) {
-    if (m * n <= GEMV_L1 && pa)  // the sums fit in L1: one row of W at a time
+    if (gemv_one_stream(m * n, n) && pa)
         GEMV_BY_M(m, gemv_rows_avx2_m, 1, 1, k, x, ldx, w, ldw, n, out);
-    else if (m * n <= GEMV_L1)
+    else if (gemv_one_stream(m * n, n))
         GEMV_BY_M(m, gemv_rows_avx2_m, 0, 1, k, x, ldx, w, ldw, n, out);
     else if (pa)
         GEMV_BY_M(m, gemv_rows_avx2_m, 1, GEMV_ROWS, k, x, ldx, w, ldw, n, out);
@@ -284,7 +293,7 @@ gemv_dots_avx2(const int M, const int PA, const int R, long k, const float *x, l
 AVX2 static inline __attribute__((always_inline)) void
 gemv_cols_avx2_m(const int M, const int PA, long k, const float *x, long ldx,
                  const float *w, long ldw, long n, float *out) {
-    if (M * k <= GEMV_L1)  // x fits in L1: one row of W at a time, one stream
+    if (gemv_one_stream(M * k, k))
         GEMV_COLS_BY_R(gemv_dots_avx2, 1, M, PA, k, x, ldx, w, ldw, n, out);
     else
         GEMV_COLS_BY_R(gemv_dots_avx2, GEMV_DOTS_X(M), M, PA, k, x, ldx, w, ldw, n, out);
@@ -330,9 +339,9 @@ gemv_rows_avx512_m(const int M, const int PA, const int RP, long k, const float 
 
 AVX512 static void gemv_rows_avx512(int m, int pa, long k, const float *x, long ldx, const float *w, long ldw,
                                     long n, float *out) {
-    if (m * n <= GEMV_L1 && pa)  // the sums fit in L1: one row of W at a time
+    if (gemv_one_stream(m * n, n) && pa)
         GEMV_BY_M(m, gemv_rows_avx512_m, 1, 1, k, x, ldx, w, ldw, n, out);
-    else if (m * n <= GEMV_L1)
+    else if (gemv_one_stream(m * n, n))
         GEMV_BY_M(m, gemv_rows_avx512_m, 0, 1, k, x, ldx, w, ldw, n, out);
     else if (pa)
         GEMV_BY_M(m, gemv_rows_avx512_m, 1, GEMV_ROWS, k, x, ldx, w, ldw, n, out);
@@ -384,7 +393,7 @@ gemv_dots_avx512(const int M, const int PA, const int R, long k, const float *x,
 AVX512 static inline __attribute__((always_inline)) void
 gemv_cols_avx512_m(const int M, const int PA, long k, const float *x, long ldx,
                    const float *w, long ldw, long n, float *out) {
-    if (M * k <= GEMV_L1)
+    if (gemv_one_stream(M * k, k))
         GEMV_COLS_BY_R(gemv_dots_avx512, 1, M, PA, k, x, ldx, w, ldw, n, out);
     else
         GEMV_COLS_BY_R(gemv_dots_avx512, GEMV_DOTS_X(M), M, PA, k, x, ldx, w, ldw, n, out);

@@ -394,6 +394,18 @@ def test_gemv_long_sums_every_leftover_row(config, few, n, tb, mirror):
     assert_close(c, ref, tol)
 
 
+# Rows of W a 4 KiB page long or more (1024 floats) take the kernels that read several rows at a time even where
+# x (x W^T) or the sums (x W) fit in L1 (gemv.c, gemv_one_stream): every count of rows left over, at the threshold.
+@pytest.mark.parametrize("few", [1, 2])
+@pytest.mark.parametrize("rows", [1, 3, 7, 9])
+@pytest.mark.parametrize("length", [1023, 1024, 1111])
+@pytest.mark.parametrize("tb", [0, 1])
+def test_gemv_rows_a_page_long(config, few, rows, length, tb):
+    n, k = (rows, length) if tb else (length, rows * 3)  # x W^T: rows of k floats; x W: rows of n floats
+    c, ref, tol = run_sgemm(np.random.default_rng(length + rows), 0, tb, few, n, k, 0.5, (0, 0, 0))
+    assert_close(c, ref, tol)
+
+
 # W's rows (N x K, K a multiple of 16) starting anywhere in a cache line: the x W^T kernels that read several rows
 # at a time take each row's floats before its first line boundary on their own first (gemv.c, gemv_head).
 @pytest.mark.parametrize("few", [1, 2, 4])
