@@ -4,7 +4,6 @@ views: a reshape that needs no copy is a NumPy view. Without the prebuilt module
 the ops' NumPy forwards run. Copies move bytes, so they serve every dtype alike (16-bit floats as their uint16
 storage). `convert` changes an array's dtype with a generated kernel (hand-written kernels that compute in float32
 read and write 16-bit floats through it)."""
-import hashlib
 import math
 
 import numpy as np
@@ -12,7 +11,6 @@ import numpy as np
 from ..ops.kernel import Kernel
 from ..views import view_strides
 from . import compiler
-from .render.c import render
 
 
 def _axes(shape, dst, src):
@@ -52,13 +50,11 @@ def convert(runtime, x, src_dtype, dtype):
     x = runtime.contiguous(x)
     kernel = Kernel((x.size,), None, ((0, (1,), 0),),
                     (("IN", 0, (), src_dtype.name), ("CAST", dtype, (0,), dtype.name)))
-    key, cpu = (kernel, dtype.name, (src_dtype.name,)), compiler.path()
-    if (cpu, key) not in runtime.kernels:  # the cache, and the key, of the runtime's FUSED kernels
-        name = "k" + hashlib.sha1(repr(key).encode()).hexdigest()[:20]
-        runtime.kernels[cpu, key] = compiler.load({name: render(name, *key)})[name]
+    key = (kernel, dtype.name, (src_dtype.name,))  # compiled as, and with, the runtime's FUSED kernels
+    fn, params = runtime.compiled([key], compiler.path())[key]
     out = runtime.empty(x.shape, dtype.np)
     if out.size:
-        runtime.call(runtime.kernels[cpu, key], [out, x])
+        runtime.call(fn, [out, x, *params])
     return out
 
 

@@ -7,6 +7,7 @@ import weakref
 import numpy as np
 
 from ..weak import forget
+from .c_record import Ref
 from .c_views import address
 
 # References to a donated input held by take's callers: the feed's Buffer, the runtime's input values and execute's
@@ -28,7 +29,7 @@ def donors(rec, fresh, outputs):
         argv = rec.calls[at][1][0]
         if argv[0].region is not region or argv[0].offset:
             continue
-        read = [ref.region for ref in argv]
+        read = [ref.region for ref in argv if isinstance(ref, Ref)]  # (then a shape-generic kernel's integers)
         candidates = [ref.region.index for ref in (argv[q] for q in sorted(rec.in_steps[at]))
                       if ref.region is not None and ref.region.kind == "input" and not ref.offset
                       and ref.region.last == at and ref.region.index not in returned

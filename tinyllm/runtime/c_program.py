@@ -122,7 +122,7 @@ class Program:
                     cargs.append(direct(a, t, functools.partial(cargs.__setitem__, i)))
                 elif isinstance(a, list):
                     for j, ref in enumerate(a):
-                        v = value(ref, "char *")
+                        v = ffi.cast("char *", ref) if isinstance(ref, int) else value(ref, "char *")
                         if isinstance(v, tuple):
                             at.append(used + j)
                             which.append(v[0])

@@ -19,16 +19,17 @@ CStruct = namedtuple("CStruct", "ctype fields")
 
 
 def c_args(ffi, fn, args):
-    """args as fn's C arguments: an array becomes a pointer to its first element, a list of arrays a char *[]
-    (the generated kernels' argument), a CStruct a pointer to a new struct."""
+    """args as fn's C arguments: an array becomes a pointer to its first element, a list of arrays (and integers)
+    a char *[] (the generated kernels' argument), a CStruct a pointer to a new struct."""
     return [_c_value(ffi, a, t) for a, t in zip(args, ffi.typeof(fn).args)]
 
 
 def _c_value(ffi, a, ctype):
     if isinstance(a, np.ndarray):
         return ffi.cast(ctype, address(a))
-    if isinstance(a, list):
-        return compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(x) for x in a])
+    if isinstance(a, list):  # arrays, then a shape-generic kernel's integers (render/c.py)
+        return compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(x) if isinstance(x, np.ndarray)
+                                             else compiler.ffi.cast("char *", x) for x in a])
     if isinstance(a, CStruct):
         fields = ffi.typeof(a.ctype).item.fields
         return ffi.new(a.ctype, [_c_value(ffi, v, f.type) for v, (_, f) in zip(a.fields, fields)])
@@ -136,7 +137,7 @@ class CallRecorder:
         if isinstance(a, np.ndarray):
             return self._ref(a)
         if isinstance(a, list):
-            return [self._ref(x) for x in a]
+            return [self._ref(x) if isinstance(x, np.ndarray) else x for x in a]
         if isinstance(a, CStruct):
             return CStruct(a.ctype, [self._spec(v) for v in a.fields])
         return a

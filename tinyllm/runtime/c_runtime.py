@@ -2,7 +2,6 @@
 generated C (render/c.py, compiler.py), MATMUL, embeddings, attention and copies by runtime_c/'s prebuilt module.
 An op without a C kernel runs its NumPy forward, as everything does, with a warning, where no compiler or prebuilt
 module exists. Every C call goes through CRuntime.call, so a repeated schedule replays its calls (c_program.py)."""
-import hashlib
 import math
 import os
 import sys
@@ -52,7 +51,8 @@ class CRuntime(NumpyRuntime):
 
     def __init__(self):
         self.ffi, self.lib = _load_prebuilt()
-        self.kernels = {}  # (CPU path, (Kernel, dtypes)) -> compiled function
+        self.kernels = {}  # (CPU path, (Kernel, dtypes)) -> (compiled function, its params)
+        self.functions = {}  # (CPU path, kernel name) -> compiled function (shape-generic ones serve many)
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.made = WeakValues()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
@@ -149,24 +149,26 @@ class CRuntime(NumpyRuntime):
         return node.arg, node.dtype.name, tuple(s.dtype.name for s in node.src)
 
     def _compile(self, nodes, cpu):
-        """{node: compiled function} for these FUSED nodes on CPU path `cpu`, compiling what this process has not
-        yet."""
+        """{node: (compiled function, its params)} for these FUSED nodes on CPU path `cpu`, compiling what this
+        process has not yet."""
         if not self.compiles:
             return {}
-        todo = {}
-        for n in nodes:
-            key = self._key(n)
-            if (cpu, key) not in self.kernels and key not in todo.values():
-                name = "k" + hashlib.sha1(repr(key).encode()).hexdigest()[:20]
-                todo[name] = key
-        if todo:
-            sources = {name: render(name, key[0], key[1], key[2]) for name, key in todo.items()}
+        found = self.compiled([self._key(n) for n in nodes], cpu)
+        return {n: found[self._key(n)] for n in nodes}
+
+    def compiled(self, keys, cpu):
+        """{key: (compiled function, its params)} for kernel keys (Kernel, output dtype name, input dtype names)
+        on CPU path `cpu`, compiling together those this process has not yet."""
+        todo = {key: render(*key) for key in dict.fromkeys(keys) if (cpu, key) not in self.kernels}
+        sources = {name: source for name, source, _ in todo.values() if (cpu, name) not in self.functions}
+        if sources:
             if debug_level() >= 2:
                 for source in sources.values():
                     print(source)
-            for name, fn in compiler.load(sources).items():
-                self.kernels[cpu, todo[name]] = fn
-        return {n: self.kernels[cpu, self._key(n)] for n in nodes}
+            self.functions.update(((cpu, name), fn) for name, fn in compiler.load(sources).items())
+        for key, (name, _, params) in todo.items():
+            self.kernels[cpu, key] = self.functions[cpu, name], params
+        return {key: self.kernels[cpu, key] for key in keys}
 
     def run(self, node, ins):
         if self.recorder is not None:
@@ -179,15 +181,16 @@ class CRuntime(NumpyRuntime):
         return out
 
     def _fused(self, node, ins):
-        fn = self._fns.get(node)
+        compiled = self._fns.get(node)
         ins = [self.contiguous(x) for x in ins]
-        if fn is None:
+        if compiled is None:
             return run_kernel(node.arg, *ins, out_dtype=node.dtype)
         out = self.empty(node.shape, node.dtype.np)
         if out.size and math.prod(node.arg.shape):
             if self.recorder is not None:  # (the output may take the place of an input of its own dtype only)
                 self.recorder.in_step(frozenset(i for i in in_step(node.arg, ins) if ins[i - 1].dtype == out.dtype))
-            self.call(fn, [out, *ins])
+            fn, params = compiled
+            self.call(fn, [out, *ins, *params])
         elif out.size:
             self.unrecorded("an empty reduction")
             fill = 0 if node.arg.reduce[0] == "SUM" else -np.inf

@@ -2,6 +2,11 @@
 is the output and bufs[1 + i] the i-th input, each row-major. Shapes and strides are compile-time constants, so
 the compiler sees plain nested loops it can vectorise; OpenMP splits the outermost loop across threads.
 
+A small kernel (under PARALLEL_MIN iterations: one thread) is shape-generic instead: its sizes, strides and offsets
+other than 0 and 1 follow the buffers in bufs, as integers, so one compiled function serves every shape with the
+same structure. Compiling costs such a kernel far more than running it (~50 ms against microseconds), and tests,
+decoding and small models meet it in many shapes.
+
 16-bit floats (float16, bfloat16) are stored as uint16_t and are floats everywhere else: a load widens them
 (exactly), every instruction computes in float32, and a store rounds to nearest even (c_math.h), so a kernel
 rounds once where the NumPy runtime, as torch, rounds after each op; a CAST to a 16-bit float rounds where it
@@ -106,8 +111,29 @@ def acc_type(ctype):
     return "int64_t" if ctype in ("unsigned char", "int8_t", "uint8_t") else ctype
 
 
-def render(name, kernel, out_dtype, src_dtypes):
-    """C source of one kernel."""
+def render(kernel, out_dtype, src_dtypes):
+    """(name, C source, params) of one kernel: it is called with bufs = [out, *inputs, *params] (params are empty
+    unless the kernel is shape-generic), and its name is its source's hash, so kernels of one source are one."""
+    params = []
+    generic = math.prod(kernel.shape) < PARALLEL_MIN
+
+    def num(n):
+        """A size, stride or offset: a literal, or in a shape-generic kernel the next parameter (0 and 1, which
+        shape the code, stay literals)."""
+        if not generic or n in (0, 1):
+            return str(n)
+        params.append(int(n))
+        return f"p{len(params) - 1}"
+
+    source = _render(kernel, out_dtype, src_dtypes, num)
+    first = 1 + len(src_dtypes)
+    source = source.replace("  /* params */\n", "".join(f"  const long p{k} = (long)bufs[{first + k}];\n"
+                                                         for k in range(len(params))))
+    name = "k" + hashlib.sha1(source.encode()).hexdigest()[:20]
+    return name, source.replace("void KERNEL(", f"void {name}("), tuple(params)
+
+
+def _render(kernel, out_dtype, src_dtypes, num):
     reduced = set(kernel.reduce[1]) if kernel.reduce else set()
     red_op = kernel.reduce[0] if kernel.reduce else None
     tail = []  # after the loops
@@ -120,8 +146,8 @@ def render(name, kernel, out_dtype, src_dtypes):
     iv = [f"i{k}" for k in range(len(dims))]
 
     def offset(k, base=0):
-        terms = [f"{v}*{d[1][k]}" for v, d in zip(iv, dims) if d[1][k]]
-        return " + ".join([str(base)] * bool(base) + terms) or "0"
+        terms = [f"{v}*{num(d[1][k])}" for v, d in zip(iv, dims) if d[1][k]]
+        return " + ".join([num(base)] * bool(base) + terms) or "0"
 
     def read(i):
         src = kernel.ins[i][0]
@@ -130,8 +156,7 @@ def render(name, kernel, out_dtype, src_dtypes):
     body, values = C.body(kernel, read)
     value = values[-1]
     ot, st = CTYPE[out_dtype], STORAGE[out_dtype]  # the output's value type, and its storage type
-    lines = ["#include <math.h>", "#include <stdint.h>", *["#include <stdlib.h>"] * (out_dtype in LOW),
-             f'#include "{HEADER}" /* {HEADER_TAG} */', f"void {name}(char **bufs) {{",
+    lines = [f'#include "{HEADER}" /* {HEADER_TAG} */', "void KERNEL(char **bufs) {", "  /* params */",
              f"  {st} *restrict out = ({st} *)bufs[0];"]
     lines += [f"  const {STORAGE[d]} *restrict s{i} = (const {STORAGE[d]} *)bufs[{i + 1}];"
               for i, d in enumerate(src_dtypes)]
@@ -148,7 +173,8 @@ def render(name, kernel, out_dtype, src_dtypes):
         # One accumulator per output, reduced axes inside. `omp simd reduction` lets the compiler keep one
         # partial result per vector lane (plain C may not reorder float adds, which keeps the loop scalar).
         n_kept = sum(1 for d in dims if not d[2])
-        red_loops = [f"for (long {iv[k]} = 0; {iv[k]} < {dims[k][0]}; {iv[k]}++) {{" for k in range(n_kept, len(dims))]
+        red_loops = [f"for (long {iv[k]} = 0; {iv[k]} < {num(dims[k][0])}; {iv[k]}++) {{"
+                     for k in range(n_kept, len(dims))]
         if red_op == "SUM":
             start, update, end = [f"{acc_type(ot)} acc = 0;"], f"acc += {value};", "acc"
             red_loops[-1:] = ["#pragma omp simd reduction(+:acc)", red_loops[-1]]
@@ -167,14 +193,15 @@ def render(name, kernel, out_dtype, src_dtypes):
                 and math.prod(kernel.shape) >= PARALLEL_MIN and ot in ("float", "double"):
             return _sliced(lines, dims, iv, [*body, combine(f"p[{offset(0)}]", value)], combine, out_dtype, init,
                            n_out)
-        acc = "out"
+        acc, n = "out", num(n_out)
         if out_dtype in LOW:  # the sums run in float32, in a scratch array, and are rounded once at the end
             acc = "red"
-            lines += [f"  float *restrict red = (float *)malloc(sizeof(float) * {n_out});",
-                      f"  if (red == NULL) {{ for (long o = 0; o < {n_out}; o++) out[o] = {store('NAN', out_dtype)};"
+            lines += [f"  float *restrict red = (float *)__builtin_malloc(sizeof(float) * {n});",
+                      f"  if (!red) {{ for (long o = 0; o < {n}; o++) out[o] = {store('NAN', out_dtype)};"
                       " return; }  /* out of memory: NaN, never a wrong number */"]
-            tail = [f"  for (long o = 0; o < {n_out}; o++) out[o] = {store('red[o]', out_dtype)};", "  free(red);"]
-        lines.append(f"  for (long o = 0; o < {n_out}; o++) {acc}[o] = {init};")
+            tail = [f"  for (long o = 0; o < {n}; o++) out[o] = {store('red[o]', out_dtype)};",
+                    "  __builtin_free(red);"]
+        lines.append(f"  for (long o = 0; o < {n}; o++) {acc}[o] = {init};")
         update = combine(f"{acc}[{offset(0)}]", value)
         loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
     threads = parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1
@@ -186,7 +213,7 @@ def render(name, kernel, out_dtype, src_dtypes):
             if threads and k == 0 else "simd" if simd else None
         if pragma:
             lines.append("  " * (k + 1) + f"#pragma omp {pragma}")
-        lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {d[0]}; {iv[k]}++) {{")
+        lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {num(d[0])}; {iv[k]}++) {{")
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
     return "\n".join(lines + tail + ["}"]) + "\n"

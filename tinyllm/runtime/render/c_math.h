@@ -14,7 +14,16 @@ the vector results equal the scalar ones bit for bit (every float32 checked for 
 #ifndef TL_C_MATH_H
 #define TL_C_MATH_H
 #include <stdint.h>
-#include <string.h>
+
+/* libm's functions that kernels call, declared here instead of by <math.h>: parsing math.h took a quarter of a
+   small kernel's compile, and every test compiles thousands of them (gcc knows each as a builtin anyway). */
+float expf(float); double exp(double); float logf(float); double log(double); float sqrtf(float);
+double sqrt(double); float tanhf(float); double tanh(double); float erff(float); double erf(double);
+float sinf(float); double sin(double); float atanf(float); double atan(double); float floorf(float);
+double floor(double); float powf(float, float); double pow(double, double); float fmodf(float, float);
+double fmod(double, double);
+#define NAN __builtin_nanf("")
+#define INFINITY __builtin_inff()
 
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define TL_FMA(a, b, c) __builtin_fmaf(a, b, c)
@@ -25,7 +34,7 @@ the vector results equal the scalar ones bit for bit (every float32 checked for 
 static inline float tl_pow2i(int32_t k) {  /* 2^k for -126 <= k <= 127 */
     uint32_t bits = (uint32_t)(k + 127) << 23;
     float f;
-    memcpy(&f, &bits, sizeof f);
+    __builtin_memcpy(&f, &bits, sizeof f);
     return f;
 }
 
@@ -133,8 +142,8 @@ static inline int64_t tl_idiv(int64_t x, int64_t z) {
    on every path: the results equal F16C's vcvtph2ps / vcvtps2ph on every float16 and every float32 (NaNs quieted
    as F16C does), and the loops vectorise. F16C itself would not: gcc 12 turns a _Float16 conversion into one
    scalar vcvtph2ps, which keeps the whole loop scalar (an fp16 exp kernel ran 8.7x slower on Zen 4's AVX2 path). */
-static inline float tl_f32_from_bits(uint32_t b) { float f; memcpy(&f, &b, sizeof f); return f; }
-static inline uint32_t tl_bits_of_f32(float f) { uint32_t b; memcpy(&b, &f, sizeof b); return b; }
+static inline float tl_f32_from_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, sizeof f); return f; }
+static inline uint32_t tl_bits_of_f32(float f) { uint32_t b; __builtin_memcpy(&b, &f, sizeof b); return b; }
 
 static inline float tl_bf16_load(uint16_t h) { return tl_f32_from_bits((uint32_t)h << 16); }
 static inline uint16_t tl_bf16_store(float x) {
