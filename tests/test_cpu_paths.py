@@ -188,8 +188,10 @@ def test_switching_path_recompiles_in_process(cpu_path):
         return original(sources)
     compiler.load = spy
     try:
-        x = _inputs((5 + compiler.PATHS.index(cpu_path), 37), 4)  # a shape of its own: nothing compiled yet
-        f = lambda: (tl.tensor(x, device="c") * 1.25).exp().sum(-1).numpy()  # noqa: E731
+        # a shape of its own, and too big for shape-generic kernels (render/c.py): nothing compiled yet
+        # (summed over its few rows: a sum of thousands would round differently on each path's vector lanes)
+        x = _inputs((5 + compiler.PATHS.index(cpu_path), 7001), 4)
+        f = lambda: (tl.tensor(x, device="c") * 1.25).exp().sum(0).numpy()  # noqa: E731
         first = f()
         others = [p for p in compiler.PATHS if p != cpu_path and usable_path(p)]
         for p in others:
