@@ -1,6 +1,8 @@
-"""What every bench shares: the environment of a worker subprocess that runs at a fixed thread count, and the
-training step they time."""
+"""What every bench shares: the environment of a worker subprocess that runs at a fixed thread count, the pause
+between libraries timed side by side, and the training step they time."""
 import os
+
+SETTLE_S = 0.15  # sleep between libraries: > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -61,7 +61,7 @@ import subprocess
 import sys
 import time
 
-from common import gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
+from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
 from matmul import cpu_description
 from train_gpt import BETAS, CONFIGS, LR, WEIGHT_DECAY
 
@@ -70,7 +70,6 @@ GLOBAL_BATCH = {"S": 16, "M": 8}  # train_gpt's batch (even: it splits over 2 ra
 SCHEDULE = dict(warmup=2, rounds=4, steps=3)  # warm-up 2 after the first: a +jit variant measures replays only
 QUICK = dict(warmup=2, rounds=2, steps=2)
 ALLREDUCE_REPS = 3  # all-reduce-alone timings per round
-SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
 SPEED_TARGET = 0.9  # issue 26: 2 ranks x 1 thread (DDP) >= 0.9 x 1 process x 2 threads
 MEMORY_TARGET = 0.55  # issue 26: ZeRO-1 optimizer state per rank <= 0.55 x AdamW's unsharded
 RANK_VARIANTS = ["ddp", "ddp+jit", "no_sync", "no_sync+jit", "zero", "zero+jit"]

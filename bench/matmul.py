@@ -53,12 +53,11 @@ import subprocess
 import sys
 import time
 
-from common import worker_env  # bench/common.py: bench/ is the script directory
+from common import SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
 GEMV_SIZES = ["384x1152", "384x1536", "1536x384", "768", "1024", "2048", "4096"]
-SETTLE_S = 0.15   # > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
 SAMPLE_S = 0.002  # one timing: short, so that some land in moments when no other process runs
 ROUND_S = 0.1     # time per library per round
 

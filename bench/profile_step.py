@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from common import gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
+from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
 
 CONFIGS = {  # name: (model config, batch size)
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
@@ -74,13 +74,14 @@ def worker(config, runtime, steps, top, jitted):
 
     for _ in range(3):  # schedules built, kernels compiled (and, with --jit, the step recorded twice)
         step()
-    replayed, in_replay = None, {}
+    replayed, in_replay, bound = None, {}, None
     if getattr(rt, "replays", False):
         start = time.perf_counter()
         for _ in range(steps):
             step()
         replayed = (time.perf_counter() - start) / steps
         in_replay = replay_calls(step, steps)
+        bound = products_bound(step, steps)
         rt.replays = False  # from here every kernel goes through the timed run()
         step()
     kernels.clear()
@@ -101,7 +102,51 @@ def worker(config, runtime, steps, top, jitted):
         "by_op_ms": {op: s * 1e3 for op, s in sorted(by_op.items(), key=lambda kv: -kv[1])},
         "top": [[op, shape, calls // steps, s / steps * 1e3] for (op, shape), (calls, s) in top_kernels],
         "replay": [[name, shape, calls // steps, s / steps * 1e3, flops / s / 1e9 if flops else None]
-                   for (name, shape), (calls, s, flops) in sorted(in_replay.items(), key=lambda kv: -kv[1][1])][:top]}))
+                   for (name, shape), (calls, s, flops) in sorted(in_replay.items(), key=lambda kv: -kv[1][1])][:top],
+        "bound": bound}))
+
+
+def products_bound(step, rounds):
+    """What a step's matrix products alone take, the floor under any step of this model on this CPU: the C calls
+    of one replayed step run back to back (no Python between them), the products among them alone, and the same
+    products in numpy (OpenBLAS, on arrays of the same shapes and transpositions), in interleaved rounds. Medians
+    in seconds. The calls rerun the step's optimizer update too: the weights move, which timing does not mind."""
+    import numpy as np
+    from tinyllm.runtime import c_program
+    calls, plain = [], c_program.Program.call
+
+    def recording(self, held=0):
+        calls.extend(self.bound)
+        return plain(self, held)
+    c_program.Program.call = recording
+    try:
+        step()
+    finally:
+        c_program.Program.call = plain
+    products = [(fn, args) for fn, args in calls if getattr(fn, "__name__", "") == "tl_sgemm_batched2"]
+    operands = []
+    for _, args in products:
+        b0, b1, ta, tb, m, n, k = (int(a) for a in args[:7])
+        a = np.ones((b0 * b1,) + ((k, m) if ta else (m, k)), np.float32)
+        b = np.ones((b0 * b1,) + ((n, k) if tb else (k, n)), np.float32)
+        operands.append((a.transpose(0, 2, 1) if ta else a, b.transpose(0, 2, 1) if tb else b,
+                         np.empty((b0 * b1, m, n), np.float32)))
+
+    def run(fns):
+        for fn, args in fns:
+            fn(*args)
+    variants = {"calls": lambda: run(calls), "products": lambda: run(products),
+                "numpy": lambda: [np.matmul(a, b, out=c) for a, b, c in operands]}
+    times = {name: [] for name in variants}
+    for r in range(max(rounds, 5)):
+        names = list(variants)
+        for name in names[r % 3:] + names[:r % 3]:  # rotating order
+            time.sleep(SETTLE_S)  # the previous variant's idle threads (OpenBLAS's, OpenMP's) stop spinning
+            start = time.perf_counter()
+            variants[name]()
+            times[name].append(time.perf_counter() - start)
+    import statistics
+    return {name: statistics.median(t) for name, t in times.items()} | {"count": len(products)}
 
 
 def replay_calls(step, steps):
@@ -175,6 +220,13 @@ def main():
         print("\n| inside a replay: C call | product | calls per step | ms per step | GFLOP/s |\n|---|---|---|---|---|")
         for name, shape, calls, ms, gflops in r["replay"]:
             print(f"| {name} | {shape} | {calls} | {ms:.2f} | {'' if gflops is None else f'{gflops:.0f}'} |")
+    b = r.get("bound")
+    if b:
+        print(f"\nThe floor (medians of interleaved rounds): the step's C calls back to back {b['calls'] * 1e3:.1f} ms; "
+              f"its {b['count']} matrix products alone {b['products'] * 1e3:.1f} ms (the same products in numpy "
+              f"{b['numpy'] * 1e3:.1f} ms); everything else {(b['calls'] - b['products']) * 1e3:.1f} ms. A step "
+              f"takes at least the products' time, so tinyllm's tokens/s over torch's is at most torch's step time "
+              f"over {b['products'] * 1e3:.1f} ms.")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 
-from common import gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
+from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {  # name: (model config, batch size)
@@ -62,7 +62,6 @@ CONFIGS = {  # name: (model config, batch size)
 # per config: warm-up steps after the first, interleaved rounds, measured steps per framework per round
 SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=2, rounds=3, steps=3)}
 QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures replays only
-SETTLE_S = 0.15  # > OpenBLAS's idle spin (~0.1 s) and libgomp's (~ms)
 # tokens/s over torch eager that issue 21 asks of the C runtime, per (config, runtime); shown beside the ratios
 TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
 MEMORY_TARGET = 0.7  # issue 24: a config M step's peak memory under bfloat16 autocast, against float32's
