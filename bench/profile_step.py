@@ -18,6 +18,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -68,9 +69,12 @@ def worker(config, runtime, steps, top, jitted):
     train_step = gpt_train_step(model, opt)
     fn = tl.jit(train_step) if jitted else train_step
 
-    def step():
+    def inputs():
         x = rng.integers(0, cfg["vocab_size"], (batch, cfg["block_size"]))
-        return fn(tl.tensor(x, device=runtime), tl.tensor((7 * x + 3) % cfg["vocab_size"], device=runtime)).item()
+        return tl.tensor(x, device=runtime), tl.tensor((7 * x + 3) % cfg["vocab_size"], device=runtime)
+
+    def step():
+        return fn(*inputs()).item()
 
     for _ in range(3):  # schedules built, kernels compiled (and, with --jit, the step recorded twice)
         step()
@@ -81,7 +85,8 @@ def worker(config, runtime, steps, top, jitted):
             step()
         replayed = (time.perf_counter() - start) / steps
         in_replay = replay_calls(step, steps)
-        bound = products_bound(step, steps)
+        if jitted:  # a jit replay's buffers stay put (its arena); an eager step's go back to the pool after it
+            bound = products_bound(fn, inputs(), steps)
         rt.replays = False  # from here every kernel goes through the timed run()
         step()
     kernels.clear()
@@ -106,11 +111,13 @@ def worker(config, runtime, steps, top, jitted):
         "bound": bound}))
 
 
-def products_bound(step, rounds):
+def products_bound(fn, inputs, rounds):
     """What a step's matrix products alone take, the floor under any step of this model on this CPU: the C calls
-    of one replayed step run back to back (no Python between them), the products among them alone, and the same
-    products in numpy (OpenBLAS, on arrays of the same shapes and transpositions), in interleaved rounds. Medians
-    in seconds. The calls rerun the step's optimizer update too: the weights move, which timing does not mind."""
+    of one replayed step of the jitted `fn` on `inputs` run back to back (no Python between them), the products
+    among them alone, and the same products in numpy (OpenBLAS, on arrays of the same shapes and transpositions),
+    in interleaved rounds. Medians in seconds. The calls point into the replay's arena, the inputs and the step's
+    result, all held here until the last round. They rerun the optimizer update too: the weights move, which
+    timing does not mind."""
     import numpy as np
     from tinyllm.runtime import c_program
     calls, plain = [], c_program.Program.call
@@ -120,10 +127,10 @@ def products_bound(step, rounds):
         return plain(self, held)
     c_program.Program.call = recording
     try:
-        step()
+        held = fn(*inputs)  # the step's result: the replay wrote it, and every round writes it again
     finally:
         c_program.Program.call = plain
-    products = [(fn, args) for fn, args in calls if getattr(fn, "__name__", "") == "tl_sgemm_batched2"]
+    products = [(kernel, args) for kernel, args in calls if getattr(kernel, "__name__", "") == "tl_sgemm_batched2"]
     operands = []
     for _, args in products:
         b0, b1, ta, tb, m, n, k = (int(a) for a in args[:7])
@@ -132,9 +139,9 @@ def products_bound(step, rounds):
         operands.append((a.transpose(0, 2, 1) if ta else a, b.transpose(0, 2, 1) if tb else b,
                          np.empty((b0 * b1, m, n), np.float32)))
 
-    def run(fns):
-        for fn, args in fns:
-            fn(*args)
+    def run(recorded):
+        for kernel, args in recorded:
+            kernel(*args)
     variants = {"calls": lambda: run(calls), "products": lambda: run(products),
                 "numpy": lambda: [np.matmul(a, b, out=c) for a, b, c in operands]}
     times = {name: [] for name in variants}
@@ -145,7 +152,7 @@ def products_bound(step, rounds):
             start = time.perf_counter()
             variants[name]()
             times[name].append(time.perf_counter() - start)
-    import statistics
+    del held  # only now may it go
     return {name: statistics.median(t) for name, t in times.items()} | {"count": len(products)}
 
 
