@@ -28,8 +28,8 @@ import subprocess
 import sys
 import time
 
-from common import worker_env  # bench/common.py: bench/ is the script directory
-from train_gpt import BETAS, CONFIGS, LR, SETTLE_S, WEIGHT_DECAY
+from common import SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
+from train_gpt import BETAS, CONFIGS, LR, WEIGHT_DECAY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ["tinyllm-c", "tinyllm-c checkpointed", "torch", "torch checkpointed"]

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, worker_env  # bench/common.py: bench/ is the script directory
+from common import ROOT, SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
 
 CONFIGS = {
     "S": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65),
@@ -143,7 +143,7 @@ def worker(args, threads):
             if r:
                 res[name]["times"].append(elapsed)
             res[name]["tokens"] = tokens.tolist()
-            time.sleep(0.1)
+            time.sleep(SETTLE_S)
     out = {}
     for name, v in res.items():
         prefill = name.endswith("prefill")

@@ -229,7 +229,8 @@ def main():
             print(f"| {name} | {shape} | {calls} | {ms:.2f} | {'' if gflops is None else f'{gflops:.0f}'} |")
     b = r.get("bound")
     if b:
-        print(f"\nThe floor (medians of interleaved rounds): the step's C calls back to back {b['calls'] * 1e3:.1f} ms; "
+        print(f"\nThe floor (medians of interleaved rounds): the step's C calls back to back "
+              f"{b['calls'] * 1e3:.1f} ms; "
               f"its {b['count']} matrix products alone {b['products'] * 1e3:.1f} ms (the same products in numpy "
               f"{b['numpy'] * 1e3:.1f} ms); everything else {(b['calls'] - b['products']) * 1e3:.1f} ms. A step "
               f"takes at least the products' time, so tinyllm's tokens/s over torch's is at most torch's step time "

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, worker_env  # bench/common.py: bench/ is the script directory
+from common import ROOT, SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
 from decode import fmt  # median (min-max)
 from matmul import cpu_description
 from train_gpt import CONFIGS
@@ -143,7 +143,7 @@ def worker(args, threads):
             if r:
                 res[label]["tok_s"].append(args.tokens / (time.perf_counter() - t))
             res[label]["tokens"] = tokens
-            time.sleep(0.1)  # let the threads of the last run go idle (bench/train_gpt.py's SETTLE_S)
+            time.sleep(SETTLE_S)  # let the threads of the last run go idle
             if bar is not None:
                 bar.update(1)
     if bar is not None:
