@@ -9,10 +9,11 @@ Every kernel's run() and every execute() is timed (perf_counter around each call
 microseconds per kernel of timer overhead. On the C runtime a schedule run again is replayed from its recorded C
 calls (tinyllm/runtime/c_program.py), which no per-kernel timer sees: the step is first timed that way (the
 "replayed" column), then once more with each of the replay's C calls timed (the "inside a replay" table: the
-products by shape and transposition, with their GFLOP/s there, beside the other calls), then measured kernel by
-kernel with replays off, so the op breakdown includes the per-kernel Python that a replay skips. Run in a
-subprocess with the thread counts set before import (as the other benches); nothing here compares against
-torch: bench/train_gpt.py does that.
+products by shape and transposition, with their GFLOP/s there, beside the other calls) and, with --jit,
+its floor (the step's calls back to back, its products alone, the same products in numpy: products_bound), then
+measured kernel by kernel with replays off, so the op breakdown includes the per-kernel Python that a replay
+skips. Run in a subprocess with the thread counts set before import (as the other benches); nothing here compares
+against torch: bench/train_gpt.py does that.
 """
 import argparse
 import collections

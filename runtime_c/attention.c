@@ -594,9 +594,9 @@ static void mm_causal(int path, int causal, int cut, long off, long M, long N, l
         const float *a = A + m * ars;
         float *c = C + m * ldc;
         if (cut == CUT_N) {
-            // Whole 16-column strips up to the tile's edge: the masked last strip of a ragged cut cost more than
-            // the columns it skips (S and dP, T = 64 on Zen 4: 8-9 % of the attention). The columns past what a
-            // row sees are keys of the tile, so finite, and the row functions overwrite them with zeros.
+            // Whole 16-column strips up to the tile's edge: the masked last strip of a ragged cut costs more than
+            // the columns it skips (bench/RESULTS.md). The columns past what a row sees stay inside the tile, and
+            // the row functions (exp_sum, softmax_grad_row) overwrite them with zeros before anything reads them.
             mm(path, rb, tl_min(N, tl_round_up(seen, 16)), K, a, ars, acs, B, ldb, c, ldc, accumulate);
         } else if (cut == CUT_K) {
             mm(path, rb, N, tl_max(0, tl_min(K, seen)), a, ars, acs, B, ldb, c, ldc, accumulate);
