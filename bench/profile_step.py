@@ -9,11 +9,11 @@ Every kernel's run() and every execute() is timed (perf_counter around each call
 microseconds per kernel of timer overhead. On the C runtime a schedule run again is replayed from its recorded C
 calls (tinyllm/runtime/c_program.py), which no per-kernel timer sees: the step is first timed that way (the
 "replayed" column), then once more with each of the replay's C calls timed (the "inside a replay" table: the
-products by shape and transposition, with their GFLOP/s there, beside the other calls) and, with --jit,
-its floor (the step's calls back to back, its products alone, the same products in numpy: products_bound), then
-measured kernel by kernel with replays off, so the op breakdown includes the per-kernel Python that a replay
-skips. Run in a subprocess with the thread counts set before import (as the other benches); nothing here compares
-against torch: bench/train_gpt.py does that.
+products by shape and transposition, with their GFLOP/s there, the generated kernels one by one, the other calls)
+and, with --jit, its floor (the step's calls back to back, its products alone, the same products in numpy:
+products_bound), then measured kernel by kernel with replays off, so the op breakdown includes the per-kernel Python
+that a replay skips. Run in a subprocess with the thread counts set before import (as the other benches); nothing
+here compares against torch: bench/train_gpt.py does that.
 """
 import argparse
 import collections
@@ -48,9 +48,7 @@ def worker(config, runtime, steps, top, jitted):
     def timed_run(self, node, ins):
         start = time.perf_counter()
         out = run(self, node, ins)
-        k = node.arg
-        what = (f"FUSED {'reduce' if k.reduce else 'elementwise'}" if node.op == "FUSED" else node.op,
-                f"{len(k.code)} ops {k.shape}" if node.op == "FUSED" else str(node.shape))
+        what = fused_label(node.arg) if node.op == "FUSED" else (node.op, str(node.shape))
         kernels[what][0] += 1
         kernels[what][1] += time.perf_counter() - start
         return out
@@ -85,7 +83,7 @@ def worker(config, runtime, steps, top, jitted):
         for _ in range(steps):
             step()
         replayed = (time.perf_counter() - start) / steps
-        in_replay = replay_calls(step, steps)
+        in_replay = replay_calls(step, steps, rt)
         if jitted:  # a jit replay's buffers stay put (its arena); an eager step's go back to the pool after it
             bound = products_bound(fn, inputs(), steps)
         rt.replays = False  # from here every kernel goes through the timed run()
@@ -157,23 +155,45 @@ def products_bound(fn, inputs, rounds):
     return {name: statistics.median(t) for name, t in times.items()} | {"count": len(products)}
 
 
-def replay_calls(step, steps):
+def fused_label(kernel):
+    """(what, shape) of a generated kernel, as both tables name it: its kind, op count and loop shape."""
+    return f"FUSED {'reduce' if kernel.reduce else 'elementwise'}", f"{len(kernel.code)} ops {kernel.shape}"
+
+
+def replay_calls(step, steps, rt):
     """{(C function, shape): [calls, seconds, flops]} over `steps` replayed steps, each call of the replays timed.
-    A product's shape is (transA, transB, M, N, K) and its batch, read off tl_sgemm_batched2's arguments."""
-    from tinyllm.runtime import c_program
+    A product's shape is (transA, transB, M, N, K) and its batch, read off tl_sgemm_batched2's arguments. A run of
+    generated kernels (one tl_run_kernels call) is timed kernel by kernel, each named by its Kernel (the runtime's
+    compiled kernels map function pointers back to them), as the table of kernels outside a replay names them."""
+    from tinyllm.runtime import c_program, compiler
+    ffi = compiler.ffi
     calls = collections.defaultdict(lambda: [0, 0.0, 0.0])
     plain = c_program.Program.call
+    address = lambda fn: int(ffi.cast("intptr_t", ffi.cast("void *", fn)))  # noqa: E731
+    labels = {address(fn): fused_label(key[0]) for (_, key), (fn, _) in rt.kernels.items()}
+    kernel_type = ffi.typeof("void (*)(char **)")
+
+    def each_kernel(fns, argvs, n):  # tl_run_kernels's loop, timed kernel by kernel
+        for i in range(n):
+            start = time.perf_counter()
+            ffi.cast(kernel_type, fns[i])(argvs[i])
+            c = calls[labels.get(address(fns[i]), ("generated kernel", ""))]
+            c[0], c[1] = c[0] + 1, c[1] + time.perf_counter() - start
 
     def timed_call(self, held=0):
         for fn, args in self.bound:
+            if getattr(fn, "__name__", "") == "tl_run_kernels":
+                each_kernel(*args)
+                continue
             start = time.perf_counter()
             status = fn(*args)
             spent = time.perf_counter() - start
             if status is not None and status != -1:  # a kernel reported bad input: the normal path says so
                 return False
-            # a generated kernel alone is a bare function pointer; runs of them go through tl_run_kernels
+            # a generated kernel alone is a bare function pointer
             name, shape, flops = getattr(fn, "__name__", "<cdata>"), "", 0.0
-            name = "generated kernel" if name.startswith("<") else name
+            if name.startswith("<"):
+                name, shape = labels.get(address(fn), ("generated kernel", ""))
             if name == "tl_sgemm_batched2":
                 b0, b1, ta, tb, m, n, k = (int(a) for a in args[:7])
                 shape, flops = f"{'Aᵀ' if ta else 'A'} {'Bᵀ' if tb else 'B'} {m}x{n}x{k}" + \
@@ -225,7 +245,7 @@ def main():
     for op, shape, calls, ms in r["top"]:
         print(f"| {op} | {shape} | {calls} | {ms:.2f} |")
     if r["replay"]:
-        print("\n| inside a replay: C call | product | calls per step | ms per step | GFLOP/s |\n|---|---|---|---|---|")
+        print("\n| inside a replay: C call | product or kernel | calls per step | ms per step | GFLOP/s |\n|---|---|---|---|---|")
         for name, shape, calls, ms, gflops in r["replay"]:
             print(f"| {name} | {shape} | {calls} | {ms:.2f} | {'' if gflops is None else f'{gflops:.0f}'} |")
     b = r.get("bound")
