@@ -4,7 +4,8 @@ What one core's AVX2 FMA units give an sgemm micro-kernel, with every operand in
     gcc -O2 -mavx2 -mfma bench/kernel_ceiling.c -o /tmp/kernel_ceiling && taskset -c 1 /tmp/kernel_ceiling
 
     fma peak   12 accumulators, 12 FMAs and 2 vector loads per step, the multiplier held in registers: the most
-               FMAs the core retires (not a product: no new element of A per step)
+               FMAs the core retires (not a product: no new element of A per step); 2 FMAs a cycle on Zen 4, so
+               this over 32 flops is the clock
     6x16       the outer-product kernel of runtime_c/sgemm.c's avx2 path (and OpenBLAS's and BLIS's Haswell
                kernels): per step 2 loads of B, 6 broadcasts of A, 12 FMAs
     4x24       the other shape that fits 12 accumulators in 16 ymm registers: 3 loads, 4 broadcasts, 12 FMAs
@@ -38,8 +39,12 @@ static double now(void) {
     } while (0)
 
 __attribute__((noinline)) static void fma_peak(const float *a, const float *b, float *c) {
+    // Each accumulator starts at its own value: twelve that start equal and add the same four products stay
+    // equal, and gcc keeps one of each three (4 FMAs a step, timing their latency instead of the units' rate).
     __m256 x0 = _mm256_broadcast_ss(a), x1 = _mm256_broadcast_ss(a + 1);
-    ACCUMULATORS;
+    __m256 s0 = _mm256_set1_ps(0.f), s1 = _mm256_set1_ps(1.f), s2 = _mm256_set1_ps(2.f), s3 = _mm256_set1_ps(3.f),
+           s4 = _mm256_set1_ps(4.f), s5 = _mm256_set1_ps(5.f), s6 = _mm256_set1_ps(6.f), s7 = _mm256_set1_ps(7.f),
+           s8 = _mm256_set1_ps(8.f), s9 = _mm256_set1_ps(9.f), s10 = _mm256_set1_ps(10.f), s11 = _mm256_set1_ps(11.f);
     for (int p = 0; p < KC; p++, b += 16) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
         FMA(s0, x0, b0); FMA(s1, x0, b1); FMA(s2, x1, b0); FMA(s3, x1, b1);

@@ -152,7 +152,8 @@ def products_bound(fn, inputs, rounds):
             variants[name]()
             times[name].append(time.perf_counter() - start)
     del held  # only now may it go
-    return {name: statistics.median(t) for name, t in times.items()} | {"count": len(products)}
+    flops = sum(2.0 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] for a, b, _ in operands)
+    return {name: statistics.median(t) for name, t in times.items()} | {"count": len(products), "flops": flops}
 
 
 def fused_label(kernel):
@@ -252,10 +253,12 @@ def main():
     if b:
         print(f"\nThe floor (medians of interleaved rounds): the step's C calls back to back "
               f"{b['calls'] * 1e3:.1f} ms; "
-              f"its {b['count']} matrix products alone {b['products'] * 1e3:.1f} ms (the same products in numpy "
-              f"{b['numpy'] * 1e3:.1f} ms); everything else {(b['calls'] - b['products']) * 1e3:.1f} ms. A step "
-              f"takes at least the products' time, so tinyllm's tokens/s over torch's is at most torch's step time "
-              f"over {b['products'] * 1e3:.1f} ms.")
+              f"its {b['count']} matrix products alone {b['products'] * 1e3:.1f} ms ({b['flops'] / 1e9:.2f} GFLOP, "
+              f"{b['flops'] / b['products'] / 1e9:.0f} GFLOP/s; the same products in numpy {b['numpy'] * 1e3:.1f} "
+              f"ms); everything else {(b['calls'] - b['products']) * 1e3:.1f} ms. A step takes at least the "
+              f"products' time, so tinyllm's tokens/s over torch's is at most torch's step time over "
+              f"{b['products'] * 1e3:.1f} ms; bench/kernel_ceiling.c measures a core's FMA peak, which bounds the "
+              f"products' GFLOP/s at that times the thread count.")
 
 
 if __name__ == "__main__":
