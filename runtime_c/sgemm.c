@@ -31,7 +31,8 @@ The cache blocks (KC, MC, NC) come from the cache sizes the OS reports, per shap
 
 Threads (OpenMP) split C into a grid: normally M (each thread packs its own A blocks and a chunk of the shared
 B panel), N where that saves over 1/16 of the work (thread_grid). They hand the B panel over with per-thread
-flags and two panel buffers instead of barriers (see gemm_thread). Batched products of small matrices run one
+flags and two panel buffers instead of barriers, and in the last round a thread done with its rows takes over
+units of another's (see gemm_thread). Batched products of small matrices run one
 matrix per thread instead. A long sum over rows that both operands store (a weight gradient X^T dY, summed over
 the tokens) runs as two halves of K instead, each on the thread that holds its rows, added at the end (split_k).
 
@@ -725,12 +726,23 @@ static void thread_grid(int nt, long m_strips, long n_strips, int *tm, int *tn) 
 }
 
 // What the threads of one product share: two B panel buffers, used in turn by
-// successive (jc, pc) rounds, and one flag per thread counting the rounds it
-// has packed its part of.
+// successive (jc, pc) rounds, one flag per thread counting the rounds it has
+// packed its part of, and one counter per thread: the next unit of its rows to
+// be claimed in the last round (see gemm_thread).
 typedef struct {
     float *bpack[2];
     tl_flag *packed;
+    tl_flag *next;
 } gemm_shared;
+
+// One (jc, pc) round of a thread: the B panel's strips [s0, s1) of its grid column, packed in chunks of `chunk`
+// strips by the column's threads, its own chunk starting at own0.
+typedef struct {
+    long jc, pc, round, s0, s1, own0, chunk;
+    int nc, kc, tn, tcol;
+    float beta;
+    const float *bpack;
+} gemm_round;
 
 // The in-place kernel for this product's full A strips, or NULL to pack them (see the top of the file). Not a
 // transposed A with lda 0 (a column broadcast along K, stride 0): the in-place kernels step through k by lda.
@@ -740,74 +752,107 @@ static kernel_fn in_place_kernel(const gemm_args *g) {
     return g->transA ? p->cols : p->rows;
 }
 
+// Rows [ic, ic + mc) of C for round r: their A block packed (or read in place), times every strip of the round's
+// B panel, the thread's own chunk first, each chunk once its packer has packed it.
+static void gemm_block(const gemm_args *g, const gemm_shared *sh, const gemm_round *r, long ic, int mc,
+                       float *apack) {
+    const gemm_plan *pl = g->p;
+    const int MRp = pl->mr, NRp = pl->nr, kc = r->kc;
+    const kernel_fn kernel = pl->packed, in_place = in_place_kernel(g);
+    const long pc = r->pc, jc = r->jc, s0 = r->s0, s1 = r->s1;
+    int full = mc / MRp * MRp;
+    if (!in_place) pack_a(g, ic, pc, mc, kc, apack);
+    else if (mc > full) pack_a(g, ic + full, pc, mc - full, kc, apack + (long)full * kc);
+    for (long q = 0; q < s1 - s0; q++) {
+        long s = s0 + (r->own0 - s0 + q) % (s1 - s0);  // own chunk first
+        tl_flag_wait(&sh->packed[(s - s0) / r->chunk * r->tn + r->tcol], r->round + 1);  // (one load once set)
+        long jr = s * NRp;
+        int nr = (int)tl_min(NRp, r->nc - jr);
+        const float *bp = r->bpack + s * NRp * kc;
+        for (int ir = 0; ir < mc; ir += MRp) {
+            int mr = (int)tl_min(MRp, mc - ir);
+            float *c = g->C + (ic + ir) * g->ldc + jc + jr;
+            kernel_fn kern = kernel;
+            const float *ap = apack + (long)ir * kc;
+            if (in_place && q == 0 && !g->transA && ir + 3 * MRp <= mc)
+                prefetch_strip(g->A + (ic + ir + 2 * MRp) * g->lda + pc, g->lda, MRp, kc);
+            if (in_place && mr == MRp) {
+                kern = in_place;
+                ap = g->transA ? g->A + pc * g->lda + ic + ir : g->A + (ic + ir) * g->lda + pc;
+            }
+            prefetch_c(c, g->ldc, mr, nr);
+            if (mr == MRp && nr == NRp) kern(kc, ap, g->lda, bp, r->beta, c, g->ldc);
+            else kernel_edge(pl, kern, kc, ap, g->lda, bp, r->beta, c, g->ldc, mr, nr);
+        }
+    }
+}
+
+// Rows of C a claim takes in the last round: about an eighth of a thread's rows, whole strips, at most MC.
+static long steal_unit(long rows, int mr, int mc) {
+    return tl_max(mr, tl_min(mc / mr * mr, tl_round_up((rows + 7) / 8, mr)));
+}
+
 // The body each of the nt threads runs (tid in [0, nt)).
 //
 // Synchronisation without barriers: the tm threads of a grid column share its
 // B strips, each packing one chunk of them per (jc, pc) round. After packing
 // round r a thread raises its flag to r + 1; a thread waits for a chunk's
-// packer to reach r + 1 just before it first multiplies with that chunk, and
-// starts with its own chunk. Buffer r % 2 is repacked in round r + 2 only once
-// every flag has reached r + 2, which each thread raises after finishing round
-// r. So a thread can run up to a round ahead of the others instead of meeting
-// them twice a round; that matters most when another process takes a core.
+// packer to reach r + 1 before it multiplies with that chunk, and starts with
+// its own chunk. Buffer r % 2 is repacked in round r + 2 only once every flag
+// has reached r + 2, which each thread raises after finishing round r. So a
+// thread can run up to a round ahead of the others instead of meeting them
+// twice a round; that matters most when another process takes a core.
+//
+// A thread that finishes its rows of the last round early takes over what is
+// left of another's, a unit of rows at a time (every thread, the owner too,
+// claims the next unit of a thread's rows from its counter), so the product
+// ends when the work does, not when the slowest core's share does. Only in the
+// last round: a later round's beta = 1 pass over rows must follow this one's, which
+// holds when each row is always its owner's. The thief waits until the owner has
+// packed the last round, and so has finished the round before it on those rows.
 static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int nt) {
     const gemm_plan *pl = g->p;
     const int MRp = pl->mr, NRp = pl->nr, KC = pl->kc, MC = pl->mc, NC = pl->nc;
-    const kernel_fn kernel = pl->packed, in_place = in_place_kernel(g);
     long m_strips = (g->M + MRp - 1) / MRp;
     int tm, tn;
     thread_grid(nt, m_strips, (tl_min(g->N, NC) + NRp - 1) / NRp, &tm, &tn);
     int trow = tid / tn, tcol = tid % tn;
     long m0 = m_strips * trow / tm * MRp;
     long m1 = tl_min(g->M, m_strips * (trow + 1) / tm * MRp);
+    long last = (g->N + NC - 1) / NC * ((g->K + KC - 1) / KC) - 1;
     // 8 floats of slack for the overlapping stores of pack_a_strip_rows_avx2
     float *apack = tl_scratch(SLOT_A, (size_t)MC * KC + 8);
 
-    long round = 0;
-    for (long jc = 0; jc < g->N; jc += NC) {
-        int nc = (int)tl_min(NC, g->N - jc);
-        long n_strips = (nc + NRp - 1) / NRp;
+    gemm_round r = {.tn = tn, .tcol = tcol, .round = 0};
+    for (r.jc = 0; r.jc < g->N; r.jc += NC) {
+        r.nc = (int)tl_min(NC, g->N - r.jc);
+        long n_strips = (r.nc + NRp - 1) / NRp;
         // this thread column's strips, packed in chunks by its tm threads
-        long s0 = n_strips * tcol / tn, s1 = n_strips * (tcol + 1) / tn;
-        long chunk = (s1 - s0 + tm - 1) / tm;
-        long own0 = tl_min(s1, s0 + trow * chunk), own1 = tl_min(s1, own0 + chunk);
-        for (long pc = 0; pc < g->K; pc += KC, round++) {
-            int kc = (int)tl_min(KC, g->K - pc);
-            float beta = pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
-            float *bpack = sh->bpack[round % 2];
+        r.s0 = n_strips * tcol / tn, r.s1 = n_strips * (tcol + 1) / tn;
+        r.chunk = (r.s1 - r.s0 + tm - 1) / tm;
+        r.own0 = tl_min(r.s1, r.s0 + trow * r.chunk);
+        long own1 = tl_min(r.s1, r.own0 + r.chunk);
+        for (r.pc = 0; r.pc < g->K; r.pc += KC, r.round++) {
+            r.kc = (int)tl_min(KC, g->K - r.pc);
+            r.beta = r.pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
+            float *bpack = sh->bpack[r.round % 2];
+            r.bpack = bpack;
             // Buffer round % 2 was last read in round - 2: wait until every
             // thread has packed round - 1, and so is done with round - 2.
-            for (int t = 0; t < nt; t++) tl_flag_wait(&sh->packed[t], round);
-            pack_b(g, pc, jc, nc, kc, own0, own1, bpack);
-            tl_flag_set(&sh->packed[tid], round + 1);
-
-            for (long ic = m0; ic < m1; ic += MC) {
-                int mc = (int)tl_min(MC, m1 - ic);
-                int full = mc / MRp * MRp;
-                if (!in_place) pack_a(g, ic, pc, mc, kc, apack);
-                else if (mc > full) pack_a(g, ic + full, pc, mc - full, kc, apack + (long)full * kc);
-                for (long q = 0; q < s1 - s0; q++) {
-                    long s = s0 + (own0 - s0 + q) % (s1 - s0);  // own chunk first
-                    if (ic == m0) tl_flag_wait(&sh->packed[(s - s0) / chunk * tn + tcol], round + 1);
-                    long jr = s * NRp;
-                    int nr = (int)tl_min(NRp, nc - jr);
-                    const float *bp = bpack + s * NRp * kc;
-                    for (int ir = 0; ir < mc; ir += MRp) {
-                        int mr = (int)tl_min(MRp, mc - ir);
-                        float *c = g->C + (ic + ir) * g->ldc + jc + jr;
-                        kernel_fn kern = kernel;
-                        const float *ap = apack + (long)ir * kc;
-                        if (in_place && q == 0 && !g->transA && ir + 3 * MRp <= mc)
-                            prefetch_strip(g->A + (ic + ir + 2 * MRp) * g->lda + pc, g->lda, MRp, kc);
-                        if (in_place && mr == MRp) {
-                            kern = in_place;
-                            ap = g->transA ? g->A + pc * g->lda + ic + ir : g->A + (ic + ir) * g->lda + pc;
-                        }
-                        prefetch_c(c, g->ldc, mr, nr);
-                        if (mr == MRp && nr == NRp) kern(kc, ap, g->lda, bp, beta, c, g->ldc);
-                        else kernel_edge(pl, kern, kc, ap, g->lda, bp, beta, c, g->ldc, mr, nr);
-                    }
-                }
+            for (int t = 0; t < nt; t++) tl_flag_wait(&sh->packed[t], r.round);
+            pack_b(g, r.pc, r.jc, r.nc, r.kc, r.own0, own1, bpack);
+            tl_flag_set(&sh->packed[tid], r.round + 1);
+            if (r.round < last || tm == 1) {
+                for (long ic = m0; ic < m1; ic += MC) gemm_block(g, sh, &r, ic, (int)tl_min(MC, m1 - ic), apack);
+                continue;
+            }
+            for (int k = 0; k < tm; k++) {  // its own rows first, then the other thread rows of its grid column
+                int v = (trow + k) % tm, owner = v * tn + tcol;
+                long v0 = m_strips * v / tm * MRp, v1 = tl_min(g->M, m_strips * (v + 1) / tm * MRp);
+                long unit = steal_unit(v1 - v0, MRp, MC);
+                if (k > 0) tl_flag_wait(&sh->packed[owner], r.round + 1);
+                for (long ic; (ic = v0 + atomic_fetch_add(&sh->next[owner].value, 1) * unit) < v1;)
+                    gemm_block(g, sh, &r, ic, (int)tl_min(unit, v1 - ic), apack);
             }
         }
     }
@@ -861,16 +906,16 @@ static void gemm_blocked(const gemm_args *g, int nt) {
     }
     size_t panel = (size_t)(tl_min(g->K, g->p->kc) * tl_round_up(tl_min(g->N, g->p->nc), g->p->nr));
     if (nt <= 1) {
-        tl_flag packed = {0};
+        tl_flag packed = {0}, next = {0};
         float *bpack = tl_scratch(SLOT_B, panel);  // one thread: no need for a second buffer
-        gemm_shared sh = {{bpack, bpack}, &packed};
+        gemm_shared sh = {{bpack, bpack}, &packed, &next};
         gemm_thread(g, &sh, 0, 1);
         return;
     }
-    tl_flag packed[nt];
-    for (int t = 0; t < nt; t++) atomic_init(&packed[t].value, 0);
+    tl_flag packed[nt], next[nt];
+    for (int t = 0; t < nt; t++) atomic_init(&packed[t].value, 0), atomic_init(&next[t].value, 0);
     float *bpack = tl_scratch(SLOT_B, 2 * panel);
-    gemm_shared sh = {{bpack, bpack + panel}, packed};
+    gemm_shared sh = {{bpack, bpack + panel}, packed, next};
     // The team may come out smaller than asked (nested parallelism), so the
     // work is split by the actual team size.
 #pragma omp parallel num_threads(nt)

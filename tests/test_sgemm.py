@@ -162,6 +162,31 @@ def test_sgemm_threads_many_rounds(threads, m, n, k):
         lib.tl_set_num_threads(0)
 
 
+# A thread done with its rows of the last (jc, pc) round takes over units of another's: with more threads than
+# cores the waits yield and the threads fall behind one another, so units change hands. Each unit is computed once,
+# by the same kernels in the same order whoever takes it: the bits of one thread, in one round or several.
+@pytest.mark.parametrize("m,n,k", [(1024, 512, 128), (300, 200, 1100), (97, 64, 700)])
+def test_sgemm_stolen_rows_same_bits_as_one_thread(m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    ref, tol = reference(0, 0, a, b, 1.0, c0)
+    try:
+        lib.tl_set_num_threads(1)
+        one = c0.copy()
+        lib.tl_sgemm(0, 0, m, n, k, ptr(a), k, ptr(b), n, 1.0, ptr(one), n)
+        assert_close(one, ref, tol)
+        for threads in (2, 3, 4):
+            lib.tl_set_num_threads(threads)
+            for _ in range(5):
+                c = c0.copy()
+                lib.tl_sgemm(0, 0, m, n, k, ptr(a), k, ptr(b), n, 1.0, ptr(c), n)
+                np.testing.assert_array_equal(c, one)
+    finally:
+        lib.tl_set_num_threads(0)
+
+
 # A weight gradient (A^T B, both storing the long K as rows) sums the two halves of K apart, each on the thread
 # that holds its rows, and adds them: in two halves on any number of threads, so the bits do not change with it.
 @pytest.mark.parametrize("m,n,k", [(128, 384, 1024), (145, 33, 513), (512, 128, 1024)])
