@@ -162,15 +162,19 @@ def test_sgemm_threads_many_rounds(threads, m, n, k):
         lib.tl_set_num_threads(0)
 
 
+def seeded_operands(m, n, k, ta):
+    """A (stored k x m when `ta`), B (k x n) and C (m x n) of one shape, drawn from a generator seeded by it."""
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    return a, rng.standard_normal((k, n)).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+
+
 # A thread done with its rows of the last (jc, pc) round takes over units of another's: with more threads than
 # cores the waits yield and the threads fall behind one another, so units change hands. Each unit is computed once,
 # by the same kernels in the same order whoever takes it: the bits of one thread, in one round or several.
 @pytest.mark.parametrize("m,n,k", [(1024, 512, 128), (300, 200, 1100), (97, 64, 700)])
 def test_sgemm_stolen_rows_same_bits_as_one_thread(m, n, k):
-    rng = np.random.default_rng(m + n + k)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    a, b, c0 = seeded_operands(m, n, k, ta=False)
     ref, tol = reference(0, 0, a, b, 1.0, c0)
     try:
         lib.tl_set_num_threads(1)
@@ -191,10 +195,7 @@ def test_sgemm_stolen_rows_same_bits_as_one_thread(m, n, k):
 # that holds its rows, and adds them: in two halves on any number of threads, so the bits do not change with it.
 @pytest.mark.parametrize("m,n,k", [(128, 384, 1024), (145, 33, 513), (512, 128, 1024)])
 def test_sgemm_split_k_same_bits_on_any_thread_count(m, n, k):
-    rng = np.random.default_rng(m + n + k)
-    a = rng.standard_normal((k, m)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    a, b, c0 = seeded_operands(m, n, k, ta=True)
     ref, tol = reference(1, 0, a, b, 0.5, c0)
     results = []
     try:
