@@ -170,7 +170,8 @@ def replay_calls(step, steps, rt):
     ffi = compiler.ffi
     calls = collections.defaultdict(lambda: [0, 0.0, 0.0])
     plain = c_program.Program.call
-    address = lambda fn: int(ffi.cast("intptr_t", ffi.cast("void *", fn)))  # noqa: E731
+    def address(fn):
+        return int(ffi.cast("intptr_t", ffi.cast("void *", fn)))
     labels = {address(fn): fused_label(key[0]) for (_, key), (fn, _) in rt.kernels.items()}
     kernel_type = ffi.typeof("void (*)(char **)")
 
@@ -178,8 +179,9 @@ def replay_calls(step, steps, rt):
         for i in range(n):
             start = time.perf_counter()
             ffi.cast(kernel_type, fns[i])(argvs[i])
+            spent = time.perf_counter() - start
             c = calls[labels.get(address(fns[i]), ("generated kernel", ""))]
-            c[0], c[1] = c[0] + 1, c[1] + time.perf_counter() - start
+            c[0], c[1] = c[0] + 1, c[1] + spent
 
     def timed_call(self, held=0):
         for fn, args in self.bound:

@@ -32,9 +32,9 @@ The cache blocks (KC, MC, NC) come from the cache sizes the OS reports, per shap
 Threads (OpenMP) split C into a grid: normally M (each thread packs its own A blocks and a chunk of the shared
 B panel), N where that saves over 1/16 of the work (thread_grid). They hand the B panel over with per-thread
 flags and two panel buffers instead of barriers, and in the last round a thread done with its rows takes over
-units of another's (see gemm_thread). Batched products of small matrices run one
-matrix per thread instead. A long sum over rows that both operands store (a weight gradient X^T dY, summed over
-the tokens) runs as two halves of K instead, each on the thread that holds its rows, added at the end (split_k).
+units of another's (see gemm_thread). Batched products of small matrices run one matrix per thread instead. A
+long sum over rows that both operands store (a weight gradient X^T dY, summed over the tokens) runs as two halves
+of K instead, each on the thread that holds its rows, added at the end (split_k).
 
 Other element formats (formats.h) take the same path with float32 micro-kernels: packing widens float16 and
 bfloat16 operands (tl_gemm_f16_batched2, tl_gemm_bf16_batched2) and dequantizes a quantized B (qmatmul.c's
@@ -807,9 +807,9 @@ static long steal_unit(long rows, int mr, int mc) {
 // left of another's, a unit of rows at a time (every thread, the owner too,
 // claims the next unit of a thread's rows from its counter), so the product
 // ends when the work does, not when the slowest core's share does. Only in the
-// last round: a later round's beta = 1 pass over rows must follow this one's, which
-// holds when each row is always its owner's. The thief waits until the owner has
-// packed the last round, and so has finished the round before it on those rows.
+// last round: a later round's beta = 1 pass over rows must follow this one's,
+// which holds when each row is always its owner's. The thief waits until the
+// owner has packed the last round, and so has finished the round before it.
 static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int nt) {
     const gemm_plan *pl = g->p;
     const int MRp = pl->mr, NRp = pl->nr, KC = pl->kc, MC = pl->mc, NC = pl->nc;
@@ -906,9 +906,9 @@ static void gemm_blocked(const gemm_args *g, int nt) {
     }
     size_t panel = (size_t)(tl_min(g->K, g->p->kc) * tl_round_up(tl_min(g->N, g->p->nc), g->p->nr));
     if (nt <= 1) {
-        tl_flag packed = {0}, next = {0};
-        float *bpack = tl_scratch(SLOT_B, panel);  // one thread: no need for a second buffer
-        gemm_shared sh = {{bpack, bpack}, &packed, &next};
+        tl_flag packed = {0};
+        float *bpack = tl_scratch(SLOT_B, panel);  // one thread: no second buffer, no rows to take over
+        gemm_shared sh = {{bpack, bpack}, &packed, NULL};
         gemm_thread(g, &sh, 0, 1);
         return;
     }
