@@ -58,7 +58,7 @@ setup(
     # the WGSL templates live in wgsl/ at the top of the repository and install as tinyllm/wgsl/
     packages=find_packages(include=["tinyllm", "tinyllm.*"]) + ["tinyllm.wgsl"],
     package_dir={"tinyllm.wgsl": "wgsl"},
-    package_data={"tinyllm.runtime.render": ["c_math.h"],  # included by the C kernels generated at run time
+    package_data={"tinyllm.runtime.c": ["c_math.h"],  # included by the C kernels generated at run time
                   "tinyllm.wgsl": ["*.wgsl"]},
     install_requires=[
         "numpy",

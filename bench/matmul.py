@@ -85,7 +85,7 @@ def wgsl_rows(sizes, rounds, torch, tile_configs=(None,)):
     import numpy as np
     import tinyllm as tl
     from tinyllm import dtype as dt
-    from tinyllm.runtime.render import wgsl as render
+    from tinyllm.runtime.wgsl import render
     rt = tl.runtime.get("wgsl")
     cuda = torch is not None and torch.cuda.is_available()
     rows = []

@@ -7,7 +7,7 @@ Python outside it (graph building, autograd, the rewrites before autograd, sched
 
 Every kernel's run() and every execute() is timed (perf_counter around each call), so the figures carry a few
 microseconds per kernel of timer overhead. On the C runtime a schedule run again is replayed from its recorded C
-calls (tinyllm/runtime/c_program.py), which no per-kernel timer sees: the step is first timed that way (the
+calls (tinyllm/runtime/c/program.py), which no per-kernel timer sees: the step is first timed that way (the
 "replayed" column), then once more with each of the replay's C calls timed (the "inside a replay" table: the
 products by shape and transposition, with their GFLOP/s there, the generated kernels one by one, the other calls)
 and, with --jit, its floor (the step's calls back to back, its products alone, the same products in numpy:
@@ -118,7 +118,7 @@ def products_bound(fn, inputs, rounds):
     result, all held here until the last round. They rerun the optimizer update too: the weights move, which
     timing does not mind."""
     import numpy as np
-    from tinyllm.runtime import c_program
+    from tinyllm.runtime.c import program as c_program
     calls, plain = [], c_program.Program.call
 
     def recording(self, held=0):
@@ -166,7 +166,7 @@ def replay_calls(step, steps, rt):
     A product's shape is (transA, transB, M, N, K) and its batch, read off tl_sgemm_batched2's arguments. A run of
     generated kernels (one tl_run_kernels call) is timed kernel by kernel, each named by its Kernel (the runtime's
     compiled kernels map function pointers back to them), as the table of kernels outside a replay names them."""
-    from tinyllm.runtime import c_program, compiler
+    from tinyllm.runtime.c import program as c_program, compiler
     ffi = compiler.ffi
     calls = collections.defaultdict(lambda: [0, 0.0, 0.0])
     plain = c_program.Program.call

@@ -148,7 +148,7 @@ def worker(args, threads):
                 bar.update(1)
     if bar is not None:
         bar.close()
-    from tinyllm.runtime import compiler
+    from tinyllm.runtime.c import compiler
     print(json.dumps({"rows": res, "c_path": compiler.path()}))
 
 

@@ -208,7 +208,7 @@ def _cpu_paths(c):
     """Which instruction set tinyllm's C kernels ran on (docs/architecture.md, "Which CPU code runs")."""
     if c is None or c.lib is None or not hasattr(c.lib, "tl_cpu_path"):
         return "?"
-    from tinyllm.runtime import compiler
+    from tinyllm.runtime.c import compiler
     name = c.ffi.string(c.lib.tl_cpu_path_name(c.lib.tl_cpu_path())).decode()
     return f"prebuilt {name}, generated {compiler.path()}"
 

@@ -1,5 +1,5 @@
 /*
-A replayed schedule's generated kernels, run back to back from one call (tinyllm/runtime/c_program.py): kernel i
+A replayed schedule's generated kernels, run back to back from one call (tinyllm/runtime/c/program.py): kernel i
 is fns[i](argvs[i]), argvs[i] being its array of buffer pointers. One call from Python instead of n, so the
 replay's Python does not run, and touch its cold objects, between kernels that follow one another.
 

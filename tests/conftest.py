@@ -93,7 +93,7 @@ def each_runtime(request):
 
 
 def _cpu_paths():
-    from tinyllm.runtime import compiler
+    from tinyllm.runtime.c import compiler
     return compiler.PATHS
 
 
@@ -101,7 +101,8 @@ def _cpu_paths():
 def cpu_path(request):
     """Every C kernel, prebuilt and generated, on this CPU path (portable, avx2, avx512) for the test."""
     from helpers import usable_path
-    from tinyllm.runtime import compiler, get
+    from tinyllm.runtime.c import compiler
+    from tinyllm.runtime import get
     if get("c").lib is None or not compiler.available():
         pytest.skip("no prebuilt C module or no C compiler")
     if not usable_path(request.param):
@@ -128,7 +129,7 @@ def runtimes_really_built():
     """In CI a runtime that could not be built is a failure, not a quiet fallback to NumPy."""
     if os.environ.get("CI"):
         import importlib.util
-        from tinyllm.runtime import compiler
+        from tinyllm.runtime.c import compiler
         assert importlib.util.find_spec("tinyllm._kernels") is not None, \
             "tinyllm._kernels was not built: `pip install -e .` needs a C compiler (apt-get install gcc)"
         assert compiler.compiler() is not None, "no C compiler for generated kernels (apt-get install gcc)"
@@ -140,7 +141,7 @@ def runtimes_really_built():
 @pytest.fixture
 def c_schedules(monkeypatch):
     """Every Schedule the C runtime executes in the test, in order."""
-    from tinyllm.runtime.c_runtime import CRuntime
+    from tinyllm.runtime.c.runtime import CRuntime
     seen = []
     original = CRuntime.execute
 

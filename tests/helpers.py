@@ -29,7 +29,7 @@ def reference_runtime():
 def usable_path(path):
     """Whether this CPU runs the C kernels' `path` (conftest.py's cpu_path fixture); in CI on x86-64 the avx2 path
     must be there."""
-    from tinyllm.runtime import compiler
+    from tinyllm.runtime.c import compiler
     if os.environ.get("CI") and compiler.X86 and path == "avx2":
         assert compiler.supports("avx2"), "CI runs on x86-64 with AVX2+FMA: the avx2 path must be tested there"
     return compiler.supports(path)

@@ -1,4 +1,4 @@
-"""float16 and bfloat16 in the C runtime's generated kernels (tinyllm/runtime/render/c.py, c_math.h), in their NumPy
+"""float16 and bfloat16 in the C runtime's generated kernels (tinyllm/runtime/c/render.py, c_math.h), in their NumPy
 execution (ops/kernel.py's run_kernel, where no compiler exists), and in FlashAttention and embeddings on the C
 runtime, against torch with the same dtypes and against the NumPy runtime.
 
@@ -28,7 +28,8 @@ from hypothesis import given, settings, strategies as st
 
 import tinyllm as tl
 import tinyllm.nn.functional as F
-from tinyllm.runtime import c_attention, c_copy, compiler, get
+from tinyllm.runtime.c import attention as c_attention, copy as c_copy, compiler
+from tinyllm.runtime import get
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LOW = {"bfloat16": (tl.bfloat16, torch.bfloat16), "float16": (tl.float16, torch.float16)}

@@ -19,7 +19,7 @@ import tinyllm as tl
 from tinyllm import dtype as dt
 from tinyllm.graph import build
 from tinyllm.runtime import get
-from tinyllm.runtime.c_runtime import CRuntime
+from tinyllm.runtime.c.runtime import CRuntime
 
 LOW = {"float16": (tl.float16, torch.float16, 2.0 ** -10), "bfloat16": (tl.bfloat16, torch.bfloat16, 2.0 ** -7)}
 EPS32 = float(np.finfo(np.float32).eps)

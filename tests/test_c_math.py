@@ -10,8 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from tinyllm.runtime import compiler
-from tinyllm.runtime.render import c as render_c
+from tinyllm.runtime.c import compiler
+from tinyllm.runtime.c import render as render_c
 
 SOURCE = f"""#include <math.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-"""Replayed schedules on the C runtime (tinyllm/runtime/c_program.py): a schedule run a third time with inputs of
+"""Replayed schedules on the C runtime (tinyllm/runtime/c/program.py): a schedule run a third time with inputs of
 one layout replays its recorded C calls. A replay must give bit for bit what the normal path gives (the same
 kernels on the same values, only their arrays placed elsewhere), and torch's values and gradients; kernels that
 report bad input, runs that cannot be recorded, the peak-memory figure and empty_cache() must behave as on the
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tinyllm as tl
 import tinyllm.nn.functional as F
-from tinyllm.runtime import c_program
+from tinyllm.runtime.c import program as c_program
 from tinyllm.runtime import get as get_runtime
 
 from helpers import tiny_gpt_steps

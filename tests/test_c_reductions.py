@@ -1,6 +1,6 @@
 """Reductions over the outermost axis on the C runtime (a bias's gradient: dY summed over the rows). A thread must
 own the outputs it writes, so such a kernel is split into slices of that axis instead, each reducing into its own
-partial result, combined in order (tinyllm/runtime/render/c.py, _sliced): the values must be NumPy's, NaN included,
+partial result, combined in order (tinyllm/runtime/c/render.py, _sliced): the values must be NumPy's, NaN included,
 on shapes big enough to take that path. That 1 and 2 threads give the same bits is in test_c_runtime.py."""
 import itertools
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tinyllm as tl
-from tinyllm.runtime.render import c as render_c
+from tinyllm.runtime.c import render as render_c
 
 _fresh = itertools.count(1)
 

@@ -1,4 +1,4 @@
-"""The C runtime's own behaviour (tinyllm/runtime/c_runtime.py, compiler.py): MATMUL through the sgemm reading
+"""The C runtime's own behaviour (tinyllm/runtime/c/runtime.py, compiler.py): MATMUL through the sgemm reading
 transposed and permuted views in place, the float64 fallback, the schedule cache (a repeated training step compiles
 and rewrites nothing), the on-disk kernel cache under concurrent compiles, the fallback without a C compiler,
 TINYLLM_DEBUG output, TINYLLM_THREADS, and peak-memory accounting.
@@ -23,9 +23,9 @@ import tinyllm as tl
 import tinyllm.nn.functional as F
 from tinyllm.graph import build
 from tinyllm.rewrite import tracing
-from tinyllm.runtime import c_runtime, compiler
+from tinyllm.runtime.c import runtime as c_runtime, compiler
 from tinyllm.runtime import get as get_runtime
-from tinyllm.runtime.c_runtime import CRuntime
+from tinyllm.runtime.c.runtime import CRuntime
 from tinyllm.schedule import Schedule
 
 from helpers import tiny_gpt_steps
@@ -232,7 +232,7 @@ def test_float64_embedding_falls_back_to_numpy(embedding_spy):
 def test_copies_between_strided_arrays_match_numpy_exactly(shape, dtype, data):
     """runtime_c/copy.c against NumPy's assignment: any permutation and stepped slice on either side, any dtype
     size, up to six axes (more than the four the kernel takes once merged: NumPy does those)."""
-    from tinyllm.runtime.c_copy import copy_into
+    from tinyllm.runtime.c.copy import copy_into
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
 
     def strided(fill):
@@ -348,7 +348,7 @@ CONCURRENT_CHILD = """
 import json, os, sys, time
 import numpy as np
 import tinyllm as tl
-from tinyllm.runtime import compiler
+from tinyllm.runtime.c import compiler
 built = []
 original = compiler._build
 def build(source, path):
@@ -417,7 +417,7 @@ def test_a_cached_kernel_is_found_whatever_it_was_compiled_with(monkeypatch, tmp
     built = []
     original = compiler._build
     monkeypatch.setattr(compiler, "_build", lambda source, library: built.append(library) or original(source, library))
-    header = os.path.join(ROOT, "tinyllm", "runtime", "render", "c_math.h")
+    header = os.path.join(ROOT, "tinyllm", "runtime", "c", "c_math.h")
     sources = {f"kcache{i}": _scale_source(f"kcache{i}", header, i + 2) for i in range(10)}
     x = np.arange(8, dtype=np.float32)
     first = compiler.load(sources)
@@ -438,7 +438,7 @@ def test_a_cached_kernel_is_found_whatever_it_was_compiled_with(monkeypatch, tmp
 
 def test_the_cache_key_names_headers_by_contents_not_path(tmp_path):
     """Two checkouts at different paths (each CI run clones anew) share their kernels; an edited header does not."""
-    header = os.path.join(ROOT, "tinyllm", "runtime", "render", "c_math.h")
+    header = os.path.join(ROOT, "tinyllm", "runtime", "c", "c_math.h")
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     (a / "c_math.h").write_bytes(open(header, "rb").read())
@@ -460,7 +460,8 @@ import numpy as np
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
     import tinyllm as tl
-    from tinyllm.runtime import compiler, get
+    from tinyllm.runtime import get
+    from tinyllm.runtime.c import compiler
     x = tl.tensor(np.arange(12, dtype=np.float32).reshape(3, 4) / 7, device="c")
     w = tl.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5), device="c")
     out = {

@@ -1,4 +1,4 @@
-"""The C runtime on every CPU path this machine supports (runtime_c/cpu.h; tinyllm/runtime/compiler.py): each path
+"""The C runtime on every CPU path this machine supports (runtime_c/cpu.h; tinyllm/runtime/c/compiler.py): each path
 forced at run time (compiler.set_path, which also sets tl_cpu_path() for the prebuilt kernels) must give the NumPy
 runtime's values for generated kernels and for FlashAttention; a kernel compiled for one path is never reused for
 another; and each path compiles with its own ISA flags, never more (objdump where it is installed)."""
@@ -15,7 +15,8 @@ import pytest
 import tinyllm as tl
 from tinyllm.nn import functional as F
 from helpers import usable_path
-from tinyllm.runtime import compiler, get
+from tinyllm.runtime.c import compiler
+from tinyllm.runtime import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # float32 against NumPy's float32: exp within 2 ulp, tanh within 6.1 and erf within 1.5 (c_math.h; erf also in
@@ -97,7 +98,7 @@ def test_flash_attention_kernels_match_the_float64_reference(cpu_path, tq, tk, d
     v read in place as the heads of one (b, t, 3, h, d) projection, with dout then dO alone (dL = 0), a strided
     view, as the pads pass passes it."""
     from tinyllm.ops import attention
-    from tinyllm.runtime.c_attention import _views
+    from tinyllm.runtime.c.attention import _views
     rt, rng = get("c"), np.random.default_rng(tq + tk)
     if packed:
         qkv = (rng.standard_normal((2, tq, 3, 3, d)) * 2).astype(np.float32)
@@ -125,7 +126,7 @@ def test_flash_attention_kernels_match_the_float64_reference(cpu_path, tq, tk, d
 
 def _exp_source(name):
     """One generated kernel: exp over 4096 floats (on avx2, exp alone is what needs -fno-trapping-math to vectorise)."""
-    return (f'#include "{os.path.join(ROOT, "tinyllm", "runtime", "render", "c_math.h")}"\n'
+    return (f'#include "{os.path.join(ROOT, "tinyllm", "runtime", "c", "c_math.h")}"\n'
             f"void {name}(char **bufs) {{\n  float *restrict out = (float *)bufs[0];\n"
             "  const float *restrict s0 = (const float *)bufs[1];\n  #pragma omp simd\n"
             "  for (long i = 0; i < 4096; i++) out[i] = tl_expf(s0[i]);\n}\n")
@@ -188,7 +189,7 @@ def test_switching_path_recompiles_in_process(cpu_path):
         return original(sources)
     compiler.load = spy
     try:
-        # a shape of its own, and too big for shape-generic kernels (render/c.py): nothing compiled yet
+        # a shape of its own, and too big for shape-generic kernels (runtime/c/render.py): nothing compiled yet
         # (summed over its few rows: a sum of thousands would round differently on each path's vector lanes)
         x = _inputs((5 + compiler.PATHS.index(cpu_path), 7001), 4)
         f = lambda: (tl.tensor(x, device="c") * 1.25).exp().sum(0).numpy()  # noqa: E731
@@ -212,7 +213,8 @@ CHILD = """
 import json, subprocess
 import numpy as np
 import tinyllm as tl
-from tinyllm.runtime import compiler, get
+from tinyllm.runtime import get
+from tinyllm.runtime.c import compiler
 commands = []
 run = subprocess.run
 def spy(cmd, *a, **k):

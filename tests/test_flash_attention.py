@@ -347,7 +347,7 @@ def test_c_kernels_match_the_reference(each_runtime, b, h, tq, tk, d, dv, causal
     if each_runtime != "c":
         pytest.skip("C kernels")
     from tinyllm.runtime import get
-    from tinyllm.runtime.c_attention import _views
+    from tinyllm.runtime.c.attention import _views
     rt = get("c")
     if rt.lib is None:
         pytest.skip("no prebuilt C module")
@@ -392,7 +392,7 @@ def test_c_kernels_read_grouped_keys_through_the_view(each_runtime):
     if each_runtime != "c":
         pytest.skip("C kernels")
     from tinyllm.runtime import get
-    from tinyllm.runtime.c_attention import _views
+    from tinyllm.runtime.c.attention import _views
     rt = get("c")
     if rt.lib is None:
         pytest.skip("no prebuilt C module")

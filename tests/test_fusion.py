@@ -1,4 +1,4 @@
-"""Kernel fusion (tinyllm/rewrite/fusion.py) and the C kernels it compiles (runtime/render/c.py, c_math.h).
+"""Kernel fusion (tinyllm/rewrite/fusion.py) and the C kernels it compiles (runtime/c/render.py, c_math.h).
 
 Every random expression graph (forward and gradients) is computed four ways and compared:
   c       device "c": the fusion pass, then compiled C kernels

@@ -133,7 +133,7 @@ def chained(call):
 
 
 in_place = pytest.mark.skipif(not EXACT_REFCOUNTS, reason="this Python's reference counts cannot prove a value "
-                              "unshared, so replays do not update in place (tinyllm/runtime/c_donate.py)")
+                              "unshared, so replays do not update in place (tinyllm/runtime/c/donate.py)")
 
 
 @in_place
@@ -216,7 +216,7 @@ def test_values_held_elsewhere_are_not_overwritten():
 @in_place
 def test_replays_run_as_one_chain_of_c_calls():
     """Once a replay has updated the state in place, a call makes the step's C calls from a chain
-    (tinyllm/runtime/c_chain.py): no schedule goes through the runtime (the values are eager's:
+    (tinyllm/runtime/c/chain.py): no schedule goes through the runtime (the values are eager's:
     test_replayed_training_equals_eager_and_tracks_torch, whose last six calls are chained). A value held elsewhere,
     each kind alone, sends a call back to the normal replay, which leaves the value alone; once it is released,
     calls chain again."""

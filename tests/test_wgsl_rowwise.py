@@ -1,4 +1,4 @@
-"""The row-kernel pass (tinyllm/rewrite/rowwise.py) and its WGSL kernels (runtime/wgsl_rowwise.py, wgsl/softmax.wgsl,
+"""The row-kernel pass (tinyllm/rewrite/rowwise.py) and its WGSL kernels (runtime/wgsl/rowwise.py, wgsl/softmax.wgsl,
 layer_norm.wgsl): softmax, log_softmax, cross_entropy and layer_norm over the last axis run as
 one ROW_* kernel on the WGSL runtime, with the same values and gradients as torch; near misses are left alone.
 
@@ -16,7 +16,7 @@ from hypothesis import given, strategies as st
 
 import tinyllm as tl
 import tinyllm.nn.functional as F
-from tinyllm.runtime.wgsl_runtime import WGSLRuntime
+from tinyllm.runtime.wgsl.runtime import WGSLRuntime
 from tinyllm.rewrite import rowwise
 from conftest import wgsl_skip_reason
 

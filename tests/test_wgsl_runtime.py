@@ -1,4 +1,4 @@
-"""The WGSL runtime's own behaviour (tinyllm/runtime/wgsl_runtime.py, wgpu_device.py, render/wgsl.py, wgsl/):
+"""The WGSL runtime's own behaviour (tinyllm/runtime/wgsl/: runtime.py, device.py, render.py; wgsl/*.wgsl):
 the adapter and its features, dtypes it refuses or narrows, the matmul template on every operand layout and tile
 shape, workgroup reductions with IEEE specials, NaN in comparisons, index errors reported from the GPU, f16 where
 the adapter has it, one submit per schedule, pooled buffers and cached pipelines. The op suite (test_ops.py) and
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import tinyllm as tl
-from tinyllm.runtime import wgsl_runtime
-from tinyllm.runtime.render import wgsl as render
+from tinyllm.runtime.wgsl import runtime as wgsl_runtime
+from tinyllm.runtime.wgsl import render
 from conftest import wgsl_skip_reason
 
 if not os.environ.get("CI") and wgsl_skip_reason():

@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 import tinyllm as tl
 import tinyllm.runtime
-from tinyllm.runtime import wgsl_sort
-from tinyllm.runtime.wgsl_runtime import WGSLRuntime
+from tinyllm.runtime.wgsl import sort as wgsl_sort
+from tinyllm.runtime.wgsl.runtime import WGSLRuntime
 from conftest import wgsl_skip_reason
 
 if not os.environ.get("CI") and wgsl_skip_reason():

@@ -32,7 +32,7 @@ def test_equals_one_process_on_the_whole_batch(dist, runtime, monkeypatch):
     """2 ranks × B/2 rows, 5 AdamW steps, against this rank training alone on all B rows from the same start: the
     losses (averaged over ranks) and weights agree to 1e-5; the ranks' weights are bit-identical. On C the backward
     pass with its all-reduces replays as a recorded program from the third step on (c_program.py)."""
-    from tinyllm.runtime import c_program
+    from tinyllm.runtime.c import program as c_program
     replayed, run = [], c_program.Program.run
 
     def spy(self, runtime, schedule, *args, **kwargs):
@@ -71,7 +71,7 @@ def test_equals_one_process_on_the_whole_batch(dist, runtime, monkeypatch):
 def test_jit_replays_the_step(dist, monkeypatch):
     """Under tinyllm.jit on C (the step chained from its recorded programs, all-reduces included, from the 4th
     call), the same parameters as eager DDP steps, bit for bit, on every rank."""
-    from tinyllm.runtime import c_chain
+    from tinyllm.runtime.c import chain as c_chain
     r, w = dist.get_rank(), dist.get_world_size()
     rows = slice(r * B // w, (r + 1) * B // w)
     result, chained, run = [], [], c_chain.Chain.run
@@ -158,7 +158,7 @@ def test_allreduces_overlap_the_backward_pass(dist, monkeypatch):
     latest input runs nothing but such work. The first all-reduce starts before the backward pass's last matmul,
     and every WAIT comes after it."""
     from tinyllm.graph import consumers
-    from tinyllm.runtime.numpy_runtime import NumpyRuntime
+    from tinyllm.runtime.numpy.runtime import NumpyRuntime
     seen = []
     run = NumpyRuntime.run_schedule
 

@@ -26,7 +26,7 @@ from .base import Identity, Op, register
 OPS = ("SUM", "AVG", "MAX")
 # address of the array being reduced into -> (request, its input, the array, op). On the normal path the entry
 # keeps the input alive; in a replayed C program they are views of its arena, which the schedule holds until the
-# WAIT (a schedule whose all-reduce outlives it is not recorded: runtime/c_program.py)
+# WAIT (a schedule whose all-reduce outlives it is not recorded: runtime/c/program.py)
 _inflight = {}
 
 
@@ -192,7 +192,7 @@ class WAIT(Collective):
 
 
 def _address(a):
-    """_inflight's key. By address, not by array: a replayed C program (runtime/c_program.py) hands the host
+    """_inflight's key. By address, not by array: a replayed C program (runtime/c/program.py) hands the host
     calls new arrays over the same memory."""
     return a.__array_interface__["data"][0]
 

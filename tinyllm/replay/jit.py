@@ -17,8 +17,8 @@ buffer that does not change.
 Replayed: each schedule runs on its runtime (runtime.execute) with those inputs; assigned tensors and .grads get
 their new values, new tensors hold what fn returned. A value a schedule reads for the last time and that is
 assigned right after it is donated to it when nothing else holds it, so the optimizer updates in place. On the C
-runtime a schedule replays its recorded C calls (runtime/c_program.py), and once a replay updated every assigned
-tensor in place, the whole call runs as one Chain of C calls (runtime/c_chain.py).
+runtime a schedule replays its recorded C calls (runtime/c/program.py), and once a replay updated every assigned
+tensor in place, the whole call runs as one Chain of C calls (runtime/c/chain.py).
 
 Invalid:
   * arguments of other shapes, dtypes, devices, or other non-tensor values: that signature has its own calls

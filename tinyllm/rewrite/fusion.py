@@ -3,7 +3,7 @@
 A FUSED node's `arg` is a Kernel (tinyllm/ops/kernel.py): an iteration shape, an optional reduction, and
 straight-line code over its inputs. Views between fused ops (permute, expand, slice, viewable reshape) fold into each input's strides and
 offset, so they cost no copy and no kernel. A value with more than one consumer is computed once and stored.
-The same Kernel is rendered to C (runtime/render/c.py) and WGSL (runtime/render/wgsl.py).
+The same Kernel is rendered to C (runtime/c/render.py) and WGSL (runtime/wgsl/render.py).
 """
 import math
 

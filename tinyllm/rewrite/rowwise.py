@@ -1,6 +1,6 @@
 """The row-kernel pass (WGSL runtime): softmax, log_softmax and layer_norm over the last axis, as the front end
 builds them from primitives, become one node each, run by a hand-written one-workgroup-per-row kernel
-(runtime/wgsl_rowwise.py, wgsl/softmax.wgsl for both softmaxes, layer_norm.wgsl):
+(runtime/wgsl/rowwise.py, wgsl/softmax.wgsl for both softmaxes, layer_norm.wgsl):
 
     softmax       e = exp(x + (-max x)),  y = e · (1 / Σe)
     log_softmax   s = x + (-max x),       y = s + (-log Σ exp(s))          (cross_entropy is built on it)

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtype as dt
 from ..graph import OPS, const
 from ..ops import Group
-from ..runtime.numpy_runtime import run_low
+from ..runtime.numpy.runtime import run_low
 from .engine import Pat, PatternMatcher
 
 FOLDABLE = Group.ELEMENTWISE | {"CONTIGUOUS"}  # ops computed from their inputs' values alone (a copy too)

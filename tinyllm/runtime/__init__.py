@@ -9,17 +9,17 @@ _live = {}
 
 
 def _numpy():
-    from .numpy_runtime import NumpyRuntime
+    from .numpy.runtime import NumpyRuntime
     return NumpyRuntime()
 
 
 def _c():
-    from .c_runtime import CRuntime
+    from .c.runtime import CRuntime
     return CRuntime()
 
 
 def _wgsl():
-    from .wgsl_runtime import WGSLRuntime
+    from .wgsl.runtime import WGSLRuntime
     return WGSLRuntime()
 
 

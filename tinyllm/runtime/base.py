@@ -55,11 +55,11 @@ class Runtime:
         return vals
 
     # Whether chain(tape, observed) can make something that replays all of a jit Tape's schedules at once, from
-    # what the replay that just ran reported to `observed` (a list, set while it ran): the C runtime's c_chain
+    # what the replay that just ran reported to `observed` (a list, set while it ran): the C runtime's c/chain.py
     chains = False
 
     def execute(self, schedule, feeds=(), donate=()):
         """Run `schedule` (see tinyllm/schedule.py) with feeds[i] the Buffer for its i-th SLOT input; return
         one Buffer per output node. `donate`: positions of feeds the caller will not read again and nothing else
-        refers to; a runtime may write outputs over their memory (the C runtime's replays do, see c_program)."""
+        refers to; a runtime may write outputs over their memory (the C runtime's replays do, see c/program.py)."""
         raise NotImplementedError

@@ -1,7 +1,7 @@
-"""The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (wgpu_device.py).
+"""The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (device.py).
 
-Fused kernels are WGSL generated from the fusion pass's Kernels (render/wgsl.py); MATMUL, GATHER, SCATTER_ADD,
-FLASH_ATTN(_BWD) (wgsl_attention.py), the ROW_* kernels (wgsl_rowwise.py) and ARGSORT (wgsl_sort.py, a bitonic sort)
+Fused kernels are WGSL generated from the fusion pass's Kernels (render.py); MATMUL, GATHER, SCATTER_ADD,
+FLASH_ATTN(_BWD) (attention.py), the ROW_* kernels (rowwise.py) and ARGSORT (sort.py, a bitonic sort)
 are hand-written templates (wgsl/).
 Movement ops are views (strides and an offset over a GPU buffer); an op that needs a row-major operand gets a
 strided copy first. A schedule's kernels are recorded into one compute pass and submitted once; values come back
@@ -25,15 +25,15 @@ import warnings
 
 import numpy as np
 
-from .. import dtype as dt
-from ..env import debug_level
-from ..graph import OPS
-from ..ops import Group
-from ..ops.kernel import Kernel
-from ..views import contiguous_strides, view_strides
-from .base import Buffer, Runtime
-from .render import wgsl as render
-from .wgpu_device import Device
+from ... import dtype as dt
+from ...env import debug_level
+from ...graph import OPS
+from ...ops import Group
+from ...ops.kernel import Kernel
+from ...views import contiguous_strides, view_strides
+from ..base import Buffer, Runtime
+from . import render
+from .device import Device
 
 HOST = {"float32": np.float32, "float16": np.float16, "int64": np.int32, "bool": np.uint32,  # storage per dtype
         "int8": np.int8, "uint8": np.uint8}  # (bytes, four to a u32 word of the GPU buffer)
@@ -255,7 +255,7 @@ class WGSLRuntime(Runtime):
             self.warned.add((node.op, why))
             warnings.warn(f"tinyllm: the WGSL runtime has no kernel for op {node.op}{' ' + why if why else ''} and "
                           "runs it on the host (NumPy), reading its inputs back; register one with "
-                          "tinyllm.runtime.wgsl_runtime.register_kernel", RuntimeWarning, stacklevel=2)
+                          "tinyllm.runtime.wgsl.runtime.register_kernel", RuntimeWarning, stacklevel=2)
         return self.host_forward(node.op, node, ins)
 
     def host_forward(self, op, node, ins):
@@ -286,7 +286,7 @@ class WGSLRuntime(Runtime):
 
 
 def _single_op_node(node):
-    from ..graph import Node
+    from ...graph import Node
     ins = tuple((i, contiguous_strides(s.shape), 0) for i, s in enumerate(node.src))
     if node.op in Group.REDUCE:
         src = node.src[0]
@@ -524,6 +524,6 @@ class _Shape:
         self.shape, self.dtype, self.arg = tuple(shape), dtype, arg
 
 
-from . import wgsl_attention  # noqa: E402,F401  (FLASH_ATTN, FLASH_ATTN_BWD: registers their kernels)
-from . import wgsl_rowwise  # noqa: E402,F401  (ROW_SOFTMAX, ROW_LOG_SOFTMAX, ROW_LAYER_NORM)
-from . import wgsl_sort  # noqa: E402,F401  (ARGSORT)
+from . import attention as wgsl_attention  # noqa: E402,F401  (FLASH_ATTN, FLASH_ATTN_BWD: registers their kernels)
+from . import rowwise as wgsl_rowwise  # noqa: E402,F401  (ROW_SOFTMAX, ROW_LOG_SOFTMAX, ROW_LAYER_NORM)
+from . import sort as wgsl_sort  # noqa: E402,F401  (ARGSORT)

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from .cstyle import CStyleLanguage, merge_dims, output_strides
+from ..cstyle import CStyleLanguage, merge_dims, output_strides
 
 STORAGE = {"float32": "f32", "float16": "f16", "int64": "i32", "bool": "u32"}
 TYPES = {"float32": "f32", "float16": "f16", "int64": "i32", "bool": "bool"}

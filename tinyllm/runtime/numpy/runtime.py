@@ -4,13 +4,13 @@ import time
 
 import numpy as np
 
-from ..env import debug_level
+from ...env import debug_level
 
-from .. import dtype as dt
-from ..graph import OPS
-from ..ops import Group, collective
-from .base import Buffer, Runtime
-from .memory import owner, track
+from ... import dtype as dt
+from ...graph import OPS
+from ...ops import Group, collective
+from ..base import Buffer, Runtime
+from ..memory import owner, track
 
 
 def run_low(node, ins):

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from ..ops.kernel import Kernel
-from ..views import view_strides
+from ...ops.kernel import Kernel
+from ...views import view_strides
 from . import compiler
 
 
@@ -43,7 +43,7 @@ def copy_into(runtime, dst, src):
 
 def convert(runtime, x, src_dtype, dtype):
     """x, holding tinyllm dtype `src_dtype`, as a new row-major array of `dtype` from the runtime's pool (a 16-bit
-    float rounded to nearest even), converted by a generated kernel (render/c.py's loads and stores); None where
+    float rounded to nearest even), converted by a generated kernel (render.py's loads and stores); None where
     the runtime compiles no kernels."""
     if not runtime.compiles:
         return None

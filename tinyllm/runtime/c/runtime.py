@@ -1,7 +1,7 @@
 """The C runtime (docs/architecture.md, "The C runtime"): the NumPy runtime's buffers and views; fused kernels as
-generated C (render/c.py, compiler.py), MATMUL, embeddings, attention and copies by runtime_c/'s prebuilt module.
+generated C (render.py, compiler.py), MATMUL, embeddings, attention and copies by runtime_c/'s prebuilt module.
 An op without a C kernel runs its NumPy forward, as everything does, with a warning, where no compiler or prebuilt
-module exists. Every C call goes through CRuntime.call, so a repeated schedule replays its calls (c_program.py)."""
+module exists. Every C call goes through CRuntime.call, so a repeated schedule replays its calls (program.py)."""
 import math
 import os
 import sys
@@ -10,24 +10,24 @@ import warnings
 
 import numpy as np
 
-from .. import dtype as dt
-from ..env import debug_level
-from ..graph import OPS
-from ..ops import collective
-from ..ops.index import check_index
-from ..ops.kernel import run_kernel
-from ..views import contiguous_strides
-from ..weak import WeakValues
-from . import c_attention, c_chain, c_copy, c_program, c_qmatmul, c_record, compiler
-from .c_views import batch_runs, matrix_layout
-from .memory import track, untrack
-from .numpy_runtime import NumpyRuntime
-from .render.c import render
+from ... import dtype as dt
+from ...env import debug_level
+from ...graph import OPS
+from ...ops import collective
+from ...ops.index import check_index
+from ...ops.kernel import run_kernel
+from ...views import contiguous_strides
+from ...weak import WeakValues
+from . import attention, chain, compiler, copy, program, qmatmul, record
+from .views import batch_runs, matrix_layout
+from ..memory import track, untrack
+from ..numpy.runtime import NumpyRuntime
+from .render import render
 
 
 def _load_prebuilt():
     try:
-        from .. import _kernels
+        from ... import _kernels
         return _kernels.ffi, _kernels.lib
     except ImportError:
         warnings.warn("tinyllm: the prebuilt C module tinyllm._kernels is missing (reinstall with `pip install -e .`, "
@@ -56,10 +56,10 @@ class CRuntime(NumpyRuntime):
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.made = WeakValues()  # id -> array, for the arrays empty() allocated
         self.compiles = compiler.available()
-        self.replays = True  # replay schedules from their recorded C calls (c_program.py)
+        self.replays = True  # replay schedules from their recorded C calls (program.py)
         self._local = threading.local()  # .recorder, .observed (below)
-        self.arena_lock = threading.Lock()  # one replay at a time uses the arena (c_program.execute)
-        self._arena = None  # scratch memory of replayed schedules (c_program.py)
+        self.arena_lock = threading.Lock()  # one replay at a time uses the arena (program.execute)
+        self._arena = None  # scratch memory of replayed schedules (program.py)
         threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
         if self.lib is not None:
             self.lib.tl_set_num_threads(threads)
@@ -76,21 +76,21 @@ class CRuntime(NumpyRuntime):
             vals = self.input_values(schedule, feeds)
             if not self.replays or debug_level():  # TINYLLM_DEBUG times each kernel: no replay then
                 return self.run_schedule(schedule, vals)
-            return c_program.execute(self, schedule, vals, donate)
+            return program.execute(self, schedule, vals, donate)
 
-    recorder = _per_thread("recorder", "The c_record.CallRecorder watching this thread's run, or None.")
-    observed = _per_thread("observed", "A list that each Program.run on this thread reports to (c_program.execute), "
+    recorder = _per_thread("recorder", "The record.CallRecorder watching this thread's run, or None.")
+    observed = _per_thread("observed", "A list that each Program.run on this thread reports to (program.execute), "
                            "or None.")
 
     def chain(self, tape, observed):
-        return c_chain.build(self, tape, observed)
+        return chain.build(self, tape, observed)
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel, arguments converted by
-        c_record.c_args (an array becomes a pointer to its first element). A recorder, if one watches, sees it."""
+        record.c_args (an array becomes a pointer to its first element). A recorder, if one watches, sees it."""
         if self.recorder is not None:
             self.recorder.call(fn, args)
-        return fn(*c_record.c_args(self.ffi or compiler.ffi, fn, args))
+        return fn(*record.c_args(self.ffi or compiler.ffi, fn, args))
 
     def host_call(self, fn, *args):
         """fn(*args) for a Python function of row-major arrays the schedule read or allocated (an MPI call),
@@ -107,7 +107,7 @@ class CRuntime(NumpyRuntime):
         if self.lib is None:
             return np.ascontiguousarray(x)
         out = self.empty(x.shape, x.dtype)
-        c_copy.copy_into(self, out, x)
+        copy.copy_into(self, out, x)
         return out
 
     def unrecorded(self, what):
@@ -291,9 +291,9 @@ CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=
                          SCATTER_ADD=CRuntime._scatter_add, WAIT=CRuntime._wait)
 CRuntime.handlers.update({name: CRuntime._collective for name, op in OPS.items()
                           if issubclass(op, collective.Collective) and hasattr(op, "into")})
-CRuntime.handlers.update(c_attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
-CRuntime.handlers.update(c_qmatmul.HANDLERS)  # QMATMUL: runtime_c/qmatmul.c
-CRuntime.handlers.update(c_copy.HANDLERS)  # CONTIGUOUS, RESHAPE, CAT, PAD: runtime_c/copy.c
+CRuntime.handlers.update(attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
+CRuntime.handlers.update(qmatmul.HANDLERS)  # QMATMUL: runtime_c/qmatmul.c
+CRuntime.handlers.update(copy.HANDLERS)  # CONTIGUOUS, RESHAPE, CAT, PAD: runtime_c/copy.c
 
 
 def _set_omp_threads(n):

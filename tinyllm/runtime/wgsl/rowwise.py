@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from .render import wgsl as render
-from .wgsl_runtime import register_kernel
+from . import render
+from .runtime import register_kernel
 
 TEMPLATES = {"ROW_SOFTMAX": "softmax", "ROW_LOG_SOFTMAX": "softmax", "ROW_LAYER_NORM": "layer_norm"}
 # what softmax.wgsl writes for element i, from the row's max m and Σe s, in the arithmetic of the primitives

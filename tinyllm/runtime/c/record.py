@@ -1,4 +1,4 @@
-"""The C calls of one schedule run, for c_program.py to replay. While a CallRecorder watches a run
+"""The C calls of one schedule run, for program.py to replay. While a CallRecorder watches a run
 (CRuntime.recorder), each call through CRuntime.call is noted with its pointers as offsets into a Region: an input
 of the schedule, or an array the schedule allocated (runtime.empty). A run is recordable only if every kernel
 returned a view of something it read, or made C calls and returned an array from runtime.empty: a kernel that ran
@@ -11,7 +11,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import compiler
-from .c_views import address
+from .views import address
 
 
 # A struct passed by pointer to a C function: its cffi type ("tl_attn_view *") and its fields in order
@@ -27,7 +27,7 @@ def c_args(ffi, fn, args):
 def _c_value(ffi, a, ctype):
     if isinstance(a, np.ndarray):
         return ffi.cast(ctype, address(a))
-    if isinstance(a, list):  # arrays, then a shape-generic kernel's integers (render/c.py)
+    if isinstance(a, list):  # arrays, then a shape-generic kernel's integers (render.py)
         return compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(x) if isinstance(x, np.ndarray)
                                              else compiler.ffi.cast("char *", x) for x in a])
     if isinstance(a, CStruct):
@@ -92,7 +92,7 @@ class CallRecorder:
         else:
             self.failed = None
         self.allocs, self.calls = [], []  # calls: (fn, recorded args)
-        self.in_steps, self.next_in_step = {}, frozenset()  # call index -> c_runtime.in_step of its kernel
+        self.in_steps, self.next_in_step = {}, frozenset()  # call index -> c/runtime.py's in_step of its kernel
         self.node_calls, self.node_allocs, self.node_hosts = 0, 0, 0
 
     def fail(self, why):
@@ -143,7 +143,7 @@ class CallRecorder:
         return a
 
     def in_step(self, positions):
-        """Positions of the next call's argument that its kernel reads in step (c_runtime.in_step)."""
+        """Positions of the next call's argument that its kernel reads in step (c/runtime.py's in_step)."""
         self.next_in_step = positions
 
     def call(self, fn, args):

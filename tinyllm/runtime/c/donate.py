@@ -6,9 +6,9 @@ import weakref
 
 import numpy as np
 
-from ..weak import forget
-from .c_record import Ref
-from .c_views import address
+from ...weak import forget
+from .record import Ref
+from .views import address
 
 # References to a donated input held by take's callers: the feed's Buffer, the runtime's input values and execute's
 # `inputs` (the in-place update tests fail if this is off either way)
@@ -18,7 +18,7 @@ CALLERS_REFS = 3
 def donors(rec, fresh, outputs):
     """{position of a returned allocation: indices of the inputs whose memory it may take over}, from a
     CallRecorder: the allocation is written by one generated elementwise kernel and read by no other call; an
-    input qualifies if that kernel reads it in step (c_runtime.in_step) through one argument only, no later call
+    input qualifies if that kernel reads it in step (c/runtime.py's in_step) through one argument only, no later call
     reads it, and the schedule does not return it."""
     returned = {out[1] for out in outputs if out[0] == "input"}
     found = {}

@@ -8,9 +8,9 @@ of rows * P pairs (8 bytes each) plus one block pass for the steps below B: 21 f
 import functools
 import math
 
-from .. import dtype as dt
-from .render import wgsl as render
-from .wgsl_runtime import register_kernel
+from ... import dtype as dt
+from . import render
+from .runtime import register_kernel
 
 MAX_BLOCK = 2048  # pairs sorted in workgroup memory: 16 KiB, WebGPU's default limit of workgroup storage
 

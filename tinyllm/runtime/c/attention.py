@@ -7,14 +7,14 @@ are the keys and values that grouped-query attention broadcasts over a group (st
 is strided is, and all are made row-major where their batch axes need over three strides.
 
 With 16-bit float inputs (float16, bfloat16) the kernels run in float32 as they are: the inputs are widened by a
-generated kernel (c_copy.convert), and the float32 result is rounded to the node's dtype once, which is what the
+generated kernel (copy.convert), and the float32 result is rounded to the node's dtype once, which is what the
 NumPy runtime does for any op with 16-bit floats (decode, float32 forward, encode), at C speed."""
 import numpy as np
 
-from .. import dtype as dt
-from .c_copy import convert
-from .c_record import CStruct
-from .c_views import batch_runs
+from ... import dtype as dt
+from .copy import convert
+from .record import CStruct
+from .views import batch_runs
 
 
 def _views(runtime, arrays):

@@ -7,9 +7,9 @@ import weakref
 
 import numpy as np
 
-from ..env import debug_level
-from .base import Buffer
-from .memory import owner, track, untrack
+from ...env import debug_level
+from ..base import Buffer
+from ..memory import owner, track, untrack
 
 
 def build(runtime, tape, observed):
@@ -104,7 +104,7 @@ class Chain:
             array[...] = values[h][p]
 
     def _alone(self):
-        """c_donate.take's check, counted with the chain's weak references: nothing but its Buffer holds each array
+        """donate.take's check, counted with the chain's weak references: nothing but its Buffer holds each array
         the step writes over, and nothing but those views holds their base."""
         for base_ref, member_refs in self.groups:
             base = base_ref()

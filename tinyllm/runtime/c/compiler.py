@@ -103,7 +103,7 @@ def _lib():
     default for generated kernels: the best path this CPU has, unless TINYLLM_CPU asked for one (None then)."""
     if not _prebuilt:
         try:
-            from .. import _kernels
+            from ... import _kernels
             lib = _kernels.lib if hasattr(_kernels.lib, "tl_cpu_path") else None
         except ImportError:
             lib = None

@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from ... import dtype as dt
-from .cstyle import CStyleLanguage, merge_dims, output_strides
+from ..cstyle import CStyleLanguage, merge_dims, output_strides
 
 # the C type a value computes in, and the one a buffer stores it as
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "bool": "unsigned char", "int8": "int8_t",

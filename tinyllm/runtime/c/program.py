@@ -1,20 +1,20 @@
-"""A schedule's recorded C calls (c_record.py) replayed as a Program, without the handlers' Python
-(docs/architecture.md, "Replayed schedules"). Pointers into the arena (c_arena.py) are bound once per arena; only
-those into the inputs and the returned arrays (made afresh, or taking over donated inputs: c_donate.py) are
+"""A schedule's recorded C calls (record.py) replayed as a Program, without the handlers' Python
+(docs/architecture.md, "Replayed schedules"). Pointers into the arena (arena.py) are bound once per arena; only
+those into the inputs and the returned arrays (made afresh, or taking over donated inputs: donate.py) are
 written before each run. Views cost nothing: their offsets and strides are in the recorded arguments."""
 import functools
 import weakref
 
 import numpy as np
 
-from ..ops import collective
+from ...ops import collective
 from . import compiler
-from .base import Buffer
-from .c_arena import ALIGN, pack, peak
-from .c_donate import donors, take
-from .c_record import CallRecorder, CStruct, HostArray, HostCall, NotRecordable, Ref
-from .c_views import address
-from .memory import note_peak, owner, track
+from ..base import Buffer
+from .arena import ALIGN, pack, peak
+from .donate import donors, take
+from .record import CallRecorder, CStruct, HostArray, HostCall, NotRecordable, Ref
+from .views import address
+from ..memory import note_peak, owner, track
 
 
 class Program:
@@ -50,14 +50,14 @@ class Program:
                           for fn, _ in self.calls)
         self.hosts = any(isinstance(fn, HostCall) for fn, _ in self.calls)  # see call()
         self.donors = {} if self.checks else donors(rec, fresh, self.outputs)
-        self.places = {}  # (returned array, id of a donated base) -> where its views sit (c_donate._places)
+        self.places = {}  # (returned array, id of a donated base) -> where its views sit (donate._places)
         self.feeds = {n.arg: i for i, n in enumerate(schedule.inputs) if n.op == "SLOT"}  # feed position -> input
         touched = [r for r in rec.allocs if r.first is not None and r.place is None]
         self.arena_size = pack(touched)
         self.peak = peak(touched, list(fresh))
         self.inputs = sorted({ref.region.index for ref in self._refs() if ref.region and ref.region.kind == "input"})
         self.arena = None  # the runtime's arena the arguments are bound to (see _bind)
-        self.patched = None  # who last wrote the per-run pointers: None for run(), else a c_chain.Chain
+        self.patched = None  # who last wrote the per-run pointers: None for run(), else a chain.Chain
         self.run_kernels = getattr(runtime.lib, "tl_run_kernels", None)
 
     def _refs(self):
@@ -167,7 +167,7 @@ class Program:
 
     def call(self, held=0):
         """Makes the calls; False when a kernel reported bad input (an index out of range). `held`: bytes held
-        meanwhile that memory_allocated does not count (a c_chain.Chain's arrays)."""
+        meanwhile that memory_allocated does not count (a chain.Chain's arrays)."""
         note_peak(self.peak + held)
         for fn, args in self.bound:
             status = fn(*args)  # only the embedding kernels return a value: -1 when every index is valid
@@ -180,8 +180,8 @@ class Program:
 
     def run(self, runtime, schedule, inputs, donated=(), seen=None):
         """The output Buffers, or None when a kernel reported bad input: the caller then runs the normal path,
-        which raises the error. `donated`: indices of inputs a returned array may take over (c_donate.take).
-        `seen`, a list, gets (self, inputs, returned arrays, what was taken over, output values) for c_chain."""
+        which raises the error. `donated`: indices of inputs a returned array may take over (donate.take).
+        `seen`, a list, gets (self, inputs, returned arrays, what was taken over, output values) for chain.py."""
         taken = take(self, inputs, donated) if donated and self.donors else {}
         # not runtime.empty: no pool could hand one out (a replay frees nothing), and its bookkeeping costs more
         # than the allocation

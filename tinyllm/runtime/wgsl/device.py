@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from .memory import track, untrack
+from ..memory import track, untrack
 
 INSTALL_HINT = ("install a WebGPU-capable driver: on Debian/Ubuntu `apt-get install mesa-vulkan-drivers libvulkan1` "
                 "gives the software Vulkan adapter lavapipe; on a GPU machine install its Vulkan driver")

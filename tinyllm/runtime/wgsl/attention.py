@@ -3,9 +3,9 @@ each after wgsl/flash_attention.wgsl, registered through the runtime's kernel ho
 first (a strided copy on the GPU)."""
 import math
 
-from .. import dtype as dt
-from .render import wgsl as render
-from .wgsl_runtime import register_kernel
+from ... import dtype as dt
+from . import render
+from .runtime import register_kernel
 
 
 def _source(name, rt, threads, q, k, v, arg, **extra):
