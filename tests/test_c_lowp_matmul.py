@@ -30,12 +30,12 @@ def c_calls(monkeypatch):
     """The ops whose C handler ran (returned an array rather than leaving the op to its NumPy forward)."""
     ran = []
     for op in ("MATMUL", "QMATMUL"):
-        def spy(runtime, node, ins, _handler=CRuntime.handlers[op], _op=op):
+        def spy(runtime, node, ins, _handler=CRuntime.kernels[op], _op=op):
             out = _handler(runtime, node, ins)
             if out is not None:
                 ran.append(_op)
             return out
-        monkeypatch.setitem(CRuntime.handlers, op, spy)
+        monkeypatch.setitem(CRuntime.kernels, op, spy)
     return ran
 
 

@@ -68,7 +68,7 @@ def sgemm_spy(monkeypatch):
             products.append((ins[0].shape, ins[1].shape))
         return out
     monkeypatch.setattr(c_runtime, "matrix_layout", layout)
-    monkeypatch.setitem(CRuntime.handlers, "MATMUL", matmul)
+    monkeypatch.setitem(CRuntime.kernels, "MATMUL", matmul)
     assert get_runtime("c").lib is not None, "the prebuilt C kernels (tinyllm._kernels) is missing"
     return layouts, products
 
@@ -174,12 +174,12 @@ def spy_handlers(monkeypatch, ops):
     """The list, filled as they run, of these ops that ran through their C handlers (not NumPy's forward)."""
     ran = []
     for op in ops:
-        def spy(self, node, ins, original=CRuntime.handlers[op]):
+        def spy(self, node, ins, original=CRuntime.kernels[op]):
             out = original(self, node, ins)
             if out is not None:
                 ran.append(node.op)
             return out
-        monkeypatch.setitem(CRuntime.handlers, op, spy)
+        monkeypatch.setitem(CRuntime.kernels, op, spy)
     return ran
 
 
@@ -660,3 +660,12 @@ def test_a_constant_expression_realized_on_one_device_does_not_leak_into_another
     y = tl.full((3,), v, device=second).exp() + tl.tensor(np.ones(3, np.float32), device=second)
     np.testing.assert_allclose(y.numpy(), np.exp(np.float32(v)) + 1, rtol=1e-6)
     np.testing.assert_allclose(b.numpy(), np.exp(np.float32(v)), rtol=1e-6)
+
+
+def test_the_c_kernel_table_holds_every_prebuilt_and_generated_kernel():
+    """Each op the C runtime runs in C is in its kernel table (runtime.base.kernels("c")), registered by the module
+    that holds its kernel: an op missing here would silently run its NumPy forward instead."""
+    from tinyllm.ops import Group
+    expected = {"FUSED", "MATMUL", "GATHER", "SCATTER_ADD", "WAIT", "FLASH_ATTN", "FLASH_ATTN_BWD", "QMATMUL",
+                "CONTIGUOUS", "RESHAPE", "CAT", "PAD"} | Group.COLLECTIVE
+    assert set(CRuntime.kernels) == expected, sorted(set(CRuntime.kernels) ^ expected)

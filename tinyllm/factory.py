@@ -5,9 +5,10 @@ import copy
 import numpy as np
 
 from . import dtype as dt
-from .graph import build, const
+from .graph import const
 from .runtime import get as get_runtime
-from .tensor import Tensor, arange  # noqa: F401  (arange lives beside Tensor, which uses it)
+from .mixins import arange, cat  # noqa: F401  (torch.arange, torch.cat: the mixins use them too)
+from .tensor import Tensor
 
 
 class Generator:
@@ -149,24 +150,6 @@ def multinomial(probs, num_samples=1, generator=None):
     rng = numpy_generator(generator)
     out = np.stack([rng.choice(p2.shape[-1], size=num_samples, p=row) for row in p2])
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), device=probs.device)
-
-
-def cat(tensors, dim=0):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
-    first = tensors[0]
-    d = first._dim(dim, "cat")
-    dtype = first.dtype
-    for t in tensors[1:]:
-        dtype = dt.result_type(dtype, t.dtype)
-    ts = [first._as(t).to(dtype) for t in tensors]
-    for t in ts:
-        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
-            raise RuntimeError(f"cat: shapes {[t.shape for t in ts]} must match except in dimension {d}")
-    if len(ts) == 1:
-        return ts[0]
-    return ts[0]._make(build("CAT", *[t._node for t in ts], arg=d), *ts[1:])
 
 
 def stack(tensors, dim=0):

@@ -4,10 +4,8 @@ import math
 import numbers
 
 from . import realizer
-from .env import debug_level
 from .factory import zeros_like
 from .graph import Node, bulk
-from .replay import record
 from .replay.jit import host_values
 from .realizer import assign
 from .tensor import Tensor
@@ -38,7 +36,6 @@ class Optimizer:
                 seen.add(id(p))
             self.param_groups.append(group)
         self.defaults, self.state = defaults, {}
-        self._schedules = {}  # _chunk_key -> (runtime, schedule, feeds as positions in the tensors read, writes)
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
@@ -92,25 +89,14 @@ class Optimizer:
             read += [p, p.grad, *(state[k] for k in sorted(state) if isinstance(state[k], Tensor)),
                      *(hyper[k] for k in sorted(hyper))]
         key = self._chunk_key(chunk, read)
-        schedules = vars(self).setdefault("_schedules", {})  # (a subclass's __init__ may not call Optimizer's)
-        cached = schedules.get(key) if key is not None else None
-        if cached is not None and record.active is None and realizer.CACHE_SCHEDULES and not debug_level():
-            runtime, schedule, feeding, writes = cached
-            nodes = [t.node for t in read]
-            feeds = []
-            for i in feeding:
-                n = nodes[i]
-                buf = n.buffer if n.buffer is not None else n.arg if n.op == "LOAD" else None
-                if buf is None or buf.runtime is not runtime:
-                    break
-                feeds.append(buf)
-            else:
-                buffers = runtime.execute(schedule, feeds)
-                for (j, name), buf in zip(writes, buffers):
-                    p = chunk[j][0]
-                    (self.state[p][name] if name is not None else p).node = Node("LOAD", (), buf, buf.shape, buf.dtype)
-                return
         nodes = [t.node for t in read]  # (assign replaces the nodes of what it updates)
+        ran = realizer.rerun(key, nodes) if key is not None else None
+        if ran is not None:
+            buffers, writes = ran
+            for (j, name), buf in zip(writes, buffers):
+                p = chunk[j][0]
+                (self.state[p][name] if name is not None else p).node = Node("LOAD", (), buf, buf.shape, buf.dtype)
+            return
         targets, values, writes = [], [], []
         for j, (p, group, hyper) in enumerate(chunk):
             state = self.state[p]
@@ -119,17 +105,8 @@ class Optimizer:
                 values.append(v)
                 writes.append((j, t if isinstance(t, str) else None))
         done = assign(targets, values)
-        if key is None or done is None or len(done[3]) != len(values) or key != self._chunk_key(chunk, read):
-            return  # (the state gained its tensors: the next step's graph is another one)
-        runtime, schedule, leaves, _ = done
-        first = {}
-        for i, n in enumerate(nodes):
-            first.setdefault(n, i)
-        feeding = [first.get(leaf) for leaf in leaves]
-        if None not in feeding:
-            schedules[key] = (runtime, schedule, feeding, writes)
-            while len(schedules) > 4 * self.CHUNKS:
-                del schedules[next(iter(schedules))]  # the oldest goes first
+        if key is not None and done is not None and len(done[3]) == len(values) and key == self._chunk_key(chunk, read):
+            realizer.remember(key, done, nodes, writes)  # (else the state gained its tensors: another graph next step)
 
     def _chunk_key(self, chunk, read):
         """What the update graph of `chunk` is built from, or None where the cache does not apply: an `_update`

@@ -15,6 +15,7 @@ from .schedule import Schedule
 MAX_SCHEDULES = 256
 CACHE_SCHEDULES = True  # tests of the passes turn this off to see them run on every realize
 _schedules = {}  # (runtime, passes, structure) -> Schedule over SLOT inputs
+_known = {}  # a caller's key -> (runtime, schedule, positions of the caller's inputs that feed it, caller's data)
 
 
 def structure(roots):
@@ -108,6 +109,42 @@ def _realize(tensors):
               f"{(time.perf_counter() - start) * 1e3:.1f} ms; rewrites: {rules}")
         del trace[mark:]
     return runtime, schedule, leaves, todo
+
+
+def remember(key, done, inputs, data=None):
+    """Keep the schedule that `_realize`/`assign` just ran (`done`) under `key`, a caller's description of
+    everything its graph was built from (shapes, dtypes, options, which inputs are one and the same), so that
+    `rerun(key, ...)` runs it again on new values without building the graph. `inputs`: the nodes the graph was
+    built over; each of the schedule's inputs must be one of them (else nothing is kept)."""
+    if done is None:
+        return
+    runtime, schedule, leaves, _ = done
+    first = {}
+    for i, n in enumerate(inputs):
+        first.setdefault(n, i)
+    feeding = [first.get(leaf) for leaf in leaves]
+    if None not in feeding:
+        _known[key] = (runtime, schedule, feeding, data)
+        while len(_known) > MAX_SCHEDULES:
+            del _known[next(iter(_known))]  # the oldest goes first
+
+
+def rerun(key, inputs):
+    """(output buffers, the data remembered with it) of the schedule `remember` kept under `key`, run on the
+    realized values of `inputs` (nodes, in the order remember saw them); None where there is none, an input is not
+    a realized value on its runtime, tinyllm.jit records a step, or TINYLLM_DEBUG reports each realize."""
+    found = _known.get(key)
+    if found is None or record.active is not None or not CACHE_SCHEDULES or debug_level():
+        return None
+    runtime, schedule, feeding, data = found
+    feeds = []
+    for i in feeding:
+        n = inputs[i]
+        buf = n.buffer if n.buffer is not None else n.arg if n.op == "LOAD" else None
+        if buf is None or buf.runtime is not runtime:
+            return None
+        feeds.append(buf)
+    return runtime.execute(schedule, feeds), data
 
 
 def assign(targets, values):

@@ -3,7 +3,6 @@ when something needs them (.numpy(), .item(), .backward(), an optimizer step, or
 import functools
 import inspect
 import math
-from collections import namedtuple
 
 import numpy as np
 
@@ -16,13 +15,21 @@ from .rewrite import autocast as _autocast_pass
 from .runtime import get as get_runtime
 from .views import is_contiguous, strides_of, view_strides
 from .weak import WeakValues
+from .mixins import MaxResult, TensorLike, arange, broadcast_shape  # noqa: F401  (MaxResult, arange: Tensor's names)
+from .mixins.arithmetic import Arithmetic
+from .mixins.cumulative import Cumulative
+from .mixins.indexing import Indexing
+from .mixins.math_ops import MathOps
+from .mixins.movement import Movement
+from .mixins.reduce import Reduce
+from .mixins.scatter import Scatter
+from .mixins.sorting import Sorting
 
 _grad_enabled = [True]
 _grad_leaves = WeakValues()  # LOAD node of a leaf that requires grad -> its Tensor
 # fn(leaves whose .grad this backward updated) -> more leaves whose .grad fn set, run before the gradients are
 # realized: a hook may replace a leaf's lazy .grad (data parallel training all-reduces it, tinyllm/nn/parallel.py)
 grad_ready_hooks = []
-MaxResult = namedtuple("MaxResult", "values indices")
 
 
 class no_grad:
@@ -49,7 +56,9 @@ def _device_name(device):
     return get_runtime(device).name
 
 
-class Tensor:
+class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, Cumulative):
+    """A lazy tensor: its core is here (the node behind it, values, in-place updates, devices, autograd, building
+    ops); its methods by topic come from the mixins (tinyllm/mixins/)."""
     __slots__ = ("_node", "requires_grad", "_grad", "device", "is_leaf", "__weakref__")
     __hash__ = object.__hash__  # == builds a comparison, as in torch; identity hashing stays
 
@@ -240,7 +249,7 @@ class Tensor:
     def _scatter(self, index, value, accumulate, name):
         """The positions `index` selects are found by indexing a tensor of positions; the values are written
         there (scatter.put)."""
-        from .scatter import put
+        from .mixins.scatter import put
         region = arange(self.numel(), device=self.device).reshape(*self.shape)[index]
         if isinstance(value, Tensor):
             try:
@@ -379,7 +388,7 @@ class Tensor:
         dtype = ts[0].dtype
         for t in ts[1:]:
             dtype = dt.result_type(dtype, t.dtype)
-        shape = _broadcast_shape([t.shape for t in ts], name)
+        shape = broadcast_shape([t.shape for t in ts], name)
         return [t if t.shape == shape and t.dtype is dtype else t.to(dtype).expand(*shape) for t in ts]
 
     def _binary(self, op, other, reverse=False, name=None):
@@ -387,620 +396,6 @@ class Tensor:
         if reverse:
             a, b = b, a
         return a._make(build(op, a._node, b._node), b)
-
-    # ---- arithmetic -----------------------------------------------------------------------------------------
-    def add(self, x, alpha=1): return self._binary("ADD", x if alpha == 1 else self._as(x) * alpha, name="add")
-    def sub(self, x, alpha=1): return self.add(-(self._as(x)) if alpha == 1 else self._as(x) * -alpha)
-    def mul(self, x): return self._binary("MUL", x, name="mul")
-    # div (x·reciprocal(z), or rounded), the remainders, trigonometric, hyperbolic, rounding, shifts, copysign
-    from .math_ops import (div, true_divide, floor_divide, remainder, fmod, __floordiv__, __rfloordiv__,  # noqa: E402
-                           __mod__, __rmod__, sin, cos, tan, asin, acos, atan, atan2, sinh, cosh, asinh, acosh, atanh,
-                           arcsin, arccos, arctan, arctan2, arcsinh, arccosh, arctanh, floor, ceil, trunc, fix, round,
-                           frac, bitwise_left_shift, bitwise_right_shift, __lshift__, __rlshift__, __rshift__,
-                           __rrshift__, copysign)
-    def neg(self): return self._unary("NEG")
-    def reciprocal(self): return self._float()._unary("RECIP")
-    def maximum(self, x): return self._binary("MAX", x, name="maximum")
-    def minimum(self, x): return self._flip().maximum(self._as(x)._flip())._flip()
-
-    def _flip(self):
-        """An order-reversing involution: -x, or not x for bools (which NEG does not take). min is flip∘max∘flip."""
-        return self.logical_not() if self.dtype is dt.bool_ else -self
-    def __add__(self, x): return self.add(x)
-    def __radd__(self, x): return self._binary("ADD", x, reverse=True, name="add")
-    def __sub__(self, x): return self.sub(x)
-    def __rsub__(self, x): return self._as(x) + (-self)
-    def __mul__(self, x): return self.mul(x)
-    def __rmul__(self, x): return self._binary("MUL", x, reverse=True, name="mul")
-    def __truediv__(self, x): return self.div(x)
-    def __rtruediv__(self, x): return self._as(x)._float() * self._float().reciprocal()
-    def __neg__(self): return self.neg()
-    def __pow__(self, p): return self.pow(p)
-    def __rpow__(self, base): return self._as(base).pow(self)
-    def __matmul__(self, x): return self.matmul(x)
-    def __rmatmul__(self, x): return self._as(x).matmul(self)
-    def __lt__(self, x): return self._binary("CMPLT", x, name="lt")
-    def __gt__(self, x): return self._binary("CMPLT", x, reverse=True, name="gt")
-    def __le__(self, x): return (self < x).logical_or(self == x)  # (not ¬(x > y): false at NaN, as IEEE)
-    def __ge__(self, x): return (self > x).logical_or(self == x)
-    def __eq__(self, x): return self._binary("CMPEQ", x, name="eq")
-    def __ne__(self, x): return (self == x).logical_not()
-    def __invert__(self): return self.bitwise_not()
-    def __and__(self, x): return self.bitwise_and(x)
-    def __or__(self, x): return self.bitwise_or(x)
-    def __xor__(self, x): return self.bitwise_xor(x)
-    def __rand__(self, x): return self._as(x).bitwise_and(self)
-    def __ror__(self, x): return self._as(x).bitwise_or(self)
-    def __rxor__(self, x): return self._as(x).bitwise_xor(self)
-    lt, gt, le, ge, eq, ne = __lt__, __gt__, __le__, __ge__, __eq__, __ne__
-
-    def logical_not(self): return self._make(build("CMPEQ", self.bool()._node, const(False, self.shape, dt.bool_)))
-    def logical_and(self, x): return self.bool()._binary("MUL", self._as(x).bool(), name="logical_and")
-    def logical_or(self, x): return self.bool()._binary("MAX", self._as(x).bool(), name="logical_or")
-    def logical_xor(self, x): return self.bool() != self._as(x).bool()
-
-    def _bitwise(self, op, x, logical, name):
-        """&, |, ^ as torch: bit by bit on integers, logical on bools (the same results), refused on floats."""
-        a, b = self._broadcast(x, name=name)
-        if a.dtype.is_float:
-            raise TypeError(f"{name}: bitwise ops need integer or bool tensors, got {a.dtype.name}")
-        return logical(a, b) if a.dtype is dt.bool_ else a._make(build(op, a._node, b._node), b)
-
-    def bitwise_and(self, x): return self._bitwise("BITAND", x, Tensor.logical_and, "bitwise_and")
-    def bitwise_or(self, x): return self._bitwise("BITOR", x, Tensor.logical_or, "bitwise_or")
-    def bitwise_xor(self, x): return self._bitwise("BITXOR", x, Tensor.logical_xor, "bitwise_xor")
-
-    def bitwise_not(self):
-        if self.dtype.is_float:
-            raise TypeError(f"bitwise_not: needs an integer or bool tensor, got {self.dtype.name}")
-        return self.logical_not() if self.dtype is dt.bool_ else self._unary("BITNOT")
-
-    def pow(self, p):
-        """xᵖ with torch's semantics and dtypes (int ** int stays int64; a float exponent makes a float).
-        x⁰ = 1 everywhere (nan⁰ too), with gradient 0; positive integer exponents multiply (exact, so negative
-        bases work), -1, 0.5 and -0.5 are a reciprocal, square root and its reciprocal (as torch); the rest is the POW primitive (C's
-        pow: (-inf)^0.3 = inf, a negative base to a non-integer exponent nan; gradient p·x^(p-1), inf at 0 for
-        0 < p < 1)."""
-        if isinstance(p, Tensor):
-            x, p = (t if t.dtype is not dt.bool_ else t.long() for t in self._broadcast(p, name="pow"))
-            return x._make(build("POW", x._node, p._node), p)
-        if not isinstance(p, (bool, int, float, np.number)):
-            raise TypeError(f"pow: the exponent must be a number or a tensor, got {type(p).__name__}")
-        x = self.long() if self.dtype is dt.bool_ else self
-        if isinstance(p, (bool, int, np.integer)):
-            if p < 0 and not x.dtype.is_float:
-                raise RuntimeError("pow: integers to negative integer powers are not allowed")
-        else:
-            x = x._float()
-        if p == 0:  # 1, also for nan and inf, and a gradient of 0 (a where, so it reaches x)
-            return Tensor._from_node(const(True, x.shape, dt.bool_), x.device).where(x._as(1, x.dtype), x)
-        if float(p).is_integer() and 0 < p <= 64:
-            n, result, base = int(p), None, x
-            while n:
-                if n & 1:
-                    result = base if result is None else result * base
-                n >>= 1
-                if n:
-                    base = base * base
-            return result
-        if p == -1:
-            return x.reciprocal()
-        if p == 0.5:
-            return x.sqrt()
-        if p == -0.5:
-            return x.rsqrt()
-        return x._binary("POW", x._as(p, x.dtype), name="pow")
-
-    def exp(self): return self._float()._unary("EXP")
-    def log(self): return self._float()._unary("LOG")
-    def sqrt(self): return self._float()._unary("SQRT")
-    def rsqrt(self): return self.sqrt().reciprocal()
-    def tanh(self): return self._float()._unary("TANH")
-    def erf(self): return self._float()._unary("ERF")
-    def square(self): return self * self
-    def log2(self): return self.log() * (1.0 / math.log(2.0))
-    def log10(self): return self.log() * (1.0 / math.log(10.0))
-    def exp2(self): return (self._float() * math.log(2.0)).exp()
-    def isnan(self): return self != self
-    def isinf(self): return self.abs() == math.inf if self.dtype.is_float else self != self
-    def isfinite(self): return self.abs() < math.inf if self.dtype.is_float else self == self
-    def logaddexp(self, x):
-        """log(eˣ + eʸ), shifted by the larger so nothing overflows."""
-        x = self._as(x)._float()
-        m = self._float().maximum(x).detach()
-        m = m.isfinite().where(m, 0.0)  # (−inf − −inf would be nan)
-        return m + ((self - m).exp() + (x - m).exp()).log()
-    def sigmoid(self):
-        """σ(x) = 1/(1+e) for x ≥ 0 and e/(1+e) for x < 0, with e = e^(-|x|) ≤ 1: nothing overflows. The plain
-        1/(1+e^(-x)) overflows to 1/inf for x ≪ 0, and its gradient there is 0·inf = nan."""
-        x = self._float()
-        neg = x < 0
-        e = neg.where(x, -x).exp()  # -|x|, with the slope of the branch taken (also at 0, unlike abs)
-        r = (1.0 + e).reciprocal()
-        return neg.where(e * r, r)
-    def relu(self):
-        """x where x > 0 or x is nan (nan passes, with its gradient, as torch), else 0."""
-        keep = (self > 0).logical_or(self != self) if self.dtype.is_float else self > 0
-        return keep.where(self, 0.0 if self.dtype.is_float else 0)
-    def abs(self): return self * self.sign()  # so the gradient at 0 is sign(0) = 0, as torch
-    def sign(self): return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
-    def clamp(self, min=None, max=None):
-        """min(max(x, min), max) as torch: the gradient passes where min ≤ x ≤ max (bounds included), nan stays
-        nan (with gradient 0), and min > max gives max everywhere."""
-        if min is None and max is None:
-            raise RuntimeError("clamp: at least one of min and max must be given")
-        out = self
-        if self.dtype.is_float or any(isinstance(b, float) or getattr(b, "dtype", dt.int64).is_float
-                                      for b in (min, max)):
-            out = self._float()
-            out = (out != out).where(out.detach(), out)  # nan: no gradient, as torch
-        if min is not None:
-            out = (out < min).where(min, out)
-        if max is not None:
-            out = (out > max).where(max, out)
-        return out
-    clip = clamp
-
-    def where(self, x, y):
-        """self ? x : y, as torch.where(self, x, y) with self a bool condition."""
-        if self.dtype is not dt.bool_:
-            raise TypeError(f"where: the condition must be bool, got {self.dtype.name}: compare first (x > 0, mask == 1)")
-        ref = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else self
-        x, y = ref._as(x)._broadcast(ref._as(y), name="where")
-        shape = _broadcast_shape([self.shape, x.shape], "where")
-        c, x, y = self.expand(*shape), x.expand(*shape), y.expand(*shape)
-        return x._make(build("WHERE", c._node, x._node, y._node), y)
-
-    def masked_fill(self, mask, value):
-        mask = self._as(mask)
-        if mask.dtype is not dt.bool_:
-            raise TypeError(f"masked_fill: the mask must be bool, got {mask.dtype.name}: use (mask == 0) or .bool()")
-        if _broadcast_shape([mask.shape, self.shape], "masked_fill") != self.shape:
-            raise ValueError(f"masked_fill: a mask of shape {mask.shape} does not broadcast to the tensor's shape "
-                             f"{self.shape}")
-        return mask.where(self._as(value, self.dtype), self)
-
-    # ---- reductions -----------------------------------------------------------------------------------------
-    def _dim(self, d, name):
-        n = max(self.ndim, 1)
-        if not isinstance(d, (int, np.integer)) or not -n <= d < n:
-            raise IndexError(f"{name}: dimension {d} out of range for a tensor of shape {self.shape} "
-                             f"(expected in [{-n}, {n - 1}])")
-        return d % n
-
-    def _dims(self, dim, name):
-        if dim is None:
-            return tuple(range(self.ndim))
-        dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-        axes = [self._dim(d, name) for d in dims]
-        if len(set(axes)) != len(axes):
-            raise RuntimeError(f"{name}: dims {dims} name a dimension more than once (tensor of shape {self.shape})")
-        return tuple(sorted(axes)) if self.ndim else ()
-
-    def _reduce(self, op, dim, keepdim, name):
-        axes = self._dims(dim, name)
-        out = self._make(build(op, self._node, arg=axes)) if axes else self
-        if keepdim:
-            return out
-        return out.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
-
-    def sum(self, dim=None, keepdim=False, dtype=None):
-        x = self if self.dtype.is_float or self.dtype is dt.int64 else self.long()
-        x = x if dtype is None else x.to(dtype)
-        return x._reduce("SUM", dim, keepdim, "sum")
-
-    def prod(self, dim=None, keepdim=False, dtype=None):
-        """Π over `dim` (integers and bools as int64, as torch): the reduced axes flattened into one, multiplied
-        pairwise in ⌈log₂ n⌉ elementwise steps. Exact with zeros, so the gradient (the product rule through the
-        steps) is torch's, where dy·y/x would be nan."""
-        from .factory import cat
-        x = self if self.dtype.is_float else self.long()
-        x = x if dtype is None else x.to(dtype)
-        axes = self._dims(dim, "prod")
-        kept = [a for a in range(self.ndim) if a not in axes]
-        x = x.permute(*kept, *axes).reshape(*[self.shape[a] for a in kept], -1)
-        if x.shape[-1] == 0:  # the empty product
-            x = Tensor._from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)
-        while x.shape[-1] != 1:
-            if x.shape[-1] % 2:  # the odd one out meets a 1
-                x = cat([x, Tensor._from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)], -1)
-            x = x[..., 0::2] * x[..., 1::2]
-        return x.reshape(*[1 if a in axes else s for a, s in enumerate(self.shape)]) if keepdim else x.squeeze(-1)
-
-    def mean(self, dim=None, keepdim=False):
-        axes = self._dims(dim, "mean")
-        return self._float().sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes), 1)
-
-    def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
-        correction = correction if correction is not None else (0 if unbiased is False else 1)
-        axes = self._dims(dim, "var")
-        x = self._float()
-        d = x - x.mean(axes, keepdim=True)
-        return (d * d).sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes) - correction, 0)
-
-    def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
-        return self.var(dim, unbiased, keepdim, correction).sqrt()
-
-    def std_mean(self, dim=None, unbiased=None, keepdim=False, correction=None):
-        return self.std(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
-
-    from .cumulative import cumsum, cumprod, cummax, cummin, logcumsumexp
-    from .sorting import sort, argsort, topk, msort
-    from .scatter import scatter, scatter_add, scatter_reduce
-    from .indexing import nonzero, masked_select
-
-    def lerp(self, end, weight):
-        """self + weight·(end - self)."""
-        return self + self._as(weight) * (self._as(end) - self)
-
-    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-        """|self - other| <= atol + rtol·|other|, equal infinities close, NaN close to NaN only with equal_nan."""
-        other = self._as(other)
-        close = ((self - other).abs() <= atol + rtol * other.abs()) | (self == other)
-        return close | (self.isnan() & other.isnan()) if equal_nan else close
-
-    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-        """Whether every element is close (a Python bool: it reads the value, as torch's does)."""
-        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
-
-    def gather(self, dim, index):
-        """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather): one GATHER from the
-        flattened tensor by the linear index, so the gradient is its scatter-add."""
-        from .scatter import linear_index
-        return self.reshape(-1)[linear_index(self, dim, index, "gather")]
-
-    def diag(self, diagonal=0):
-        """A 1-D tensor: the square matrix with it on the `diagonal`-th diagonal. A 2-D one: that diagonal."""
-        if self.ndim == 2:
-            return self.diagonal(diagonal)
-        if self.ndim != 1:
-            raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
-        n = self.shape[0] + abs(diagonal)
-        rows, cols = arange(n, device=self.device).reshape(n, 1), arange(n, device=self.device).reshape(1, n)
-        on = (cols - rows) == diagonal
-        pick = (rows if diagonal >= 0 else cols).expand(n, n).minimum(self.shape[0] - 1)  # v[r] or v[c]
-        return on.where(self[pick.reshape(-1)].reshape(n, n), 0)
-
-    def amax(self, dim=None, keepdim=False): return self._reduce("REDUCE_MAX", dim, keepdim, "amax")
-    def all(self, dim=None, keepdim=False): return self.bool().amin(dim, keepdim)
-    def any(self, dim=None, keepdim=False): return self.bool().amax(dim, keepdim)
-    def amin(self, dim=None, keepdim=False): return self._flip().amax(dim, keepdim)._flip()
-
-    def argmax(self, dim=None, keepdim=False):
-        """Index of the first largest value (along `dim`, or of the flattened tensor)."""
-        if dim is None:
-            return self.reshape(-1).argmax(0)
-        d = self._dim(dim, "argmax")
-        n = self.shape[d]
-        rev = (n - 1) - arange(n, device=self.device).reshape(*[n if i == d else 1 for i in range(self.ndim)])
-        hit = self == self.amax(d, keepdim=True)
-        return (n - 1) - hit.where(rev, -1).amax(d, keepdim)
-
-    def argmin(self, dim=None, keepdim=False): return self._flip().argmax(dim, keepdim)
-
-    def max(self, dim=None, keepdim=False):
-        """max() is the largest value; max(dim) is (values, indices) along dim, as torch."""
-        if isinstance(dim, Tensor):
-            return self.maximum(dim)
-        if dim is None:
-            return self.amax()
-        dim = self._dim(dim, "max")
-        return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
-
-    def min(self, dim=None, keepdim=False):
-        if isinstance(dim, Tensor):
-            return self.minimum(dim)
-        if dim is None:
-            return self.amin()
-        dim = self._dim(dim, "min")
-        return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
-
-    def logsumexp(self, dim, keepdim=False):
-        """log Σ eˣ = m + log Σ e^(x-m) for the (constant) max m; where m is ±inf the shift is 0, so a row of
-        -inf gives -inf (as torch) instead of -inf - -inf = nan."""
-        dim = self._dims(dim, "logsumexp")
-        m = self.amax(dim, keepdim=True).detach()
-        m = (m.abs() < math.inf).where(m, 0.0)
-        out = (self - m).exp().sum(dim, keepdim=True).log() + m
-        return out if keepdim else out.squeeze(dim)
-
-    def softmax(self, dim=-1):
-        """eˣ / Σ eˣ, shifted by the (constant) row max so nothing overflows."""
-        x, dim = self._float(), self._dim(dim, "softmax")
-        e = (x - x.amax(dim, keepdim=True).detach()).exp()
-        return e / e.sum(dim, keepdim=True)
-
-    def log_softmax(self, dim=-1):
-        x, dim = self._float(), self._dim(dim, "log_softmax")
-        s = x - x.amax(dim, keepdim=True).detach()
-        return s - s.exp().sum(dim, keepdim=True).log()
-
-    # ---- matmul -----------------------------------------------------------------------------------------------
-    def matmul(self, other):
-        """torch.matmul: 1-D operands become a row / column, batch axes broadcast, and an N-D @ 2-D product
-        runs as one 2-D product over all rows (so dW = Xᵀ dY is one product too)."""
-        a, b = self, self._as(other)
-        if not a.ndim or not b.ndim:
-            raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes {a.shape} and {b.shape}")
-        if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
-            raise RuntimeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
-                               f"({a.shape[-1]} != {b.shape[-2 if b.ndim > 1 else 0]}): the last axis of the first "
-                               "must equal the second-to-last of the second")
-        dtype = dt.result_type(a.dtype, b.dtype)
-        a, b = a.to(dtype)._float(), b.to(dtype)._float()
-        a2 = a.unsqueeze(0) if a.ndim == 1 else a
-        b2 = b.unsqueeze(-1) if b.ndim == 1 else b
-        if b2.ndim == 2 and a2.ndim > 2:
-            out = a2.reshape(-1, a2.shape[-1])._mm(b2).reshape(*a2.shape[:-1], b2.shape[-1])
-        else:
-            try:
-                batch = _broadcast_shape([a2.shape[:-2], b2.shape[:-2]], "matmul")
-            except ValueError:
-                raise RuntimeError(f"matmul: the batch dims {a2.shape[:-2]} of {a.shape} and {b2.shape[:-2]} of "
-                                   f"{b.shape} cannot be broadcast together") from None
-            out = a2.expand(*batch, *a2.shape[-2:])._mm(b2.expand(*batch, *b2.shape[-2:]))
-        if b.ndim == 1:
-            out = out.squeeze(-1)
-        if a.ndim == 1:
-            out = out.squeeze(-2 if b.ndim > 1 else -1)
-        return out
-
-    def _mm(self, b):
-        a, b = self._autocast(), b._autocast()
-        return a._make(build("MATMUL", a._node, b._node), b)
-
-    def _autocast(self):
-        """Inside tinyllm.autocast, this tensor marked as an input of a lower-precision op (tinyllm/autocast_mode.py)."""
-        low = _autocast.current()
-        if low is None or self.dtype not in (dt.float32, dt.float64):
-            return self
-        return self._make(_autocast_pass.marked(build("AUTOCAST", self._node, arg=low)))
-
-    # ---- movement ---------------------------------------------------------------------------------------------
-    def _shape_arg(self, shape, name):
-        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-        if shape.count(-1) > 1:
-            raise RuntimeError(f"{name}: only one dimension can be -1, got {shape}")
-        if -1 in shape:
-            rest = math.prod(s for s in shape if s != -1)
-            if rest == 0 or self.numel() % rest:
-                raise RuntimeError(f"{name}: shape {shape} is invalid for a tensor of {self.numel()} elements {self.shape}")
-            shape = tuple(self.numel() // rest if s == -1 else s for s in shape)
-        if math.prod(shape) != self.numel():
-            raise RuntimeError(f"{name}: shape {shape} is invalid for a tensor of {self.numel()} elements {self.shape}")
-        return tuple(int(s) for s in shape)
-
-    def view(self, *shape):
-        shape = self._shape_arg(shape, "view")
-        if view_strides(self.shape, self.stride(), shape) is None:
-            raise RuntimeError(f"view: a tensor of shape {self.shape} with strides {self.stride()} cannot be viewed as "
-                               f"{shape} without copying (it is not contiguous): use .reshape(), which copies when it "
-                               "must, or .contiguous().view()")
-        return self._make(build("RESHAPE", self._node, arg=shape)) if shape != self.shape else self
-
-    def reshape(self, *shape):
-        shape = self._shape_arg(shape, "reshape")
-        if shape == self.shape:
-            return self
-        x = self if view_strides(self.shape, self.stride(), shape) is not None else self.contiguous()
-        return x._make(build("RESHAPE", x._node, arg=shape))
-
-    def contiguous(self):
-        return self if self.is_contiguous() else self._unary("CONTIGUOUS")
-
-    def permute(self, *dims):
-        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-        if len(dims) != self.ndim:
-            raise RuntimeError(f"permute: {len(dims)} dims given for a tensor of shape {self.shape}")
-        order = tuple(self._dim(d, "permute") for d in dims)
-        if sorted(order) != list(range(self.ndim)):
-            raise RuntimeError(f"permute: {dims} repeats a dimension")
-        return self if order == tuple(range(self.ndim)) else self._unary("PERMUTE", order)
-
-    def transpose(self, dim0, dim1):
-        order = list(range(self.ndim))
-        a, b = self._dim(dim0, "transpose"), self._dim(dim1, "transpose")
-        order[a], order[b] = order[b], order[a]
-        return self.permute(*order)
-
-    def t(self):
-        if self.ndim > 2:
-            raise RuntimeError(f"t: expects a tensor with <= 2 dimensions, got shape {self.shape}: use transpose()")
-        return self.permute(*reversed(range(self.ndim)))
-
-    def expand(self, *sizes):
-        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-        if sizes == self._node.shape:  # (what the checks below come to for the same shape)
-            return self
-        if len(sizes) < self.ndim:
-            raise RuntimeError(f"expand: the number of sizes {sizes} must be at least the number of dims {self.shape}")
-        lead = len(sizes) - self.ndim
-        if -1 in sizes[:lead]:
-            raise RuntimeError(f"expand: size -1 (keep) in {sizes} is not allowed for a new leading dim of {self.shape}")
-        shape = tuple(self.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
-        for i, s in enumerate(self.shape):
-            if s != 1 and s != shape[lead + i]:
-                raise RuntimeError(f"expand: the size {s} of dim {i} of {self.shape} must match {shape[lead + i]} "
-                                   f"in {shape} (only size-1 dims expand)")
-        x = self.reshape(*((1,) * lead + self.shape)) if lead else self
-        return x if shape == x.shape else x._unary("EXPAND", shape)
-
-    def expand_as(self, other): return self.expand(*other.shape)
-
-    def unsqueeze(self, dim):
-        d = dim if dim >= 0 else dim + self.ndim + 1
-        if not 0 <= d <= self.ndim:
-            raise IndexError(f"unsqueeze: dimension {dim} out of range for shape {self.shape}")
-        return self.reshape(*self.shape[:d], 1, *self.shape[d:])
-
-    def squeeze(self, dim=None):
-        dims = self._dims(dim, "squeeze") if dim is not None else range(self.ndim)
-        return self.reshape(*[s for i, s in enumerate(self.shape) if not (i in dims and s == 1)])
-
-    def flatten(self, start_dim=0, end_dim=-1):
-        if not self.ndim:
-            return self.reshape(1)
-        s, e = self._dim(start_dim, "flatten"), self._dim(end_dim, "flatten")
-        if s > e:
-            raise RuntimeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
-        return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
-
-    def _slice(self, dim, start, stop, step=1):
-        arg = tuple((start, stop, step) if i == dim else (0, s, 1) for i, s in enumerate(self.shape))
-        return self._unary("SHRINK", arg) if (start, stop, step) != (0, self.shape[dim], 1) else self
-
-    def narrow(self, dim, start, length):
-        d = self._dim(dim, "narrow")
-        start = start + self.shape[d] if start < 0 else start
-        if not (0 <= start and length >= 0 and start + length <= self.shape[d]):
-            raise RuntimeError(f"narrow: start {start} and length {length} do not fit dim {d} of size {self.shape[d]} "
-                               f"(shape {self.shape})")
-        return self._slice(d, start, start + length)
-
-    def split(self, split_size_or_sections, dim=0):
-        d = self._dim(dim, "split")
-        n = self.shape[d]
-        if isinstance(split_size_or_sections, int):
-            if split_size_or_sections <= 0:
-                raise RuntimeError(f"split: split_size must be positive, got {split_size_or_sections}")
-            sizes = [min(split_size_or_sections, n - i) for i in range(0, n, split_size_or_sections)]
-        else:
-            sizes = list(split_size_or_sections)
-            if sum(sizes) != n:
-                raise RuntimeError(f"split: sections {sizes} don't add up to {n}, the size of dim {d} of {self.shape}")
-        out, start = [], 0
-        for s in sizes:
-            out.append(self._slice(d, start, start + s))
-            start += s
-        return tuple(out)
-
-    def chunk(self, chunks, dim=0):
-        n = self.shape[self._dim(dim, "chunk")]
-        if chunks <= 0:
-            raise RuntimeError(f"chunk: chunks must be positive, got {chunks}")
-        return self.split(max(-(-n // chunks), 1), dim)
-
-    def unflatten(self, dim, sizes):
-        d = self._dim(dim, "unflatten")
-        return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
-
-    def flip(self, *dims):
-        """The elements in reverse order along `dims` (a gather of a reversed index per axis, so a copy, as torch)."""
-        out = self
-        for d in self._dims(dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims, "flip"):
-            index = arange(self.shape[d] - 1, -1, -1, device=self.device)
-            out = out[(slice(None),) * d + (index,)]
-        return out
-
-    def roll(self, shifts, dims=None):
-        """Elements shifted cyclically by `shifts` along `dims` (flattened first when dims is None, as torch)."""
-        if dims is None:
-            return self.reshape(-1).roll(shifts, 0).reshape(*self.shape)
-        shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
-        dims = dims if isinstance(dims, (tuple, list)) else (dims,)
-        if len(shifts) != len(dims):
-            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
-        from .factory import cat
-        out = self
-        for shift, dim in zip(shifts, dims):
-            d = self._dim(dim, "roll")
-            n = self.shape[d]
-            k = shift % n if n else 0
-            if k:
-                out = cat([out._slice(d, n - k, n), out._slice(d, 0, n - k)], d)
-        return out
-
-    def repeat(self, *sizes):
-        """The tensor tiled sizes[i] times along each axis (new leading axes where sizes is longer), as torch."""
-        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-        if len(sizes) < self.ndim:
-            raise RuntimeError(f"repeat: {len(sizes)} sizes for a {self.ndim}-D tensor: give at least {self.ndim}")
-        x = self.reshape(*(1,) * (len(sizes) - self.ndim), *self.shape)
-        tiled = x.reshape(*[v for s in x.shape for v in (1, s)])  # (1, s0, 1, s1, ...) -> (r0, s0, r1, s1, ...)
-        tiled = tiled.expand(*[v for r, s in zip(sizes, x.shape) for v in (r, s)])
-        return tiled.reshape(*[r * s for r, s in zip(sizes, x.shape)])
-
-    def repeat_interleave(self, repeats, dim=None):
-        """Each element repeated `repeats` (an int) times in place along `dim` (flattened when None)."""
-        if not isinstance(repeats, int):
-            raise NotImplementedError("repeat_interleave: only an int number of repeats is supported")
-        if dim is None:
-            return self.reshape(-1).repeat_interleave(repeats, 0)
-        d = self._dim(dim, "repeat_interleave")
-        x = self.unsqueeze(d + 1)
-        return x.expand(*x.shape[:d + 1], repeats, *x.shape[d + 2:]).reshape(
-            *self.shape[:d], self.shape[d] * repeats, *self.shape[d + 1:])
-
-    def unfold(self, dimension, size, step):
-        """Every window of `size` elements along `dimension`, `step` apart, as a new last axis (torch's
-        Tensor.unfold): one GATHER by the windows' positions, so overlapping windows' gradients add up."""
-        d = self._dim(dimension, "unfold")
-        n = self.shape[d] if self.ndim else 1
-        if not (isinstance(size, int) and isinstance(step, int)) or size < 0 or step <= 0 or size > n:
-            raise RuntimeError(f"unfold: size {size} and step {step} do not fit dimension {d} of size {n} (shape "
-                               f"{self.shape}): need 0 <= size <= {n} and step > 0")
-        x = self if self.ndim else self.reshape(1)
-        starts = arange(0, n - size + 1, step, device=self.device).reshape(-1, 1)
-        windows = x[(slice(None),) * d + (starts + arange(size, device=self.device).reshape(1, -1),)]
-        if not self.ndim:
-            return windows.reshape(size)
-        return windows.permute(*range(d + 1), *range(d + 2, windows.ndim), d + 1)
-
-    def diagonal(self, offset=0, dim1=0, dim2=1):
-        """The diagonal of the (dim1, dim2) planes, offset above (>0) or below (<0) the main one, as the last axis:
-        the plane flattened and sliced with a step of (columns + 1), a view."""
-        d1, d2 = self._dim(dim1, "diagonal"), self._dim(dim2, "diagonal")
-        rest = [i for i in range(self.ndim) if i not in (d1, d2)]
-        x = self.permute(*rest, d1, d2)
-        rows, cols = x.shape[-2:]
-        n = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
-        start = offset if offset >= 0 else -offset * cols
-        flat = x.reshape(*x.shape[:-2], rows * cols)
-        if n == 0:
-            return flat._slice(flat.ndim - 1, 0, 0)
-        return flat._slice(flat.ndim - 1, start, start + (n - 1) * (cols + 1) + 1, cols + 1)
-
-    def tril(self, diagonal=0): return self._triangle(diagonal, lower=True)
-    def triu(self, diagonal=0): return self._triangle(diagonal, lower=False)
-
-    def _triangle(self, k, lower):
-        if self.ndim < 2:
-            raise RuntimeError(f"{'tril' if lower else 'triu'}: needs at least 2 dims, got shape {self.shape}")
-        r, c = self.shape[-2:]
-        rows = arange(r, device=self.device).reshape(r, 1)
-        cols = arange(c, device=self.device).reshape(1, c)
-        keep = (cols <= rows + k) if lower else (cols >= rows + k)
-        return keep.where(self, self._as(0, self.dtype))
-
-    def __getitem__(self, index):
-        from .indexing import getitem
-        return getitem(self, index)
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-
-def _broadcast_shape(shapes, name):
-    """np.broadcast_shapes' result, without the arrays it makes to find it."""
-    out = [1] * max((len(s) for s in shapes), default=0)
-    for s in shapes:
-        for i, d in enumerate(s, len(out) - len(s)):
-            if d != out[i]:
-                if out[i] == 1:
-                    out[i] = d
-                elif d != 1:
-                    raise ValueError(f"{name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be "
-                                     "broadcast together: sizes must match or be 1, aligned from the last axis")
-    return tuple(out)
-
-
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
-    if end is None:
-        start, end = 0, start
-    floats = any(isinstance(v, float) for v in (start, end, step))
-    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32 if floats else dt.int64
-    return Tensor(np.arange(start, end, step), dtype=dtype, device=device, requires_grad=requires_grad)
-
 
 def _numpy_names(method):
     """torch also takes NumPy's names, axis= for dim= and keepdims= for keepdim=, wherever a method has a dim."""
@@ -1017,6 +412,8 @@ def _numpy_names(method):
     return accepting
 
 
-for _name, _method in list(vars(Tensor).items()):
+TensorLike._Tensor = Tensor
+for _name in dir(Tensor):
+    _method = getattr(Tensor, _name)
     if inspect.isfunction(_method) and "dim" in inspect.signature(_method).parameters:
         setattr(Tensor, _name, _numpy_names(_method))

@@ -5,8 +5,8 @@ from .. import realizer
 from ..graph import build
 from ..tensor import Tensor, no_grad
 from . import functional as F
-from . import process_group as pg
-from .process_group import ReduceOp
+from .. import process_group as pg
+from ..process_group import ReduceOp
 
 
 def _set(targets, values):

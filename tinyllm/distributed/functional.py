@@ -4,8 +4,8 @@ model can use them inside its graph. The in-place forms with torch.distributed's
 tinyllm/distributed/collectives.py."""
 from ..graph import build
 from ..tensor import Tensor
-from . import process_group as pg
-from .process_group import ReduceOp
+from .. import process_group as pg
+from ..process_group import ReduceOp
 
 
 def _op(op):

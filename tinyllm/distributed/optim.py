@@ -40,8 +40,8 @@ from ..optim import AdamW, Optimizer
 from ..replay.jit import host_values
 from ..tensor import Tensor, no_grad
 from . import functional as F
-from . import process_group as pg
-from .process_group import ReduceOp
+from .. import process_group as pg
+from ..process_group import ReduceOp
 
 NAME = "ZeroRedundancyOptimizer"
 

@@ -12,48 +12,32 @@ gradient is zero outside that block and the optimizer trains only that block the
 (embeddings, layer norms, the biases after each all-reduce) get the same full gradient on every rank. Every rank
 must feed the same batch (combine with data parallelism across other ranks, not these).
 """
+import fnmatch
+
+from .. import process_group as pg
 from ..graph import build
-from ..models.gpt import GPT
-from ..models.llama import Llama
 from ..realizer import assign
 from ..rewrite import tensor_parallel as tp
 from ..tensor import Tensor, no_grad
-from . import process_group as pg
 
 COLWISE, ROWWISE = tp.COLWISE, tp.ROWWISE
 
 
-def gpt_plan(model):
-    """{module: (style, groups)} for a GPT: per block mlp.c_fc by columns, mlp.c_proj by rows, attn.c_attn by
-    columns in 3 groups (its q, k and v: a rank's heads of each) and attn.c_proj by rows."""
+def plan_of(model):
+    """{module: (style, groups)}: the model's `tp_plan` (name pattern -> (style, groups)) matched against its
+    named modules."""
     plan = {}
-    for block in model.transformer.h:
-        plan.update({block.mlp.c_fc: (COLWISE, 1), block.mlp.c_proj: (ROWWISE, 1),
-                     block.attn.c_attn: (COLWISE, 3), block.attn.c_proj: (ROWWISE, 1)})
-    return plan
-
-
-def llama_plan(model):
-    """{module: (style, groups)} for a Llama: q, k, v, gate and up projections by columns, o and down by rows."""
-    plan = {}
-    for layer in model.model.layers:
-        a, m = layer.self_attn, layer.mlp
-        plan.update({a.q_proj: (COLWISE, 1), a.k_proj: (COLWISE, 1), a.v_proj: (COLWISE, 1), a.o_proj: (ROWWISE, 1),
-                     m.gate_proj: (COLWISE, 1), m.up_proj: (COLWISE, 1), m.down_proj: (ROWWISE, 1)})
+    for name, module in model.named_modules():
+        for pattern, (style, groups) in model.tp_plan.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                plan[module] = ({"colwise": COLWISE, "rowwise": ROWWISE}[style], groups)
     return plan
 
 
 def _check(model, world):
     """Clear errors where the heads or the MLP's width do not split evenly over the ranks."""
     name = type(model).__name__
-    if isinstance(model, GPT):
-        c = model.config
-        sizes = {"n_head": c.n_head, "4 * n_embd (the MLP's width)": 4 * c.n_embd}
-    else:
-        c = model.config
-        sizes = {"num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
-                 "intermediate_size": c.intermediate_size}
-    for what, n in sizes.items():
+    for what, n in model.tp_split_sizes().items():
         if n % world:
             raise ValueError(f"tensor parallel: {name}'s {what} = {n} does not split over {world} ranks: each rank "
                              f"computes an equal share, so choose a world size (mpirun -n) that divides {n}, or a "
@@ -61,16 +45,16 @@ def _check(model, world):
 
 
 def parallelize(model):
-    """Split `model` (a GPT or a Llama) over the ranks of the process group, Megatron's way; returns the model.
-    Raises a clear error where a split would not be even. Its graphs are rewritten from now on (training and
-    inference); `deparallelize(model)` undoes it."""
-    if not isinstance(model, (GPT, Llama)):
-        raise TypeError(f"tensor parallel: parallelize knows GPT and Llama (tinyllm.models), not "
-                        f"{type(model).__name__}: mark a model's linear layers with "
-                        "tinyllm.rewrite.tensor_parallel.mark(weight, 'colwise' | 'rowwise', groups)")
+    """Split `model` over the ranks of the process group, Megatron's way, by its `tp_plan` (GPT and Llama declare
+    one beside their layers); returns the model. Raises a clear error where a split would not be even. Its graphs
+    are rewritten from now on (training and inference); `deparallelize(model)` undoes it."""
+    if not isinstance(getattr(model, "tp_plan", None), dict):
+        raise TypeError(f"tensor parallel: {type(model).__name__} declares no tp_plan ({{module name pattern: "
+                        "('colwise' | 'rowwise', groups)}, as tinyllm.models.GPT's and Llama's); or mark a model's "
+                        "linear layers with tinyllm.rewrite.tensor_parallel.mark(weight, 'colwise' | 'rowwise', groups)")
     world = pg.get_world_size()
     _check(model, world)
-    plan = gpt_plan(model) if isinstance(model, GPT) else llama_plan(model)
+    plan = plan_of(model)
     for module, (style, groups) in plan.items():
         tp.mark(module.weight, style, groups)
         if style == COLWISE and module.bias is not None:

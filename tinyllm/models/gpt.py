@@ -94,6 +94,15 @@ class Block(nn.Module):
 
 
 class GPT(GenerationMixin, nn.Module):
+    # Megatron's tensor-parallel split, by module name as HF's base_model_tp_plan (tinyllm.distributed.tensor_parallel
+    # applies it): name pattern -> (style, groups). c_attn's columns hold q, k and v: a rank takes its heads of each.
+    tp_plan = {"transformer.h.*.attn.c_attn": ("colwise", 3), "transformer.h.*.attn.c_proj": ("rowwise", 1),
+               "transformer.h.*.mlp.c_fc": ("colwise", 1), "transformer.h.*.mlp.c_proj": ("rowwise", 1)}
+
+    def tp_split_sizes(self):
+        """{what: size} that the ranks of a tensor-parallel split share equally."""
+        return {"n_head": self.config.n_head, "4 * n_embd (the MLP's width)": 4 * self.config.n_embd}
+
     def __init__(self, config):
         self.config = config
         self.transformer = nn.ModuleDict(dict(

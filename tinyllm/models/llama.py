@@ -145,6 +145,18 @@ class Llama(GenerationMixin, nn.Module):
     model(idx, targets) also the mean cross-entropy against targets (B, T) (the next tokens: unlike HF's
     `labels`, not shifted here, as GPT's), positions whose target is -100 left out."""
 
+    # Megatron's tensor-parallel split (tinyllm.distributed.tensor_parallel applies it), HF's base_model_tp_plan
+    tp_plan = {"model.layers.*.self_attn.q_proj": ("colwise", 1), "model.layers.*.self_attn.k_proj": ("colwise", 1),
+               "model.layers.*.self_attn.v_proj": ("colwise", 1), "model.layers.*.self_attn.o_proj": ("rowwise", 1),
+               "model.layers.*.mlp.gate_proj": ("colwise", 1), "model.layers.*.mlp.up_proj": ("colwise", 1),
+               "model.layers.*.mlp.down_proj": ("rowwise", 1)}
+
+    def tp_split_sizes(self):
+        """{what: size} that the ranks of a tensor-parallel split share equally."""
+        c = self.config
+        return {"num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
+                "intermediate_size": c.intermediate_size}
+
     def __init__(self, config):
         self.config = config
         self.model = LlamaModel(config)

@@ -109,10 +109,14 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     return _reduce(loss if weight is None else loss * weight, reduction, "binary_cross_entropy_with_logits")
 
 
+def one_hot(idx, num_classes):
+    from ..tensor import arange
+    return (idx.unsqueeze(-1) == arange(num_classes, device=idx.device)).long()
+
+
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """-input[target] (input holds log-probabilities, classes on axis 1 as torch, or the only axis), times the
     class weight; 'mean' divides by the weights of the targets not ignored."""
-    from .functional import one_hot
     if input.ndim > 2:
         input = input.permute(0, *range(2, input.ndim), 1)  # classes last
     n_classes = input.shape[-1]

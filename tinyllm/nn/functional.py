@@ -87,11 +87,6 @@ def embedding(idx, weight):
     return weight[idx]
 
 
-def one_hot(idx, num_classes):
-    from ..tensor import arange
-    return (idx.unsqueeze(-1) == arange(num_classes, device=idx.device)).long()
-
-
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """-log softmax(logits)[target], 0 where target is `ignore_index`, averaged over the other targets (or their
     sum, or each: reduction 'sum', 'none'; label_smoothing as torch).
@@ -246,7 +241,7 @@ def _grouped_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, hq, hkv)
 
 from .conv import conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, avg_pool2d  # noqa: E402,F401
 from .resize import pad, interpolate  # noqa: E402,F401
-from .activations import (silu, softsign, logsigmoid, mish, relu6, hardsigmoid, elu, celu, selu, softplus,  # noqa: E402,F401
-                          hardtanh, hardswish, leaky_relu, normalize, softmin, l1_loss, binary_cross_entropy,
+from .activations import (one_hot, silu, softsign, logsigmoid, mish, relu6, hardsigmoid, elu, celu, selu,  # noqa: E402,F401
+                          softplus, hardtanh, hardswish, leaky_relu, normalize, softmin, l1_loss, binary_cross_entropy,
                           binary_cross_entropy_with_logits, nll_loss)
 from .rotary import apply_rotary_pos_emb  # noqa: E402,F401

@@ -13,6 +13,7 @@ later ones; between kernels the runtime lets MPI progress. The averaged gradient
 import contextlib
 import weakref
 
+from .. import process_group as dist
 from ..graph import build, const
 from ..tensor import Tensor, grad_ready_hooks
 from .module import Module
@@ -25,7 +26,6 @@ class DistributedDataParallel(Module):
     parameters are the mean over the ranks. `no_sync()` skips the averaging (gradient accumulation: the
     gradients summed locally are averaged by the first backward outside it). The wrapped model is `.module`."""
     def __init__(self, module, bucket_cap_mb=25, broadcast_buffers=True):
-        from .. import distributed as dist
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: expected a tinyllm.nn.Module, got {type(module).__name__}")
         if not bucket_cap_mb or bucket_cap_mb <= 0:

@@ -11,6 +11,11 @@ from .base import (Op, register, rule_of, PRIMITIVES, Source, Elementwise, Unary
 from . import source, elementwise, reduce, movement, matmul, index, sort, attention, checkpoint, qmatmul  # noqa: F401
 from . import collective  # noqa: F401  (tinyllm.distributed's collectives)
 from . import kernel, rowwise  # noqa: F401  (the ops that passes make)
+from .collective import Collective
+
+
+def _having(attr, value):
+    return frozenset(name for name, cls in OPS.items() if getattr(cls, attr) == value)
 
 
 def _kind(base):
@@ -28,4 +33,21 @@ class Group:
     REDUCE = _kind(Reduce)
     MOVEMENT = _kind(Movement)
     VIEW = MOVEMENT | _kind(Identity)  # a view of its input: no copy on a CPU runtime
-    COMMUTATIVE = frozenset(name for name, cls in OPS.items() if cls.commutative)
+    IDENTITY = _kind(Identity)
+    COMMUTATIVE = _having("commutative", True)
+    COPY = _having("copies", True)  # moves stored bits only: views, CONTIGUOUS, PAD, CAT
+    QUANTIZED = _having("quantized", True)
+    AUTOCAST_LOW = _having("autocast", "low")
+    AUTOCAST_FLOAT32 = _having("autocast", "float32")
+    # collectives that combine the ranks' values (REPLICATE and WAIT are marks for autograd and the schedule)
+    COLLECTIVE = frozenset(name for name, cls in OPS.items() if issubclass(cls, Collective) and hasattr(cls, "into"))
+
+
+def names(*ops):
+    """frozenset(ops), each checked against the registry: a pass's or runtime's own list of op names, so that a
+    misspelled name raises when its module is imported instead of never matching."""
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        raise NameError(f"unknown op name(s) {', '.join(map(repr, unknown))}: the primitives are registered in "
+                        f"tinyllm/ops/ ({', '.join(sorted(OPS))})")
+    return frozenset(ops)

@@ -118,6 +118,7 @@ def unpack_grads(node, q, k, v):
 class FLASH_ATTN(Op):
     """out = [O | L] with O = softmax(q kᵀ · scale [causal]) v and L its row log-sum-exp  ⇒  the FA-2 backward:
     FLASH_ATTN_BWD recomputes P tile by tile from q, k and L (see attention_backward for the derivation)."""
+    autocast = "low"
     def infer(src, arg):
         _check_arg(arg)
         q, k, v = src

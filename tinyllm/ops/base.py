@@ -2,6 +2,7 @@ import inspect
 
 import numpy as np
 
+from ..dtype import decode, encode, float32
 from ..graph import OPS
 
 
@@ -15,6 +16,11 @@ class Op:
     """
     takes_arg = False  # set at registration from forward's signature
     commutative = False  # op(a, b) == op(b, a) bit for bit (cse orders the sources of these)
+    # Under autocast (rewrite/autocast.py, torch's op lists): "low" computes in the low dtype, "float32" brings low
+    # inputs back to float32, "promotes" promotes its float inputs as torch does, "follows" keeps its input's dtype
+    autocast = "follows"
+    copies = False  # its output is its inputs' elements moved, no arithmetic: it runs on any dtype's stored bits
+    quantized = False  # it reads int8 / packed int4 weights with their scales (tinyllm/quantization.py)
 
     @staticmethod
     def backward(dy, y):
@@ -32,6 +38,7 @@ class Source(Op):
 
 class Elementwise(Op):
     """Each output element from the input elements at the same index: what fusion puts in one kernel."""
+    autocast = "promotes"
 
 
 class Unary(Elementwise):
@@ -55,6 +62,7 @@ class Ternary(Elementwise):
 
 class Reduce(Op):
     """Reduces over a tuple of axes (`arg`), keeping them with size 1."""
+    autocast = "float32"
     def infer(src, arg):
         (x,) = src
         if not all(0 <= a < len(x.shape) for a in arg) or len(set(arg)) != len(arg):
@@ -64,10 +72,27 @@ class Reduce(Op):
 
 class Movement(Op):
     """Rearranges elements without computing: a view (strides and offset) of its input."""
+    copies = True
 
 
 class Identity(Op):
     """y = x, a marker for autograd or a pass: a view of its input too."""
+    copies = True
+
+
+def compute(node, ins):
+    """The value of `node` from its inputs' values `ins`: its op's NumPy forward. With 16-bit floats in or out, as
+    torch runs it on a CPU: inputs widened to float32, the float32 forward, the result rounded once to the output
+    dtype (to nearest even); views move the stored bits. The NumPy runtime and the constant folder both use it."""
+    cls = OPS[node.op]
+    if not (node.dtype.is_low or any(s.dtype.is_low for s in node.src)):
+        return cls.evaluate(*ins, arg=node.arg)
+    if issubclass(cls, (Movement, Identity)) and all(s.dtype is node.dtype for s in node.src):
+        return cls.evaluate(*ins, arg=node.arg)
+    ins = [decode(x, s.dtype).astype(np.float32) if s.dtype.is_low else x for x, s in zip(ins, node.src)]
+    arg = float32 if node.op == "CAST" and node.dtype.is_low else node.arg
+    out = cls.evaluate(*ins, arg=arg)
+    return encode(out, node.dtype) if node.dtype.is_low else out
 
 
 def register(cls):

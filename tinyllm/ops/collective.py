@@ -19,7 +19,7 @@ recorded and replayed like any other. Neither has a gradient: they reduce gradie
 """
 import numpy as np
 
-from .. import dtype as dt
+from .. import dtype as dt, process_group
 from ..graph import build, const
 from .base import Identity, Op, register
 
@@ -45,11 +45,6 @@ def _made(into, x, shape, arg):
     return out
 
 
-def _pg():
-    from ..distributed import process_group
-    return process_group
-
-
 def _check_op(arg, dtype):
     if arg not in OPS:
         raise ValueError(f"unknown reduce op {arg!r}: use one of {OPS} (tinyllm.distributed.ReduceOp)")
@@ -57,21 +52,21 @@ def _check_op(arg, dtype):
         raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got {dtype.name}: use SUM and divide")
 
 
-def _mpi_op(op):
-    MPI = _pg().mpi()
-    return MPI.MAX if op == "MAX" else MPI.SUM
+def _mpi_op(reduce_op):
+    MPI = process_group.mpi()
+    return MPI.MAX if reduce_op == "MAX" else MPI.SUM
 
 
-def _finish(out, op):
-    if op == "AVG":
-        out /= out.dtype.type(_pg().get_world_size())
+def _finish(out, reduce_op):
+    if reduce_op == "AVG":
+        out /= out.dtype.type(process_group.get_world_size())
     return out
 
 
 def _rank_block(dy, y):
     """dy's rows of this rank's block along axis 0, `y.src[0]`'s share of a gathered value."""
     n = y.src[0].shape[0]
-    r = _pg().get_rank()
+    r = process_group.get_rank()
     return build("SHRINK", dy, arg=((r * n, (r + 1) * n, 1),) + tuple((0, s, 1) for s in dy.shape[1:]))
 
 
@@ -85,13 +80,13 @@ class ALLREDUCE(Collective):
         return x.shape, x.dtype
     @staticmethod
     def into(x, out, arg):
-        _pg().comm().Allreduce(x, out, op=_mpi_op(arg))
+        process_group.comm().Allreduce(x, out, op=_mpi_op(arg))
         _finish(out, arg)
     def forward(x, arg): return _made(ALLREDUCE.into, x, x.shape, arg)
     def backward(dy, y):
         if y.arg == "MAX":
             raise NotImplementedError("all_reduce with ReduceOp.MAX has no gradient: detach its input")
-        return (dy if y.arg == "SUM" else dy * (1.0 / _pg().get_world_size()),)
+        return (dy if y.arg == "SUM" else dy * (1.0 / process_group.get_world_size()),)
 
 
 @register
@@ -117,10 +112,10 @@ class BROADCAST(Collective):
     @staticmethod
     def into(x, out, arg):
         out[...] = x
-        _pg().comm().Bcast(out, root=arg)
+        process_group.comm().Bcast(out, root=arg)
     def forward(x, arg): return _made(BROADCAST.into, x, x.shape, arg)
     def backward(dy, y):
-        return (dy if _pg().get_rank() == y.arg else const(0.0, dy.shape, dy.dtype),)
+        return (dy if process_group.get_rank() == y.arg else const(0.0, dy.shape, dy.dtype),)
 
 
 @register
@@ -133,7 +128,7 @@ class ALLGATHER(Collective):
             raise ValueError("all_gather needs a tensor with at least one axis (it stacks along axis 0)")
         return (arg * x.shape[0],) + x.shape[1:], x.dtype
     @staticmethod
-    def into(x, out, arg): _pg().comm().Allgather(x, out)
+    def into(x, out, arg): process_group.comm().Allgather(x, out)
     def forward(x, arg): return _made(ALLGATHER.into, x, (arg * x.shape[0],) + x.shape[1:], arg)
     def backward(dy, y): return (_rank_block(dy, y),)
 
@@ -152,7 +147,7 @@ class REDUCE_SCATTER(Collective):
         return (x.shape[0] // world,) + x.shape[1:], x.dtype
     @staticmethod
     def into(x, out, arg):
-        _pg().comm().Reduce_scatter_block(x, out, op=_mpi_op(arg[0]))
+        process_group.comm().Reduce_scatter_block(x, out, op=_mpi_op(arg[0]))
         _finish(out, arg[0])
     def forward(x, arg): return _made(REDUCE_SCATTER.into, x, (x.shape[0] // arg[1],) + x.shape[1:], arg)
     def backward(dy, y):
@@ -176,7 +171,7 @@ class IALLREDUCE(Collective):
     infer = staticmethod(_check_async)
     @staticmethod
     def into(x, out, arg):
-        _inflight[_address(out)] = (_pg().comm().Iallreduce(x, out, op=_mpi_op(arg)), x, out, arg)
+        _inflight[_address(out)] = (process_group.comm().Iallreduce(x, out, op=_mpi_op(arg)), x, out, arg)
     def forward(x, arg): return _made(IALLREDUCE.into, x, x.shape, arg)
 
 
@@ -221,4 +216,4 @@ def progress():
     """Let MPI move the started all-reduces on (Open MPI's non-blocking collectives advance only inside MPI calls):
     the runtimes call this between kernels while any is in flight."""
     if _inflight:
-        _pg().mpi().Request.Testall([entry[0] for entry in _inflight.values()])
+        process_group.mpi().Request.Testall([entry[0] for entry in _inflight.values()])

@@ -26,6 +26,7 @@ class NEG(Unary):
 @register
 class EXP(FloatUnary):
     """y = eˣ  ⇒  dx = dy · y"""
+    autocast = "float32"
     def forward(x): return np.exp(x)
     def backward(dy, y): return (dy * y,)
 
@@ -33,6 +34,7 @@ class EXP(FloatUnary):
 @register
 class LOG(FloatUnary):
     """y = ln x  ⇒  dx = dy / x"""
+    autocast = "float32"
     def forward(x): return np.log(x)
     def backward(dy, y): return (dy / y.src[0],)
 
@@ -40,6 +42,7 @@ class LOG(FloatUnary):
 @register
 class SQRT(FloatUnary):
     """y = √x  ⇒  dx = dy / (2y)"""
+    autocast = "float32"
     def forward(x): return np.sqrt(x)
     def backward(dy, y): return (dy / (y * 2.0),)
 
@@ -47,6 +50,7 @@ class SQRT(FloatUnary):
 @register
 class RECIP(FloatUnary):
     """y = 1/x  ⇒  dx = -dy / x² = -dy · y²"""
+    autocast = "float32"
     def forward(x): return np.reciprocal(x)
     def backward(dy, y): return (-(dy * y * y),)
 
@@ -169,6 +173,7 @@ class AUTOCAST(Identity):
 @register
 class CONTIGUOUS(Op):
     """y = x copied into a fresh row-major buffer  ⇒  dx = dy"""
+    copies = True
     infer = Unary.infer
     def forward(x): return np.ascontiguousarray(x)
     def backward(dy, y): return (dy,)
@@ -259,6 +264,7 @@ class POW(Binary):
     """y = xᵖ (C's pow: 0⁰ = 1, (-inf)^0.3 = inf, a negative x to a non-integer p is nan; exact for integers)
     ⇒  dx = dy · p·x^(p-1), 0 where p = 0;  dp = dy · y·ln x, 0 where x = 0 and p ≥ 0 (torch's rules: so x^0.3
     has gradient inf at 0, and 0^p has no gradient to p where it is 0 or 1)"""
+    autocast = "float32"
     def infer(src, arg):
         shape, dtype = Binary.infer(src, arg)
         if dtype is dt.bool_:

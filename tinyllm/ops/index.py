@@ -16,6 +16,7 @@ def check_index(idx, n, op, axis, shape):
 class GATHER(Op):
     """y = x.take(idx, axis)  (y[..., i, ...] = x[..., idx[i], ...])
     ⇒  dx = SCATTER_ADD(dy, idx): each row of dy is added back where it was read from"""
+    autocast = "float32"
     def infer(src, arg):
         x, idx = src
         if idx.dtype is not dt.int64:
@@ -35,6 +36,7 @@ class GATHER(Op):
 @register
 class SCATTER_ADD(Op):
     """y = zeros with y[..., idx[i], ...] += x[..., i, ...] (`arg` = (axis, size))  ⇒  dx = GATHER(dy, idx)"""
+    autocast = "float32"
     def infer(src, arg):
         x, idx = src
         axis, n = arg

@@ -16,6 +16,9 @@ from .base import Op, register
 # (op, arg, operand indices, dtype); the last instruction is the value stored (or reduced), unless `outs` names
 # several (an elementwise kernel with several outputs, one after another in memory: see fuse_outputs).
 Kernel = namedtuple("Kernel", "shape reduce ins code outs", defaults=(None,))
+# the instructions of `code` that are not ops: IN (read input entry `arg` at the current position) and COPY (the
+# operand's value); every other instruction is an elementwise op, or CONST
+INSTRUCTIONS = frozenset({"IN", "COPY"})
 
 
 def run_kernel(kernel, *bases, out_dtype):

@@ -8,6 +8,7 @@ from .base import Op, register, fmt
 class MATMUL(Op):
     """Y = A B over the last two axes, batch axes equal (the front end broadcasts them)
     ⇒  dA = dY Bᵀ, dB = Aᵀ dY   (the transposes are views: no data moves)"""
+    autocast = "low"
     def infer(src, arg):
         a, b = src
         if (len(a.shape) < 2 or len(a.shape) != len(b.shape) or a.shape[:-2] != b.shape[:-2]

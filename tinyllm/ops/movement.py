@@ -71,6 +71,7 @@ class SHRINK(Movement):
 @register
 class PAD(Op):
     """y = zeros of shape `arg[0]` with x placed at the slices `arg[1]`  ⇒  dx = dy[slices]"""
+    copies = True
     def infer(src, arg):
         (x,) = src
         shape, where = arg
@@ -89,6 +90,7 @@ class PAD(Op):
 @register
 class CAT(Op):
     """y = [x₁; x₂; …] joined along axis `arg`  ⇒  dxₖ = the slice of dy where xₖ sits"""
+    copies = True
     def infer(src, arg):
         first = src[0]
         for x in src[1:]:

@@ -119,6 +119,7 @@ class QMATMUL(Op):
     ⇒  dx = dy · dequant(W), a DEQUANT node and a MATMUL. The weight gets no gradient: quantized weights are
     frozen (what a LoRA adapter on a quantized base needs). float64 x is accepted too (computed in float64), only
     so gradcheck can difference it."""
+    quantized = True
     def infer(src, arg):
         x = src[0]
         if len(src) != 3:
@@ -143,6 +144,7 @@ class QMATMUL(Op):
 class DEQUANT(Op):
     """W' = dequant(qweight, scales) as float32 (N, K), `arg` = (fmt, group_size) (module docstring). What
     QMATMUL's gradient reads; no gradient of its own (the quantized storage is frozen)."""
+    quantized = True
     def infer(src, arg):
         if len(src) != 2:
             raise ValueError(f"needs (qweight, scales), got {len(src)} inputs")

@@ -52,6 +52,7 @@ def _made_by_pass(op):
 @register
 class ROW_SOFTMAX(Op):
     """[softmax(x) | max x | Σ e^(x - max)] over the last axis; made after autograd, so no gradient rule."""
+    autocast = "float32"
     def infer(src, arg): _made_by_pass("ROW_SOFTMAX")
     def forward(x): return softmax_forward(x)
 
@@ -59,6 +60,7 @@ class ROW_SOFTMAX(Op):
 @register
 class ROW_LOG_SOFTMAX(Op):
     """[log_softmax(x) | max x | Σ e^(x - max)] over the last axis; made after autograd, so no gradient rule."""
+    autocast = "float32"
     def infer(src, arg): _made_by_pass("ROW_LOG_SOFTMAX")
     def forward(x): return log_softmax_forward(x)
 
@@ -67,5 +69,6 @@ class ROW_LOG_SOFTMAX(Op):
 class ROW_LAYER_NORM(Op):
     """[layer_norm(x)·w + b | Σx | Σ(x - mean)²] over the last axis (w, b present as arg = (eps, has_w, has_b)
     says); made after autograd, so no gradient rule."""
+    autocast = "float32"
     def infer(src, arg): _made_by_pass("ROW_LAYER_NORM")
     def forward(x, *vectors, arg): return layer_norm_forward(x, *vectors, arg=arg)

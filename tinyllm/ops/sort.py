@@ -11,6 +11,7 @@ class ARGSORT(Op):
     """y = the positions that sort x along axis arg[0], ascending or (arg[1]) descending; stable (equal values keep
     their order) and NaN largest, as torch. Integer positions carry no gradient: a sort's values are a gather of x
     by them, whose gradient is the scatter-add back to where each value came from."""
+    autocast = "float32"
     def infer(src, arg):
         (x,) = src
         axis, _ = arg

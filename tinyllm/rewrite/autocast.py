@@ -1,7 +1,7 @@
 """The autocast pass: AUTOCAST marks (tinyllm/autocast_mode.py) become casts, and the new dtypes flow through the graph.
 
 Walking the graph sources first, each node is rebuilt over its rewritten sources by one rule per kind of op,
-following torch's autocast op lists:
+following torch's autocast op lists (each op class's `autocast`, tinyllm/ops/):
 
     AUTOCAST(x; low)         x cast to `low` (float16 or bfloat16)
     MATMUL, FLASH_ATTN       lower precision: with a low input, every float input goes low (the kernels
@@ -24,9 +24,6 @@ from .. import dtype as dt
 from ..graph import build, const, toposort
 from ..ops import Group
 
-FP32 = Group.REDUCE | {"EXP", "LOG", "RECIP", "SQRT", "POW", "ARGSORT", "GATHER", "SCATTER_ADD",
-                       "ROW_SOFTMAX", "ROW_LOG_SOFTMAX", "ROW_LAYER_NORM"}
-LOWER = {"MATMUL", "FLASH_ATTN"}
 _marks = weakref.WeakSet()  # live AUTOCAST nodes: without any, the pass has nothing to do
 
 
@@ -84,7 +81,7 @@ def _rule(n, src):
     lows = [s.dtype for s in src if s.dtype.is_low]
     if not lows:
         return build(n.op, *src, arg=n.arg)
-    if n.op in LOWER:
+    if n.op in Group.AUTOCAST_LOW:
         low = lows[0]
         src = [_retyped(s, low) if s.dtype.is_float else s for s in src]
         if n.op != "MATMUL" or not any(_weight_cast(s) for s in src):
@@ -92,7 +89,7 @@ def _rule(n, src):
         src = [build("CAST", build("CHECKPOINT", s.src[0], arg=ENTER), arg=s.arg) if _weight_cast(s) else s
                for s in src]
         return build("CHECKPOINT", build(n.op, *src, arg=n.arg), arg=EXIT)
-    if n.op in FP32:
+    if n.op in Group.AUTOCAST_FLOAT32:
         return build(n.op, *[_retyped(s, dt.float32) if s.dtype.is_low else s for s in src], arg=n.arg)
     if n.op in Group.ELEMENTWISE and n.op != "CAST" and len(src) > 1:
         floats = [s for s in src if s.dtype.is_float]

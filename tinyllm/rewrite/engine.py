@@ -13,6 +13,7 @@ import contextlib
 from collections import Counter, namedtuple
 
 from ..env import debug_level
+from ..ops import names
 from ..graph import Node
 
 ANY = object()
@@ -43,7 +44,7 @@ class Pat:
     commutative: also try the two sources swapped
     A realized node (one with a buffer) is a leaf: a pattern never looks at its sources."""
     def __init__(self, op=None, src=None, arg=ANY, name=None, dtype=None, commutative=False):
-        self.ops = None if op is None else frozenset([op] if isinstance(op, str) else op)
+        self.ops = None if op is None else names(*([op] if isinstance(op, str) else op))
         self.dtypes = None if dtype is None else tuple(dtype) if isinstance(dtype, (tuple, list, set)) else (dtype,)
         self.src, self.arg, self.name, self.commutative = src, arg, name, commutative
 

@@ -11,9 +11,9 @@ import math
 import numpy as np
 
 from .. import dtype as dt
-from ..graph import OPS, const
+from ..graph import const
 from ..ops import Group
-from ..runtime.numpy.runtime import run_low
+from ..ops.base import compute
 from .engine import Pat, PatternMatcher
 
 FOLDABLE = Group.ELEMENTWISE | {"CONTIGUOUS"}  # ops computed from their inputs' values alone (a copy too)
@@ -33,7 +33,7 @@ def fold_elementwise(x):
     if any(s.op != "CONST" for s in x.src):
         return None
     ins = [dt.encode(s.arg, s.dtype) for s in x.src]
-    out = run_low(x, ins) if x.dtype.is_low or any(s.dtype.is_low for s in x.src) else OPS[x.op].evaluate(*ins, arg=x.arg)
+    out = compute(x, ins)
     return const(dt.decode(np.asarray(out, dtype=x.dtype.np), x.dtype).item(), x.shape, x.dtype)
 
 

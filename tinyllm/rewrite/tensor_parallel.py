@@ -33,8 +33,10 @@ import math
 import weakref
 from collections import namedtuple
 
+from .. import process_group as pg
 from ..env import debug_level
 from ..graph import OPS, Node, build, const, toposort
+from ..ops import names
 from ..ops.base import Elementwise, Identity
 from . import engine
 
@@ -43,7 +45,7 @@ COLWISE, ROWWISE = "colwise", "rowwise"
 _marks = {}
 
 Shard = namedtuple("Shard", "node axis groups region")  # this rank's part of a value split on `axis`
-VIEWS = ("RESHAPE", "PERMUTE", "EXPAND", "DETACH", "AUTOCAST")  # what a weight passes through on its way to a matmul
+VIEWS = names("RESHAPE", "PERMUTE", "EXPAND", "DETACH", "AUTOCAST")  # what a weight passes through on its way to a matmul
 
 
 def mark(param, style, groups=1):
@@ -64,11 +66,6 @@ def marked():
     """{parameter: (style, groups)} for the live marked parameters."""
     return {p: (style, groups) for p, style, groups in ((r(), s, g) for r, s, g in list(_marks.values()))
             if p is not None}
-
-
-def _world():
-    from ..distributed import process_group as pg
-    return pg.get_world_size(), pg.get_rank()
 
 
 # ---- slicing a full value to this rank's part ------------------------------------------------------------------
@@ -345,7 +342,7 @@ def tensor_parallel_pass(roots, key=None):
             starts[n] = (len(starts), groups)
     if not starts:
         return roots
-    world, rank = _world()
+    world, rank = pg.get_world_size(), pg.get_rank()
     split = Split(world, rank, {p.node for p in marks})
     skip = set()
     while True:  # each walk leaves out the regions an earlier one could not split, until none fails

@@ -1,11 +1,50 @@
-"""What a runtime provides: buffers it owns, copies to and from NumPy, and running a schedule of kernels."""
+"""The contract of a runtime: what a new one provides, and the one way each registers its kernels.
+
+A runtime is one package under tinyllm/runtime/ (numpy/, c/, wgsl/) whose runtime.py subclasses `Runtime` below:
+  from_numpy / to_numpy / constant   its buffers: made from NumPy, read back, a CONST's value
+  execute(schedule, feeds, donate)   runs a schedule (tinyllm/schedule.py) and returns one Buffer per output
+  fuses, multi_output_kernels, row_kernels, max_kernel_inputs
+                                     what its kernels can run, from which rewrite/pipeline.py picks the lowering
+  kernels                            its table of kernels by op (`Kernels` below): an op it has no kernel for runs
+                                     the op's NumPy forward (tinyllm/ops/), so every runtime runs every primitive
+and tinyllm/runtime/__init__.py names it, so TINYLLM_RUNTIME and device= reach it. tests/ run every op and rewrite
+on each runtime named there (tests/conftest.py, RUNTIMES).
+"""
 import sys
+
+from .. import ops
 
 # Whether sys.getrefcount counts every reference, as the checks before a donation (Runtime.execute) assume:
 # CPython 3.11-3.13 with the GIL. Later versions may skip counting references they borrow, so a count could
 # look right while something else holds the value: there, nothing is donated (updates are not made in place).
 EXACT_REFCOUNTS = sys.implementation.name == "cpython" and sys.version_info < (3, 14) \
     and getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+class Kernels(dict):
+    """A runtime's kernels: op name -> fn(runtime, node, inputs). `@kernels("c").register("MATMUL", ...)`
+    adds one; a name that is not a registered op raises there, so a misspelled one cannot silently never run."""
+    def __init__(self, runtime):
+        super().__init__()
+        self.runtime = runtime
+
+    def register(self, *op_names):
+        ops.names(*op_names)
+
+        def add(fn):
+            for op in op_names:
+                self[op] = fn
+            return fn
+        return add
+
+
+_tables = {}
+
+
+def kernels(runtime):
+    """The kernel table of the runtime called `runtime`: one per runtime, made on first use, so a runtime's kernel
+    modules register into it without importing the runtime itself."""
+    return _tables.setdefault(runtime, Kernels(runtime))
 
 
 class Buffer:
@@ -24,6 +63,7 @@ class Buffer:
 
 class Runtime:
     name = "?"
+    kernels = Kernels("?")  # each runtime's own: kernels(name)
     # What this runtime's kernels can run, from which tinyllm/rewrite/pipeline.py picks the lowering passes:
     fuses = False  # FUSED kernels (the fusion pass)
     multi_output_kernels = False  # FUSED kernels with several outputs (fuse_outputs)

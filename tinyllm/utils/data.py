@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 
+from .. import process_group as dist
+
 
 class DistributedSampler:
     """Indices of `dataset` (anything with len()) for rank `rank` of `num_replicas` (by default, the process group's).
@@ -12,7 +14,6 @@ class DistributedSampler:
     the first indices to fill it, so every rank gets len(self) indices."""
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
         if num_replicas is None or rank is None:
-            from .. import distributed as dist
             if not dist.is_initialized():
                 raise RuntimeError("DistributedSampler: pass num_replicas and rank, or call "
                                    "tinyllm.distributed.init_process_group first")

@@ -15,6 +15,9 @@ from ... import dtype as dt
 from .copy import convert
 from .record import CStruct
 from .views import batch_runs
+from ..base import kernels
+
+KERNELS = kernels("c")
 
 
 def _views(runtime, arrays):
@@ -44,7 +47,7 @@ def _runs(batch, arrays):
 
 
 def _kernel(name):
-    """The handler of runtime_c/attention.c's kernel `name` (both take the same arguments, and the backward whether
+    """The kernel function of runtime_c/attention.c's kernel `name` (both take the same arguments, and the backward whether
     dout holds dL: attention.h)."""
     def run(runtime, node, ins):
         low = node.dtype.is_low and runtime.lib is not None and all(s.dtype is node.dtype for s in node.src)
@@ -67,5 +70,5 @@ def _kernel(name):
     return run
 
 
-flash_forward, flash_backward = _kernel("attention_forward"), _kernel("attention_backward")
-HANDLERS = {"FLASH_ATTN": flash_forward, "FLASH_ATTN_BWD": flash_backward}
+flash_forward = KERNELS.register("FLASH_ATTN")(_kernel("attention_forward"))
+flash_backward = KERNELS.register("FLASH_ATTN_BWD")(_kernel("attention_backward"))

@@ -11,6 +11,9 @@ import numpy as np
 from ...ops.kernel import Kernel
 from ...views import view_strides
 from . import compiler
+from ..base import kernels
+
+KERNELS = kernels("c")
 
 
 def _axes(shape, dst, src):
@@ -62,6 +65,7 @@ def _applies(runtime, *arrays):
     return runtime.lib is not None and all(a.dtype == arrays[0].dtype for a in arrays)
 
 
+@KERNELS.register("CONTIGUOUS")
 def contiguous(runtime, node, ins):
     (x,) = ins
     if x.flags.c_contiguous or not _applies(runtime, x):
@@ -71,6 +75,7 @@ def contiguous(runtime, node, ins):
     return out
 
 
+@KERNELS.register("RESHAPE")
 def reshape(runtime, node, ins):
     (x,) = ins
     if x.flags.c_contiguous or not x.size or view_strides(x.shape, [s // x.itemsize for s in x.strides],
@@ -83,6 +88,7 @@ def reshape(runtime, node, ins):
     return out
 
 
+@KERNELS.register("CAT")
 def cat(runtime, node, ins):
     if not _applies(runtime, *ins):
         return None
@@ -95,6 +101,7 @@ def cat(runtime, node, ins):
     return out
 
 
+@KERNELS.register("PAD")
 def pad(runtime, node, ins):
     (x,) = ins
     if not _applies(runtime, x):
@@ -131,4 +138,3 @@ def _zero_outside(runtime, out, where):
             copy_into(runtime, slab, np.lib.stride_tricks.as_strided(zero, slab.shape, (0,) * slab.ndim))
 
 
-HANDLERS = {"CONTIGUOUS": contiguous, "RESHAPE": reshape, "CAT": cat, "PAD": pad}

@@ -1,14 +1,18 @@
 """QMATMUL on the C runtime: runtime_c/qmatmul.c through the prebuilt module (a GEMV streaming the quantized weight
 for at most 4 rows of x, the sgemm dequantizing while it packs for more).
 
-The handler takes (runtime, node, inputs) and returns the output array, or None where the kernel does not apply
+The kernel takes (runtime, node, inputs) and returns the output array, or None where the kernel does not apply
 (float64 x, or no prebuilt module): the op's NumPy forward runs instead. x is read in place when its rows are
 contiguous; the weight and scales are the quantized storage as tinyllm/ops/qmatmul.py defines it."""
 import numpy as np
 
-KERNELS = {"int8": "tl_qmatmul_q8", "int4": "tl_qmatmul_q4"}
+from ..base import kernels
+
+KERNELS = kernels("c")
+FUNCTIONS = {"int8": "tl_qmatmul_q8", "int4": "tl_qmatmul_q4"}
 
 
+@KERNELS.register("QMATMUL")
 def qmatmul(runtime, node, ins):
     x, qweight, scales = ins
     fmt, group = node.arg
@@ -23,8 +27,7 @@ def qmatmul(runtime, node, ins):
         x = runtime.contiguous(x)
     qweight, scales = runtime.contiguous(qweight), runtime.contiguous(scales)
     ldx = x.strides[0] // 4 if M > 1 else K
-    runtime.call(getattr(runtime.lib, KERNELS[fmt]), M, N, K, group, x, ldx, qweight, scales, out, N)
+    runtime.call(getattr(runtime.lib, FUNCTIONS[fmt]), M, N, K, group, x, ldx, qweight, scales, out, N)
     return out
 
 
-HANDLERS = {"QMATMUL": qmatmul}

@@ -13,16 +13,19 @@ import numpy as np
 from ... import dtype as dt
 from ...env import debug_level
 from ...graph import OPS
-from ...ops import collective
+from ...ops import Group, collective
 from ...ops.index import check_index
 from ...ops.kernel import run_kernel
 from ...views import contiguous_strides
 from ...weak import WeakValues
-from . import attention, chain, compiler, copy, program, qmatmul, record
+from . import attention, chain, compiler, copy, program, qmatmul, record  # noqa: F401  (attention, qmatmul: their kernels)
 from .views import batch_runs, matrix_layout
+from ..base import kernels
 from ..memory import track, untrack
 from ..numpy.runtime import NumpyRuntime
 from .render import render
+
+KERNELS = kernels("c")
 
 
 def _load_prebuilt():
@@ -47,11 +50,11 @@ class CRuntime(NumpyRuntime):
     fuses = multi_output_kernels = True
     # op -> fn(runtime, node, inputs) running its C kernel, or returning None where it does not apply (float64,
     # no prebuilt module): the op's NumPy forward runs then
-    handlers = {}
+    kernels = KERNELS  # op -> fn(runtime, node, inputs); None back: the op's NumPy forward runs instead
 
     def __init__(self):
         self.ffi, self.lib = _load_prebuilt()
-        self.kernels = {}  # (CPU path, (Kernel, dtypes)) -> (compiled function, its params)
+        self.built = {}  # (CPU path, (Kernel, dtypes)) -> (compiled function, its params)
         self.functions = {}  # (CPU path, kernel name) -> compiled function (shape-generic ones serve many)
         self.pool = {}  # (shape, dtype) -> free arrays: a training step reuses the same buffers every time
         self.made = WeakValues()  # id -> array, for the arrays empty() allocated
@@ -159,7 +162,7 @@ class CRuntime(NumpyRuntime):
     def compiled(self, keys, cpu):
         """{key: (compiled function, its params)} for kernel keys (Kernel, output dtype name, input dtype names)
         on CPU path `cpu`, compiling together those this process has not yet."""
-        todo = {key: render(*key) for key in dict.fromkeys(keys) if (cpu, key) not in self.kernels}
+        todo = {key: render(*key) for key in dict.fromkeys(keys) if (cpu, key) not in self.built}
         sources = {name: source for name, source, _ in todo.values() if (cpu, name) not in self.functions}
         if sources:
             if debug_level() >= 2:
@@ -167,14 +170,14 @@ class CRuntime(NumpyRuntime):
                     print(source)
             self.functions.update(((cpu, name), fn) for name, fn in compiler.load(sources).items())
         for key, (name, _, params) in todo.items():
-            self.kernels[cpu, key] = self.functions[cpu, name], params
-        return {key: self.kernels[cpu, key] for key in keys}
+            self.built[cpu, key] = self.functions[cpu, name], params
+        return {key: self.built[cpu, key] for key in keys}
 
     def run(self, node, ins):
         if self.recorder is not None:
             self.recorder.begin_kernel()
-        handler = self.handlers.get(node.op)
-        out = handler(self, node, ins) if handler is not None else None
+        kernel = self.kernels.get(node.op)
+        out = kernel(self, node, ins) if kernel is not None else None
         out = out if out is not None else super().run(node, ins)
         if self.recorder is not None:
             self.recorder.end_kernel(node, out)
@@ -287,13 +290,14 @@ def in_step(kernel, ins):
     return frozenset(1 + i for i in aligned)
 
 
-CRuntime.handlers.update(FUSED=CRuntime._fused, MATMUL=CRuntime._matmul, GATHER=CRuntime._gather,
-                         SCATTER_ADD=CRuntime._scatter_add, WAIT=CRuntime._wait)
-CRuntime.handlers.update({name: CRuntime._collective for name, op in OPS.items()
-                          if issubclass(op, collective.Collective) and hasattr(op, "into")})
-CRuntime.handlers.update(attention.HANDLERS)  # FLASH_ATTN, FLASH_ATTN_BWD: runtime_c/attention.c
-CRuntime.handlers.update(qmatmul.HANDLERS)  # QMATMUL: runtime_c/qmatmul.c
-CRuntime.handlers.update(copy.HANDLERS)  # CONTIGUOUS, RESHAPE, CAT, PAD: runtime_c/copy.c
+KERNELS.register("FUSED")(CRuntime._fused)
+KERNELS.register("MATMUL")(CRuntime._matmul)
+KERNELS.register("GATHER")(CRuntime._gather)
+KERNELS.register("SCATTER_ADD")(CRuntime._scatter_add)
+KERNELS.register("WAIT")(CRuntime._wait)
+KERNELS.register(*Group.COLLECTIVE)(CRuntime._collective)
+# attention.py (FLASH_ATTN, FLASH_ATTN_BWD), qmatmul.py (QMATMUL) and copy.py (CONTIGUOUS, RESHAPE, CAT, PAD)
+# registered theirs when imported
 
 
 def _set_omp_threads(n):

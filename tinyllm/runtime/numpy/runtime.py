@@ -7,21 +7,10 @@ import numpy as np
 from ...env import debug_level
 
 from ... import dtype as dt
-from ...graph import OPS
-from ...ops import Group, collective
+from ...ops import collective
+from ...ops.base import compute
 from ..base import Buffer, Runtime
 from ..memory import owner, track
-
-
-def run_low(node, ins):
-    """An op reading or making 16-bit floats, as torch runs it on a CPU: inputs widened to float32, the op's
-    float32 forward, the result rounded once to the output dtype (to nearest even). Views move the stored bits."""
-    if node.op in Group.VIEW and all(s.dtype is node.dtype for s in node.src):
-        return OPS[node.op].evaluate(*ins, arg=node.arg)
-    ins = [dt.decode(x, s.dtype).astype(np.float32) if s.dtype.is_low else x for x, s in zip(ins, node.src)]
-    arg = dt.float32 if node.op == "CAST" and node.dtype.is_low else node.arg
-    out = OPS[node.op].evaluate(*ins, arg=arg)
-    return dt.encode(out, node.dtype) if node.dtype.is_low else out
 
 
 class NumpyRuntime(Runtime):
@@ -55,9 +44,7 @@ class NumpyRuntime(Runtime):
 
     def run(self, node, ins):
         """One kernel: the op's NumPy forward."""
-        if node.dtype.is_low or any(s.dtype.is_low for s in node.src):
-            return run_low(node, ins)
-        return OPS[node.op].evaluate(*ins, arg=node.arg)
+        return compute(node, ins)
 
     def execute(self, schedule, feeds=(), donate=()):
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings

@@ -1,11 +1,13 @@
 """FLASH_ATTN and FLASH_ATTN_BWD on the WGSL runtime: wgsl/flash_attention_forward.wgsl and _backward.wgsl,
-each after wgsl/flash_attention.wgsl, registered through the runtime's kernel hook. Operands are made contiguous
+each after wgsl/flash_attention.wgsl, registered in the WGSL runtime's kernel table. Operands are made contiguous
 first (a strided copy on the GPU)."""
 import math
 
 from ... import dtype as dt
 from . import render
-from .runtime import register_kernel
+from ..base import kernels
+
+KERNELS = kernels("wgsl")
 
 
 def _source(name, rt, threads, q, k, v, arg, **extra):
@@ -18,7 +20,7 @@ def _source(name, rt, threads, q, k, v, arg, **extra):
     return enable + render.template("flash_attention", **values) + "\n" + render.template(name, **values), groups
 
 
-@register_kernel("FLASH_ATTN")
+@KERNELS.register("FLASH_ATTN")
 def _flash_forward(rt, node, ins):
     q, k, v = (rt.contiguous(x) for x in ins)
     out = rt.empty(node.shape, node.dtype)
@@ -29,7 +31,7 @@ def _flash_forward(rt, node, ins):
     return out
 
 
-@register_kernel("FLASH_ATTN_BWD")
+@KERNELS.register("FLASH_ATTN_BWD")
 def _flash_backward(rt, node, ins):
     q, k, v, out, dout = (rt.contiguous(x) for x in ins)
     grads = rt.empty(node.shape, node.dtype)

@@ -1,12 +1,14 @@
 """ROW_SOFTMAX, ROW_LOG_SOFTMAX and ROW_LAYER_NORM (made by rewrite/rowwise.py) on the WGSL runtime: one
 workgroup per row, wgsl/row_reduce.wgsl for the workgroup's tree reductions plus wgsl/softmax.wgsl (both
-softmaxes) or layer_norm.wgsl, registered through the runtime's kernel hook."""
+softmaxes) or layer_norm.wgsl, registered in the WGSL runtime's kernel table."""
 import math
 
 import numpy as np
 
 from . import render
-from .runtime import register_kernel
+from ..base import kernels
+
+KERNELS = kernels("wgsl")
 
 TEMPLATES = {"ROW_SOFTMAX": "softmax", "ROW_LOG_SOFTMAX": "softmax", "ROW_LAYER_NORM": "layer_norm"}
 # what softmax.wgsl writes for element i, from the row's max m and Σe s, in the arithmetic of the primitives
@@ -46,4 +48,4 @@ def _row_kernel(rt, node, ins):
 
 
 for _op in TEMPLATES:
-    register_kernel(_op)(_row_kernel)
+    KERNELS.register(_op)(_row_kernel)

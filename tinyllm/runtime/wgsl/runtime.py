@@ -31,28 +31,20 @@ from ...graph import OPS
 from ...ops import Group
 from ...ops.kernel import Kernel
 from ...views import contiguous_strides, view_strides
-from ..base import Buffer, Runtime
+from ..base import Buffer, Runtime, kernels
 from . import render
 from .device import Device
 
 HOST = {"float32": np.float32, "float16": np.float16, "int64": np.int32, "bool": np.uint32,  # storage per dtype
         "int8": np.int8, "uint8": np.uint8}  # (bytes, four to a u32 word of the GPU buffer)
 BYTES = ("int8", "uint8")
-# ops whose WGSL kernels handle one-byte values (the rest run on the host when they meet one): views, copies,
-# and the quantized matmul
-BYTE_KERNELS = {"QMATMUL", "DEQUANT", "RESHAPE", "PERMUTE", "EXPAND", "SHRINK", "DETACH", "CHECKPOINT",
-                "AUTOCAST", "CONTIGUOUS", "PAD", "CAT"}
+# ops whose WGSL kernels handle one-byte values (the rest run on the host when they meet one): views and copies,
+# which move stored bits, and the quantized matmul
+BYTE_KERNELS = Group.COPY | Group.QUANTIZED
 ERROR_SLOTS = 64  # index kernels since the last read-back that each report out-of-range indices on their own
-KERNELS = {}  # op name -> fn(runtime, node, inputs) -> Value
-
-
-def register_kernel(op):
-    """Decorator: `fn(runtime, node, inputs) -> Value` runs op `op` on the WGSL runtime, recording dispatches
-    (runtime.dispatch) on Values from runtime.empty(shape, dtype) and runtime.contiguous(value)."""
-    def wrap(fn):
-        KERNELS[op] = fn
-        return fn
-    return wrap
+# op -> fn(runtime, node, inputs) -> Value: it records dispatches (runtime.dispatch) on Values from
+# runtime.empty(shape, dtype) and runtime.contiguous(value); attention.py, rowwise.py and sort.py add theirs
+KERNELS = kernels("wgsl")
 
 
 class Value:
@@ -94,6 +86,7 @@ def _storage_name(dtype):
 
 
 class WGSLRuntime(Runtime):
+    kernels = KERNELS
     name = "wgsl"
     fuses = row_kernels = True
 
@@ -241,7 +234,7 @@ class WGSLRuntime(Runtime):
     def run(self, node, ins):
         if node.op not in BYTE_KERNELS and any(d.dtype.name in BYTES for d in (node, *node.src)):
             return self.on_host(node, ins, "on int8 / uint8 values")
-        fn = KERNELS.get(node.op)
+        fn = self.kernels.get(node.op)
         if fn is not None:
             return fn(self, node, ins)
         if node.op in Group.ELEMENTWISE or node.op in Group.REDUCE:  # not fused (a runtime without the fusion pass)
@@ -255,7 +248,7 @@ class WGSLRuntime(Runtime):
             self.warned.add((node.op, why))
             warnings.warn(f"tinyllm: the WGSL runtime has no kernel for op {node.op}{' ' + why if why else ''} and "
                           "runs it on the host (NumPy), reading its inputs back; register one with "
-                          "tinyllm.runtime.wgsl.runtime.register_kernel", RuntimeWarning, stacklevel=2)
+                          "tinyllm.runtime.base.kernels('wgsl').register", RuntimeWarning, stacklevel=2)
         return self.host_forward(node.op, node, ins)
 
     def host_forward(self, op, node, ins):
@@ -301,7 +294,7 @@ def _single_op_node(node):
 
 # ---- kernels ------------------------------------------------------------------------------------------------
 
-@register_kernel("FUSED")
+@KERNELS.register("FUSED")
 def _fused(rt, node, ins):
     ins = [rt.contiguous(v) for v in ins]
     out = rt.empty(node.shape, node.dtype)
@@ -314,7 +307,7 @@ def _fused(rt, node, ins):
     return out
 
 
-@register_kernel("RESHAPE")
+@KERNELS.register("RESHAPE")
 def _reshape(rt, node, ins):
     (x,) = ins
     strides = view_strides(x.shape, x.elem_strides, node.shape)
@@ -324,53 +317,45 @@ def _reshape(rt, node, ins):
     return x.view(node.shape, strides)
 
 
-@register_kernel("PERMUTE")
+@KERNELS.register("PERMUTE")
 def _permute(rt, node, ins):
     (x,) = ins
     return x.view(node.shape, [x.elem_strides[i] for i in node.arg])
 
 
-@register_kernel("EXPAND")
+@KERNELS.register("EXPAND")
 def _expand(rt, node, ins):
     (x,) = ins
     return x.view(node.shape, [0 if s != a else st for s, a, st in zip(x.shape, node.arg, x.elem_strides)])
 
 
-@register_kernel("SHRINK")
+@KERNELS.register("SHRINK")
 def _shrink(rt, node, ins):
     (x,) = ins
     offset = x.offset + sum(start * st for (start, _, _), st in zip(node.arg, x.elem_strides))
     return x.view(node.shape, [st * step for st, (_, _, step) in zip(x.elem_strides, node.arg)], offset)
 
 
-@register_kernel("DETACH")
-@register_kernel("CHECKPOINT")  # a region marker: the value itself
-@register_kernel("AUTOCAST")  # a mark the autocast pass replaces; one that survives is the value itself
-@register_kernel("REPLICATE")  # a mark for autograd (simplify drops it after): the value itself
+@KERNELS.register(*Group.IDENTITY, "WAIT")  # marks for autograd and the passes: the value itself
 def _identity(rt, node, ins):
     return ins[0]
 
 
-@register_kernel("ALLREDUCE")
-@register_kernel("BROADCAST")
-@register_kernel("ALLGATHER")
-@register_kernel("REDUCE_SCATTER")
-@register_kernel("IALLREDUCE")
+@KERNELS.register(*Group.COLLECTIVE)
 def _collective(rt, node, ins):
     """MPI combines host memory: the value is read back, combined and uploaded. A non-blocking all-reduce
     completes at once here (the upload needs its result), and its WAIT passes the value on."""
     return rt.host_forward("ALLREDUCE" if node.op == "IALLREDUCE" else node.op, node, ins)
 
 
-register_kernel("WAIT")(_identity)
 
 
-@register_kernel("CONTIGUOUS")
+@KERNELS.register("CONTIGUOUS")
 def _contiguous(rt, node, ins):
     return rt.contiguous(ins[0])
 
 
-@register_kernel("PAD")
+@KERNELS.register("PAD")
 def _pad(rt, node, ins):
     (x,) = ins
     shape, where = node.arg
@@ -389,7 +374,7 @@ def _fill(rt, shape, dtype, value):
     return out
 
 
-@register_kernel("CAT")
+@KERNELS.register("CAT")
 def _cat(rt, node, ins):
     out = rt.empty(node.shape, node.dtype)
     strides, start = out.elem_strides, 0
@@ -404,7 +389,7 @@ def _index_dims(x_shape, axis, idx_shape):
     return math.prod(x_shape[:axis]), math.prod(idx_shape), math.prod(x_shape[axis + len(idx_shape):])
 
 
-@register_kernel("GATHER")
+@KERNELS.register("GATHER")
 def _gather(rt, node, ins):
     x, idx = (rt.contiguous(v) for v in ins)
     axis = node.arg
@@ -418,7 +403,7 @@ def _gather(rt, node, ins):
     return out
 
 
-@register_kernel("SCATTER_ADD")
+@KERNELS.register("SCATTER_ADD")
 def _scatter_add(rt, node, ins):
     x, idx = (rt.contiguous(v) for v in ins)
     axis, n = node.arg
@@ -456,7 +441,7 @@ def _matrix_layout(x):
     return fast, max(ld, 1), batch[-1][1] if batch else 0, x.offset
 
 
-@register_kernel("MATMUL")
+@KERNELS.register("MATMUL")
 def _matmul(rt, node, ins):
     a, b = ins
     batch, (m, k), n = math.prod(a.shape[:-2]), a.shape[-2:], b.shape[-1]
@@ -486,7 +471,7 @@ def _matmul(rt, node, ins):
 QMATMUL_GEMV_ROWS = 8  # up to this many rows of x, wgsl/qmatmul.wgsl; more, the weight dequantized once + MATMUL
 
 
-@register_kernel("QMATMUL")
+@KERNELS.register("QMATMUL")
 def _qmatmul(rt, node, ins):
     """x · dequant(W)ᵀ: for few rows (decode) wgsl/qmatmul.wgsl, reading each weight byte once per 4 rows; for
     more, DEQUANT into a float32 scratch buffer read by the tiled matmul, whose tiles reuse each weight across
@@ -508,7 +493,7 @@ def _qmatmul(rt, node, ins):
     return out
 
 
-@register_kernel("DEQUANT")
+@KERNELS.register("DEQUANT")
 def _dequant(rt, node, ins):
     qweight, scales = (rt.contiguous(v) for v in ins)
     out = rt.empty(node.shape, node.dtype)
@@ -524,6 +509,4 @@ class _Shape:
         self.shape, self.dtype, self.arg = tuple(shape), dtype, arg
 
 
-from . import attention as wgsl_attention  # noqa: E402,F401  (FLASH_ATTN, FLASH_ATTN_BWD: registers their kernels)
-from . import rowwise as wgsl_rowwise  # noqa: E402,F401  (ROW_SOFTMAX, ROW_LOG_SOFTMAX, ROW_LAYER_NORM)
-from . import sort as wgsl_sort  # noqa: E402,F401  (ARGSORT)
+from . import attention, rowwise, sort  # noqa: E402,F401  (they register their kernels: FLASH_ATTN(_BWD), ROW_*, ARGSORT)

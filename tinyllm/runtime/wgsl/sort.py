@@ -1,5 +1,5 @@
-"""ARGSORT on the WGSL runtime: a bitonic sort of each row (wgsl/argsort.wgsl), registered through the runtime's
-kernel hook. The rows are the positions of the other axes; a row pads to P, the next power of two.
+"""ARGSORT on the WGSL runtime: a bitonic sort of each row (wgsl/argsort.wgsl), registered in the WGSL
+runtime's kernel table. The rows are the positions of the other axes; a row pads to P, the next power of two.
 
 Dispatches per sort, with B the block of pairs one workgroup sorts in its memory (up to 2048, within the device's
 workgroup storage): one when P <= B; else for each stage k = 2B .. P, one per step j = k/2 .. B over a scratch buffer
@@ -10,7 +10,9 @@ import math
 
 from ... import dtype as dt
 from . import render
-from .runtime import register_kernel
+from ..base import kernels
+
+KERNELS = kernels("wgsl")
 
 MAX_BLOCK = 2048  # pairs sorted in workgroup memory: 16 KiB, WebGPU's default limit of workgroup storage
 
@@ -45,7 +47,7 @@ def _source(dtype, descending, n, p, b, inner, rows, workgroup, pass_, groups_x)
                            N=n, P=p, B=b, INNER=inner, ROWS=rows, WORKGROUP=workgroup, PASS=call)
 
 
-@register_kernel("ARGSORT")
+@KERNELS.register("ARGSORT")
 def _argsort(rt, node, ins):
     axis, descending = node.arg
     x = rt.contiguous(ins[0])

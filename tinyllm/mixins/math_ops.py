@@ -17,16 +17,16 @@ round-ups to the next integer).
 import math
 
 
-from . import dtype as dt
-from .graph import build, const
+from .. import dtype as dt
+from ..graph import build, const
+from . import TensorLike, from_node
 
 LN2 = math.log(2.0)
 
 
 # ---- helpers (functions, not methods) ------------------------------------------------------------------------
 def _true(x):
-    from .tensor import Tensor
-    return Tensor._from_node(const(True, x.shape, dt.bool_), x.device)
+    return from_node(const(True, x.shape, dt.bool_), x.device)
 
 
 def _abs(x):
@@ -101,168 +101,12 @@ def _sinh_cosh(t):
     return (e + v) * 0.5, 1.0 + e * v * 0.5
 
 
-# ---- trigonometric and hyperbolic ------------------------------------------------------------------------------
-def sin(self): return self._float()._unary("SIN")
-
-
-def cos(self):
-    """1 - 2·sin²(x/2): x/2 is exact, so cos needs no primitive of its own and has none of the argument error that
-    sin(x + π/2) has for large x."""
-    s = (self._float() * 0.5).sin()
-    return 1.0 - s * s * 2.0
-
-
-def tan(self): return self.sin() / self.cos()
-
-
-def asin(self):
-    """2·atan(x / (1 + √(1-x)·√(1+x))): the argument stays in [-1, 1], 1 ± x are exact near ±1 (1 - x² rounds x²),
-    and at x = ±1 the gradient is torch's inf: one root has an infinite slope, the other a finite one (√(1-x²)
-    as one root would meet 0·inf)."""
-    x = self._float()
-    return (x / (1.0 + (1.0 - x).sqrt() * (1.0 + x).sqrt())).atan() * 2.0
-
-
-def acos(self):
-    """acos|x| = 2·atan(√(1-|x|)/√(1+|x|)), and π - that for x < 0: every quotient finite, 1 - |x| exact near 1,
-    and torch's gradient -inf at x = ±1."""
-    neg, t = _abs(self._float())
-    a = ((1.0 - t).sqrt() / (1.0 + t).sqrt()).atan() * 2.0
-    return neg.where(math.pi - a, a)
-
-
-def atan(self): return self._float()._unary("ATAN")
-
-
-def atan2(self, other):
-    """The angle of (other, self) in (-π, π], as torch.atan2(self, other) and C's atan2 (signed zeros and
-    infinities included): atan of the smaller over the larger of |y|, |x| (never inf/inf), moved to the right
-    quadrant. The gradient is (x·dy - y·dx)/(x² + y²), and 0 at (0, 0), as torch's."""
-    y, x = self._broadcast(other, name="atan2")
-    y, x = y._float(), x._float()
-    zero = (x == 0) & (y == 0)
-    xm = zero.where(1.0, x)  # the main branch away from (0, 0), where its slopes are infinite (torch's gradient: 0)
-    swap = y.abs() > xm.abs()
-    a = (swap.where(xm, y) / swap.where(y, xm)).atan()
-    yneg, xneg = _signbit(y), _signbit(x)
-
-    def signed(v):  # v with y's sign
-        return yneg.where(x._as(-v), x._as(v))
-    out = swap.where(signed(math.pi / 2) - a, xneg.where(a + signed(math.pi), a))  # |y| > |x|: ±π/2 - atan(x/y)
-    out = (x.isinf() & y.isinf()).where(xneg.where(signed(3 * math.pi / 4), signed(math.pi / 4)), out)
-    return zero.where(xneg.where(signed(math.pi), signed(0.0)), out)  # (±0, -0): ±π; (±0, +0): ±0
-
-
-def sinh(self):
-    """sign(x)·sinh|x| (symmetric, so exact for negative x too); inf from |x| ≈ 88.7 on in float32, where eˣ
-    overflows, as torch's."""
-    neg, t = _abs(self._float())
-    s = _sinh_cosh(t)[0]
-    return neg.where(-s, s)
-
-
-def cosh(self): return _sinh_cosh(_abs(self._float())[1])[1]
-
-
-def asinh(self):
-    """sign(x)·ln(t + √(t² + 1)), t = |x| (symmetric, so large negative x do not cancel): as
-    log1p(t·(1 + t/(1 + √(1 + t²)))) up to _big (-0.0 stays -0.0), ln t + ln 2 past it (equal there to rounding;
-    t² never overflows)."""
-    neg, t = _abs(self._float())
-    edge = _big(t)
-    big = t > edge
-    s = big.where(0.0, t)  # each branch gets inputs of its own range (an untaken branch's slopes must be finite)
-    a = big.where(big.where(t, edge).log() + LN2, _log1p(s * (1.0 + s / (1.0 + (1.0 + s * s).sqrt()))))
-    return neg.where(-a, a)
-
-
-def acosh(self):
-    """ln(x + √(x² - 1)) = log1p(t + √t·√(t + 2)) with t = x - 1 (exact near 1, where the gradient is torch's inf)
-    up to _big, ln x + ln 2 past it."""
-    x = self._float()
-    edge = _big(x)
-    big = x > edge
-    t = big.where(2.0, x) - 1.0
-    return big.where(big.where(x, edge).log() + LN2, _log1p(t + t.sqrt() * (t + 2.0).sqrt()))
-
-
-def atanh(self):
-    """(log1p(x) - log1p(-x))/2: accurate near 0 and near ±1 (where 1 ∓ x is exact), odd exactly, and ±inf with
-    gradient inf at ±1, as torch."""
-    x = self._float()
-    return (_log1p(x) - _log1p(-x)) * 0.5
-
-
-arcsin, arccos, arctan, arctan2, arcsinh, arccosh, arctanh = asin, acos, atan, atan2, asinh, acosh, atanh
-
-
 # ---- rounding -----------------------------------------------------------------------------------------------
 def _integral(x, name):
     """Integers are already rounded: the same values as a new tensor, as torch; bools are refused, as torch."""
     if x.dtype is dt.bool_:
         raise TypeError(f"{name}: not defined for bool tensors (torch refuses them too): cast with .long() or .float()")
     return x.clone()
-
-
-def floor(self): return self._unary("FLOOR") if self.dtype.is_float else _integral(self, "floor")
-def ceil(self): return -(-self).floor() if self.dtype.is_float else _integral(self, "ceil")
-
-
-def trunc(self):
-    """Toward zero: ceil below 0, floor above (so -0.5 gives -0.0, as torch)."""
-    return (self < 0).where(self.ceil(), self.floor()) if self.dtype.is_float else _integral(self, "trunc")
-
-
-fix = trunc
-
-
-def round(self, decimals=0):
-    """To the nearest integer, halves to even, as torch, from floor exactly: f = ⌊|x|⌋, d = |x| - f is exact, up
-    where d > ½ or d = ½ and f is odd; |x| and the sign back after, so round(-0.4) is -0.0, as torch. `decimals`
-    places (negative: tens, hundreds, ...) scale by 10^|decimals| first, as torch."""
-    if not self.dtype.is_float:
-        if decimals:
-            raise TypeError(f"round: decimals={decimals} needs a floating-point tensor, got {self.dtype.name} (torch "
-                            "refuses integers too): cast with .float()")
-        return _integral(self, "round")
-    if decimals:
-        ten = 10.0 ** abs(decimals)
-        return (self * ten).round() / ten if decimals > 0 else (self / ten).round() * ten
-    neg, t = _abs(self)
-    f = t.floor()
-    d = t - f
-    up = (d > 0.5) | ((d == 0.5) & ((f * 0.5).floor() * 2.0 != f))
-    r = up.where(f + 1.0, f)
-    return neg.where(-r, r)
-
-
-def frac(self):
-    """x - trunc(x), with x's sign; gradient dy, as torch."""
-    if not self.dtype.is_float:
-        raise TypeError(f"frac: needs a floating-point tensor, got {self.dtype.name} (torch refuses integers too): "
-                        "cast with .float()")
-    return self - self.trunc()
-
-
-# ---- division with rounding, remainders ------------------------------------------------------------------------
-def div(self, x, rounding_mode=None):
-    """self / x, a float (for integers too), computed as self·(1/x); rounding_mode "trunc" rounds the quotient
-    toward zero and "floor" down, as torch's (integers then stay int64, exact)."""
-    if rounding_mode is None:
-        return self._float() * self._as(x)._float().reciprocal()
-    if rounding_mode not in ("trunc", "floor"):
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    return _divide(self, x, rounding_mode, "div")
-
-
-true_divide = div
-def floor_divide(self, x): return _divide(self, x, "floor", "floor_divide")
-def remainder(self, x): return _divide(self, x, "remainder", "remainder")
-def fmod(self, x): return _divide(self, x, "fmod", "fmod")
-def __floordiv__(self, x): return self.floor_divide(x)
-def __rfloordiv__(self, x): return self._as(x).floor_divide(self)
-def __mod__(self, x): return self.remainder(x)
-def __rmod__(self, x): return self._as(x).remainder(self)
 
 
 class IntegerDivisionByZero(ZeroDivisionError, RuntimeError):
@@ -352,36 +196,183 @@ def _shift_operands(self, n, name):
     return x, n
 
 
-def bitwise_left_shift(self, n):
-    """x·2ⁿ, wrapping as int64 does (the exact integer pow); n < 0 or n ≥ 64 gives 0, as torch."""
-    x, n = _shift_operands(self, n, "bitwise_left_shift")
-    return ((n < 0) | (n > 63)).where(0, x * x._as(2).pow(n.clamp(0, 63)))
+class MathOps(TensorLike):
+    __slots__ = ()
 
+    # ---- trigonometric and hyperbolic ------------------------------------------------------------------------------
+    def sin(self): return self._float()._unary("SIN")
 
-def bitwise_right_shift(self, n):
-    """⌊x / 2ⁿ⌋, an arithmetic shift, in three floor divisions by at most 2²¹ (so each power of two fits the WGSL
-    runtime's 32-bit integers too); n < 0 or n ≥ 63 gives 0 or -1 by x's sign, as torch."""
-    x, n = _shift_operands(self, n, "bitwise_right_shift")
-    out, rest = x, n.clamp(0, 62)
-    for _ in range(3):
-        k = rest.clamp(0, 21)
-        out, rest = _int_divide(out, x._as(2).pow(k), "floor"), rest - k
-    return ((n < 0) | (n > 62)).where((x < 0).where(-1, 0), out)
+    def cos(self):
+        """1 - 2·sin²(x/2): x/2 is exact, so cos needs no primitive of its own and has none of the argument error that
+        sin(x + π/2) has for large x."""
+        s = (self._float() * 0.5).sin()
+        return 1.0 - s * s * 2.0
 
+    def tan(self): return self.sin() / self.cos()
 
-def __lshift__(self, n): return self.bitwise_left_shift(n)
-def __rlshift__(self, x): return self._as(x).bitwise_left_shift(self)
-def __rshift__(self, n): return self.bitwise_right_shift(n)
-def __rrshift__(self, x): return self._as(x).bitwise_right_shift(self)
+    def asin(self):
+        """2·atan(x / (1 + √(1-x)·√(1+x))): the argument stays in [-1, 1], 1 ± x are exact near ±1 (1 - x² rounds x²),
+        and at x = ±1 the gradient is torch's inf: one root has an infinite slope, the other a finite one (√(1-x²)
+        as one root would meet 0·inf)."""
+        x = self._float()
+        return (x / (1.0 + (1.0 - x).sqrt() * (1.0 + x).sqrt())).atan() * 2.0
 
+    def acos(self):
+        """acos|x| = 2·atan(√(1-|x|)/√(1+|x|)), and π - that for x < 0: every quotient finite, 1 - |x| exact near 1,
+        and torch's gradient -inf at x = ±1."""
+        neg, t = _abs(self._float())
+        a = ((1.0 - t).sqrt() / (1.0 + t).sqrt()).atan() * 2.0
+        return neg.where(math.pi - a, a)
 
-# ---- signs ---------------------------------------------------------------------------------------------------
-def copysign(self, other):
-    """|self| with the sign bit of `other` (-0.0 counts as negative, as torch; a NaN's sign bit is not seen, so it
-    counts as positive). Gradient ±dy to self, 0 where self = 0 (torch's dy·result/self, masked there), 0 to other."""
-    x, y = self._broadcast(other, name="copysign")
-    x, y = x._float(), y._float()
-    ny = _signbit(y)
-    out = (_signbit(x) != ny).where(-x, x)
-    out = (x == 0).where(ny.where(x._as(-0.0), x._as(0.0)), out)  # the same value, without a gradient
-    return _zero_grad(out, y)
+    def atan(self): return self._float()._unary("ATAN")
+
+    def atan2(self, other):
+        """The angle of (other, self) in (-π, π], as torch.atan2(self, other) and C's atan2 (signed zeros and
+        infinities included): atan of the smaller over the larger of |y|, |x| (never inf/inf), moved to the right
+        quadrant. The gradient is (x·dy - y·dx)/(x² + y²), and 0 at (0, 0), as torch's."""
+        y, x = self._broadcast(other, name="atan2")
+        y, x = y._float(), x._float()
+        zero = (x == 0) & (y == 0)
+        xm = zero.where(1.0, x)  # the main branch away from (0, 0), where its slopes are infinite (torch's gradient: 0)
+        swap = y.abs() > xm.abs()
+        a = (swap.where(xm, y) / swap.where(y, xm)).atan()
+        yneg, xneg = _signbit(y), _signbit(x)
+
+        def signed(v):  # v with y's sign
+            return yneg.where(x._as(-v), x._as(v))
+        out = swap.where(signed(math.pi / 2) - a, xneg.where(a + signed(math.pi), a))  # |y| > |x|: ±π/2 - atan(x/y)
+        out = (x.isinf() & y.isinf()).where(xneg.where(signed(3 * math.pi / 4), signed(math.pi / 4)), out)
+        return zero.where(xneg.where(signed(math.pi), signed(0.0)), out)  # (±0, -0): ±π; (±0, +0): ±0
+
+    def sinh(self):
+        """sign(x)·sinh|x| (symmetric, so exact for negative x too); inf from |x| ≈ 88.7 on in float32, where eˣ
+        overflows, as torch's."""
+        neg, t = _abs(self._float())
+        s = _sinh_cosh(t)[0]
+        return neg.where(-s, s)
+
+    def cosh(self): return _sinh_cosh(_abs(self._float())[1])[1]
+
+    def asinh(self):
+        """sign(x)·ln(t + √(t² + 1)), t = |x| (symmetric, so large negative x do not cancel): as
+        log1p(t·(1 + t/(1 + √(1 + t²)))) up to _big (-0.0 stays -0.0), ln t + ln 2 past it (equal there to rounding;
+        t² never overflows)."""
+        neg, t = _abs(self._float())
+        edge = _big(t)
+        big = t > edge
+        s = big.where(0.0, t)  # each branch gets inputs of its own range (an untaken branch's slopes must be finite)
+        a = big.where(big.where(t, edge).log() + LN2, _log1p(s * (1.0 + s / (1.0 + (1.0 + s * s).sqrt()))))
+        return neg.where(-a, a)
+
+    def acosh(self):
+        """ln(x + √(x² - 1)) = log1p(t + √t·√(t + 2)) with t = x - 1 (exact near 1, where the gradient is torch's inf)
+        up to _big, ln x + ln 2 past it."""
+        x = self._float()
+        edge = _big(x)
+        big = x > edge
+        t = big.where(2.0, x) - 1.0
+        return big.where(big.where(x, edge).log() + LN2, _log1p(t + t.sqrt() * (t + 2.0).sqrt()))
+
+    def atanh(self):
+        """(log1p(x) - log1p(-x))/2: accurate near 0 and near ±1 (where 1 ∓ x is exact), odd exactly, and ±inf with
+        gradient inf at ±1, as torch."""
+        x = self._float()
+        return (_log1p(x) - _log1p(-x)) * 0.5
+
+    def floor(self): return self._unary("FLOOR") if self.dtype.is_float else _integral(self, "floor")
+
+    def ceil(self): return -(-self).floor() if self.dtype.is_float else _integral(self, "ceil")
+
+    def trunc(self):
+        """Toward zero: ceil below 0, floor above (so -0.5 gives -0.0, as torch)."""
+        return (self < 0).where(self.ceil(), self.floor()) if self.dtype.is_float else _integral(self, "trunc")
+
+    fix = trunc
+
+    def round(self, decimals=0):
+        """To the nearest integer, halves to even, as torch, from floor exactly: f = ⌊|x|⌋, d = |x| - f is exact, up
+        where d > ½ or d = ½ and f is odd; |x| and the sign back after, so round(-0.4) is -0.0, as torch. `decimals`
+        places (negative: tens, hundreds, ...) scale by 10^|decimals| first, as torch."""
+        if not self.dtype.is_float:
+            if decimals:
+                raise TypeError(f"round: decimals={decimals} needs a floating-point tensor, got {self.dtype.name} (torch "
+                                "refuses integers too): cast with .float()")
+            return _integral(self, "round")
+        if decimals:
+            ten = 10.0 ** abs(decimals)
+            return (self * ten).round() / ten if decimals > 0 else (self / ten).round() * ten
+        neg, t = _abs(self)
+        f = t.floor()
+        d = t - f
+        up = (d > 0.5) | ((d == 0.5) & ((f * 0.5).floor() * 2.0 != f))
+        r = up.where(f + 1.0, f)
+        return neg.where(-r, r)
+
+    def frac(self):
+        """x - trunc(x), with x's sign; gradient dy, as torch."""
+        if not self.dtype.is_float:
+            raise TypeError(f"frac: needs a floating-point tensor, got {self.dtype.name} (torch refuses integers too): "
+                            "cast with .float()")
+        return self - self.trunc()
+
+    # ---- division with rounding, remainders ------------------------------------------------------------------------
+    def div(self, x, rounding_mode=None):
+        """self / x, a float (for integers too), computed as self·(1/x); rounding_mode "trunc" rounds the quotient
+        toward zero and "floor" down, as torch's (integers then stay int64, exact)."""
+        if rounding_mode is None:
+            return self._float() * self._as(x)._float().reciprocal()
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        return _divide(self, x, rounding_mode, "div")
+
+    true_divide = div
+
+    def floor_divide(self, x): return _divide(self, x, "floor", "floor_divide")
+
+    def remainder(self, x): return _divide(self, x, "remainder", "remainder")
+
+    def fmod(self, x): return _divide(self, x, "fmod", "fmod")
+
+    def __floordiv__(self, x): return self.floor_divide(x)
+
+    def __rfloordiv__(self, x): return self._as(x).floor_divide(self)
+
+    def __mod__(self, x): return self.remainder(x)
+
+    def __rmod__(self, x): return self._as(x).remainder(self)
+
+    def bitwise_left_shift(self, n):
+        """x·2ⁿ, wrapping as int64 does (the exact integer pow); n < 0 or n ≥ 64 gives 0, as torch."""
+        x, n = _shift_operands(self, n, "bitwise_left_shift")
+        return ((n < 0) | (n > 63)).where(0, x * x._as(2).pow(n.clamp(0, 63)))
+
+    def bitwise_right_shift(self, n):
+        """⌊x / 2ⁿ⌋, an arithmetic shift, in three floor divisions by at most 2²¹ (so each power of two fits the WGSL
+        runtime's 32-bit integers too); n < 0 or n ≥ 63 gives 0 or -1 by x's sign, as torch."""
+        x, n = _shift_operands(self, n, "bitwise_right_shift")
+        out, rest = x, n.clamp(0, 62)
+        for _ in range(3):
+            k = rest.clamp(0, 21)
+            out, rest = _int_divide(out, x._as(2).pow(k), "floor"), rest - k
+        return ((n < 0) | (n > 62)).where((x < 0).where(-1, 0), out)
+
+    def __lshift__(self, n): return self.bitwise_left_shift(n)
+
+    def __rlshift__(self, x): return self._as(x).bitwise_left_shift(self)
+
+    def __rshift__(self, n): return self.bitwise_right_shift(n)
+
+    def __rrshift__(self, x): return self._as(x).bitwise_right_shift(self)
+
+    # ---- signs ---------------------------------------------------------------------------------------------------
+    def copysign(self, other):
+        """|self| with the sign bit of `other` (-0.0 counts as negative, as torch; a NaN's sign bit is not seen, so it
+        counts as positive). Gradient ±dy to self, 0 where self = 0 (torch's dy·result/self, masked there), 0 to other."""
+        x, y = self._broadcast(other, name="copysign")
+        x, y = x._float(), y._float()
+        ny = _signbit(y)
+        out = (_signbit(x) != ny).where(-x, x)
+        out = (x == 0).where(ny.where(x._as(-0.0), x._as(0.0)), out)  # the same value, without a gradient
+        return _zero_grad(out, y)
+
+    arcsin, arccos, arctan, arctan2, arcsinh, arccosh, arctanh = asin, acos, atan, atan2, asinh, acosh, atanh

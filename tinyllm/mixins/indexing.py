@@ -3,8 +3,9 @@ indexing, several broadcast together) and bool masks (read now, as torch does: t
 several are composed into one GATHER by a linear index (see _advanced)."""
 import numpy as np
 
-from . import dtype as dt
-from .graph import build
+from .. import dtype as dt
+from ..graph import build
+from . import TensorLike, arange, broadcast_shape, new_tensor
 
 
 def _normalize(x, index):
@@ -21,7 +22,6 @@ def _normalize(x, index):
 
 
 def getitem(x, index):
-    from .tensor import Tensor
     items = _normalize(x, index)
     # ints, slices and None first, as views (torch applies an int as a select, so it is never an advanced index);
     # each index tensor keeps its axis for now and is applied at the end, at its axis of the view
@@ -45,8 +45,8 @@ def getitem(x, index):
             stop = max(stop, start)
             out = out._slice(dim, start, stop, step)
             dim += 1
-        elif isinstance(item, (Tensor, list, np.ndarray)):
-            idx = item if isinstance(item, Tensor) else Tensor(np.asarray(item), device=x.device)
+        elif isinstance(item, (TensorLike, list, np.ndarray)):
+            idx = item if isinstance(item, TensorLike) else new_tensor(np.asarray(item), device=x.device)
             if idx.dtype is dt.bool_:  # a mask stands for the index tensors of its true positions, one per axis
                 if idx.shape != out.shape[dim:dim + idx.ndim]:
                     raise IndexError(f"the mask of shape {idx.shape} does not match the indexed tensor's shape "
@@ -76,9 +76,8 @@ def _advanced(x, out, tensors):
     of range raises GATHER's IndexError naming the index, the axis and its size on every runtime; the indexed
     axes (moved together) are flattened into one, and one GATHER by the linear index picks the elements, so the
     gradient is GATHER's SCATTER_ADD."""
-    from .tensor import Tensor, _broadcast_shape
     axes = [a for a, _ in tensors]
-    shape = _broadcast_shape([i.shape for _, i in tensors], "index")
+    shape = broadcast_shape([i.shape for _, i in tensors], "index")
     if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: the index axes go first
         rest = [a for a in range(out.ndim) if a not in axes]
         out, axes = out.permute(*axes, *rest), list(range(len(axes)))
@@ -86,7 +85,7 @@ def _advanced(x, out, tensors):
     linear, stride = None, 1
     for (axis, idx), n in reversed(list(zip(tensors, sizes))):
         # the table (n,) sits at `axis` (so GATHER's error names it) with size-1 axes before: (1, .., 1, n)
-        table = Tensor(np.arange(n, dtype=np.float32 if n <= 1 << 24 else np.int64).reshape((1,) * axis + (n,)),
+        table = new_tensor(np.arange(n, dtype=np.float32 if n <= 1 << 24 else np.int64).reshape((1,) * axis + (n,)),
                        device=x.device)
         checked = table._make(build("GATHER", table._node, idx._node, arg=axis)).reshape(idx.shape)
         term = checked.long() if checked.dtype is not dt.int64 else checked
@@ -98,22 +97,22 @@ def _advanced(x, out, tensors):
     return flat._make(build("GATHER", flat._node, linear._node, arg=first))
 
 
-def nonzero(self, as_tuple=False):
-    """The indices of the nonzero elements, an int64 tensor (count, ndim) in row-major order, or with
-    as_tuple=True one index tensor per axis. It reads the values now: the result's shape depends on them."""
-    from .tensor import Tensor
-    found = np.nonzero(self.numpy().reshape(self.shape or (1,)))
-    if as_tuple:
-        return tuple(Tensor(i.astype(np.int64), device=self.device) for i in found)
-    table = np.stack(found, 1) if self.ndim else np.zeros((len(found[0]), 0))  # a 0-d tensor: (count, 0)
-    return Tensor(table.astype(np.int64), device=self.device)
+class Indexing(TensorLike):
+    __slots__ = ()
 
+    def nonzero(self, as_tuple=False):
+        """The indices of the nonzero elements, an int64 tensor (count, ndim) in row-major order, or with
+        as_tuple=True one index tensor per axis. It reads the values now: the result's shape depends on them."""
+        found = np.nonzero(self.numpy().reshape(self.shape or (1,)))
+        if as_tuple:
+            return tuple(new_tensor(i.astype(np.int64), device=self.device) for i in found)
+        table = np.stack(found, 1) if self.ndim else np.zeros((len(found[0]), 0))  # a 0-d tensor: (count, 0)
+        return new_tensor(table.astype(np.int64), device=self.device)
 
-def masked_select(self, mask):
-    """The elements where mask (broadcast with the tensor) is true, 1-D; a gather, so gradients flow back."""
-    from .tensor import _broadcast_shape
-    mask = self._as(mask)
-    if mask.dtype is not dt.bool_:
-        raise TypeError(f"masked_select: the mask must be bool, got {mask.dtype.name}: use (mask != 0) or .bool()")
-    shape = _broadcast_shape([self.shape, mask.shape], "masked_select")
-    return self.expand(*shape).reshape(-1)[mask.expand(*shape).reshape(-1)]
+    def masked_select(self, mask):
+        """The elements where mask (broadcast with the tensor) is true, 1-D; a gather, so gradients flow back."""
+        mask = self._as(mask)
+        if mask.dtype is not dt.bool_:
+            raise TypeError(f"masked_select: the mask must be bool, got {mask.dtype.name}: use (mask != 0) or .bool()")
+        shape = broadcast_shape([self.shape, mask.shape], "masked_select")
+        return self.expand(*shape).reshape(-1)[mask.expand(*shape).reshape(-1)]

@@ -7,8 +7,9 @@ with the identity. A product stays exact with zeros, so its gradient (the produc
 torch's; cummax and cummin scan (value, index) pairs and then gather the values, so their gradient goes to the
 index each output took, as torch's does.
 """
-from . import dtype as dt
-from .graph import const
+from .. import dtype as dt
+from ..graph import const
+from . import MaxResult, TensorLike, arange, cat, from_node
 
 
 def _along_last(x, dim, name, fn):
@@ -27,47 +28,17 @@ def _along_last(x, dim, name, fn):
 def _scan(values, combine, identity):
     """Inclusive scan along the last axis of the tensors in `values` (a tuple, combined together):
     combine(before, current) -> combined, identity[i] the neutral value of values[i]."""
-    from .factory import cat
-    from .tensor import Tensor
     n, s = values[0].shape[-1], 1
     while s < n:
-        before = tuple(cat([Tensor._from_node(const(e, v.shape[:-1] + (s,), v.dtype), v.device), v[..., :n - s]], -1)
+        before = tuple(cat([from_node(const(e, v.shape[:-1] + (s,), v.dtype), v.device), v[..., :n - s]], -1)
                        for v, e in zip(values, identity))
         values = combine(before, values)
         s *= 2
     return values
 
 
-def cumsum(self, dim):
-    """Running sums along `dim`: the axis times an upper-triangular matrix of ones (U[i, j] = [i <= j]), one
-    matmul that the sgemm runs and whose gradient is the reverse running sum."""
-    from .tensor import arange
-
-    def run(x):
-        n = x.shape[-1]
-        upper = arange(n, device=x.device).reshape(n, 1) <= arange(n, device=x.device).reshape(1, n)
-        if x.dtype.is_float:
-            return x @ upper.to(x.dtype)
-        return (x.to(dt.int64).unsqueeze(-1) * upper.to(dt.int64)).sum(-2)  # integers exactly: n² products
-    return _along_last(self, dim, "cumsum", run)
-
-
-def cumprod(self, dim):
-    """Running products along `dim` (integers and bools as int64, as torch)."""
-    x = self if self.dtype.is_float else self.long()
-    return _along_last(x, dim, "cumprod", lambda v: _scan((v,), lambda b, c: (b[0] * c[0],), (1,))[0])
-
-
-def logcumsumexp(self, dim):
-    """log Σ_{i<=j} e^(x_i), shifted by the (constant) maximum along dim so nothing overflows."""
-    m = self._float().amax(dim, keepdim=True).detach()
-    m = m.isfinite().where(m, 0.0)
-    return (self - m).exp().cumsum(dim).log() + m
-
-
 def _cumulative_extreme(x, dim, largest, name):
     """(values, indices) of the running max (or min): ties take the later index and the first NaN stays, as torch."""
-    from .tensor import MaxResult, arange
     keep = x if x.dtype is not dt.bool_ else x.long()
 
     def combine(before, current):  # before's index -1 is the identity: nothing there yet
@@ -83,5 +54,32 @@ def _cumulative_extreme(x, dim, largest, name):
     return MaxResult(values.to(x.dtype), indices)
 
 
-def cummax(self, dim): return _cumulative_extreme(self, dim, True, "cummax")
-def cummin(self, dim): return _cumulative_extreme(self, dim, False, "cummin")
+class Cumulative(TensorLike):
+    __slots__ = ()
+
+    def cumsum(self, dim):
+        """Running sums along `dim`: the axis times an upper-triangular matrix of ones (U[i, j] = [i <= j]), one
+        matmul that the sgemm runs and whose gradient is the reverse running sum."""
+
+        def run(x):
+            n = x.shape[-1]
+            upper = arange(n, device=x.device).reshape(n, 1) <= arange(n, device=x.device).reshape(1, n)
+            if x.dtype.is_float:
+                return x @ upper.to(x.dtype)
+            return (x.to(dt.int64).unsqueeze(-1) * upper.to(dt.int64)).sum(-2)  # integers exactly: n² products
+        return _along_last(self, dim, "cumsum", run)
+
+    def cumprod(self, dim):
+        """Running products along `dim` (integers and bools as int64, as torch)."""
+        x = self if self.dtype.is_float else self.long()
+        return _along_last(x, dim, "cumprod", lambda v: _scan((v,), lambda b, c: (b[0] * c[0],), (1,))[0])
+
+    def logcumsumexp(self, dim):
+        """log Σ_{i<=j} e^(x_i), shifted by the (constant) maximum along dim so nothing overflows."""
+        m = self._float().amax(dim, keepdim=True).detach()
+        m = m.isfinite().where(m, 0.0)
+        return (self - m).exp().cumsum(dim).log() + m
+
+    def cummax(self, dim): return _cumulative_extreme(self, dim, True, "cummax")
+
+    def cummin(self, dim): return _cumulative_extreme(self, dim, False, "cummin")

@@ -1,0 +1,161 @@
+"""The layer contract (docs/architecture.md, "Layers"), checked over tinyllm's import graph: every import, at module
+level or inside a function, goes from a module to one in its own layer or a lower one, and no modules import each
+other in a loop. The graph is read from the source (ast), so an import that only runs on some path counts too.
+"""
+import ast
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Bottom to top. A module belongs to the first layer with an entry that names it or a package above it; the
+# package `tinyllm` itself (its __init__, what `import tinyllm` gives) is the top.
+LAYERS = [
+    ("base", ["tinyllm._kernels", "tinyllm.env", "tinyllm.dtype", "tinyllm.weak", "tinyllm.process_group",
+              "tinyllm.autocast_mode", "tinyllm.utils.files", "tinyllm.utils.progress"]),
+    ("graph", ["tinyllm.graph"]),
+    ("ops", ["tinyllm.ops", "tinyllm.views"]),
+    ("autograd", ["tinyllm.autograd"]),
+    ("rewrite", ["tinyllm.rewrite"]),
+    ("schedule", ["tinyllm.schedule"]),
+    ("runtime", ["tinyllm.runtime"]),
+    ("realize", ["tinyllm.realizer", "tinyllm.replay.record"]),
+    ("tensor", ["tinyllm.mixins", "tinyllm.tensor"]),
+    ("front", ["tinyllm.factory", "tinyllm.einsum", "tinyllm.functions", "tinyllm.gradcheck", "tinyllm.replay"]),
+    ("library", ["tinyllm.nn", "tinyllm.optim", "tinyllm.amp", "tinyllm.quantization", "tinyllm.sampling",
+                 "tinyllm.utils"]),
+    ("models", ["tinyllm.models"]),
+    ("applications", ["tinyllm.distributed", "tinyllm.tokenizer"]),
+]
+
+# (importer, imported): allowed against the contract, each with its reason. Keep this short.
+EXCEPTIONS = {}
+
+
+def modules():
+    """{module name: path} for every module of the package."""
+    out = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, "tinyllm")):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                out[name[:-len(".__init__")] if name.endswith(".__init__") else name] = path
+    return out
+
+
+def imports(mods):
+    """{module: [(imported module, line)]}: what each module imports of tinyllm, `from x import y` counted as an
+    import of x.y where that is a module, else of x (and importing x.y also runs x's package __init__)."""
+    graph = {}
+    for name, path in mods.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        found = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "tinyllm"]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] != "tinyllm":
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    found.append((sub if sub in mods or sub == "tinyllm._kernels" else target, node.lineno))
+        graph[name] = [(t, line) for t, line in found if t != name]
+    return graph
+
+
+def layer_of(module):
+    if module == "tinyllm":
+        return len(LAYERS), "package"
+    best = None
+    for i, (layer, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if module == entry or module.startswith(entry + "."):
+                if best is None or len(entry) > best[2]:
+                    best = (i, layer, len(entry))
+    return (best[0], best[1]) if best else (None, None)
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in modules() if layer_of(m)[0] is None)
+    assert not missing, f"modules in no layer of tests/test_layers.py's LAYERS: {missing}; add each to its layer"
+
+
+def test_no_import_goes_up_a_layer():
+    mods = modules()
+    bad = []
+    for importer, targets in imports(mods).items():
+        i, layer = layer_of(importer)
+        for target, line in targets:
+            j, target_layer = layer_of(target)
+            if j is not None and j > i and (importer, target) not in EXCEPTIONS:
+                bad.append(f"{mods[importer]}:{line}: {importer} ({layer}) imports {target} ({target_layer}), "
+                           "a higher layer")
+    assert not bad, "imports from a lower layer to a higher one (docs/architecture.md, Layers):\n" + "\n".join(bad)
+
+
+def test_no_import_loops():
+    """No cycle among modules: Tarjan's strongly connected components, iteratively. A package's __init__ that
+    imports its own submodules is a loop only if one of them imports the package back."""
+    mods = modules()
+    graph = {m: sorted({t for t, _ in targets if t in mods}) for m, targets in imports(mods).items()}
+    lines = {(m, t): line for m, targets in imports(mods).items() for t, line in targets}
+    index, low, on_stack, stack, loops, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(graph[w])))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        loops.append(sorted(component))
+    described = []
+    for component in loops:
+        edges = [f"  {a} -> {b} ({mods[a]}:{lines[(a, b)]})" for a in component for b in graph[a] if b in component]
+        described.append(f"loop among {', '.join(component)}:\n" + "\n".join(edges))
+    assert not loops, f"{len(loops)} import loop(s):\n" + "\n".join(described)
+
+
+def test_the_architecture_doc_draws_these_layers():
+    """docs/architecture.md's layer table lists LAYERS, bottom to top, as the test enforces them."""
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        doc = f.read()
+    rows = re.findall(r"^\| (\w+) +\| (.+?) +\|$", doc.split("## Layers", 1)[-1].split("\n## ", 1)[0], re.M)
+    drawn = [(layer, sorted(m.strip(" `") for m in modules_.split(","))) for layer, modules_ in rows
+             if layer not in ("layer",)]
+    wanted = [(layer, sorted(e.replace("tinyllm.", "", 1) for e in entries)) for layer, entries in LAYERS]
+    assert drawn == wanted, ("docs/architecture.md's Layers table differs from tests/test_layers.py's LAYERS:\n"
+                             f"doc:  {drawn}\ntest: {wanted}")

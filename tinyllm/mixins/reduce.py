@@ -1,0 +1,165 @@
+"""Reductions: sums, means, variances, extrema, arg-extrema, logsumexp, softmax, and what gathers along a dim."""
+import functools
+import math
+
+import numpy as np
+
+from .. import autocast_mode as _autocast, dtype as dt
+from ..graph import Node, build, const
+from ..rewrite import autocast as _autocast_pass
+from ..views import is_contiguous, strides_of, view_strides
+from . import MaxResult, TensorLike, arange, broadcast_shape, cat, from_node, new_tensor
+
+
+class Reduce(TensorLike):
+    __slots__ = ()
+
+    # ---- reductions -----------------------------------------------------------------------------------------
+    def _dim(self, d, name):
+        n = max(self.ndim, 1)
+        if not isinstance(d, (int, np.integer)) or not -n <= d < n:
+            raise IndexError(f"{name}: dimension {d} out of range for a tensor of shape {self.shape} "
+                             f"(expected in [{-n}, {n - 1}])")
+        return d % n
+
+    def _dims(self, dim, name):
+        if dim is None:
+            return tuple(range(self.ndim))
+        dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+        axes = [self._dim(d, name) for d in dims]
+        if len(set(axes)) != len(axes):
+            raise RuntimeError(f"{name}: dims {dims} name a dimension more than once (tensor of shape {self.shape})")
+        return tuple(sorted(axes)) if self.ndim else ()
+
+    def _reduce(self, op, dim, keepdim, name):
+        axes = self._dims(dim, name)
+        out = self._make(build(op, self._node, arg=axes)) if axes else self
+        if keepdim:
+            return out
+        return out.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
+
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        x = self if self.dtype.is_float or self.dtype is dt.int64 else self.long()
+        x = x if dtype is None else x.to(dtype)
+        return x._reduce("SUM", dim, keepdim, "sum")
+
+    def prod(self, dim=None, keepdim=False, dtype=None):
+        """Π over `dim` (integers and bools as int64, as torch): the reduced axes flattened into one, multiplied
+        pairwise in ⌈log₂ n⌉ elementwise steps. Exact with zeros, so the gradient (the product rule through the
+        steps) is torch's, where dy·y/x would be nan."""
+        x = self if self.dtype.is_float else self.long()
+        x = x if dtype is None else x.to(dtype)
+        axes = self._dims(dim, "prod")
+        kept = [a for a in range(self.ndim) if a not in axes]
+        x = x.permute(*kept, *axes).reshape(*[self.shape[a] for a in kept], -1)
+        if x.shape[-1] == 0:  # the empty product
+            x = from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)
+        while x.shape[-1] != 1:
+            if x.shape[-1] % 2:  # the odd one out meets a 1
+                x = cat([x, from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)], -1)
+            x = x[..., 0::2] * x[..., 1::2]
+        return x.reshape(*[1 if a in axes else s for a, s in enumerate(self.shape)]) if keepdim else x.squeeze(-1)
+
+    def mean(self, dim=None, keepdim=False):
+        axes = self._dims(dim, "mean")
+        return self._float().sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes), 1)
+
+    def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        correction = correction if correction is not None else (0 if unbiased is False else 1)
+        axes = self._dims(dim, "var")
+        x = self._float()
+        d = x - x.mean(axes, keepdim=True)
+        return (d * d).sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes) - correction, 0)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        return self.var(dim, unbiased, keepdim, correction).sqrt()
+
+    def std_mean(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        return self.std(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
+
+
+    def lerp(self, end, weight):
+        """self + weight·(end - self)."""
+        return self + self._as(weight) * (self._as(end) - self)
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """|self - other| <= atol + rtol·|other|, equal infinities close, NaN close to NaN only with equal_nan."""
+        other = self._as(other)
+        close = ((self - other).abs() <= atol + rtol * other.abs()) | (self == other)
+        return close | (self.isnan() & other.isnan()) if equal_nan else close
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """Whether every element is close (a Python bool: it reads the value, as torch's does)."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def gather(self, dim, index):
+        """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather): one GATHER from the
+        flattened tensor by the linear index, so the gradient is its scatter-add."""
+        from .scatter import linear_index
+        return self.reshape(-1)[linear_index(self, dim, index, "gather")]
+
+    def diag(self, diagonal=0):
+        """A 1-D tensor: the square matrix with it on the `diagonal`-th diagonal. A 2-D one: that diagonal."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0] + abs(diagonal)
+        rows, cols = arange(n, device=self.device).reshape(n, 1), arange(n, device=self.device).reshape(1, n)
+        on = (cols - rows) == diagonal
+        pick = (rows if diagonal >= 0 else cols).expand(n, n).minimum(self.shape[0] - 1)  # v[r] or v[c]
+        return on.where(self[pick.reshape(-1)].reshape(n, n), 0)
+
+    def amax(self, dim=None, keepdim=False): return self._reduce("REDUCE_MAX", dim, keepdim, "amax")
+    def all(self, dim=None, keepdim=False): return self.bool().amin(dim, keepdim)
+    def any(self, dim=None, keepdim=False): return self.bool().amax(dim, keepdim)
+    def amin(self, dim=None, keepdim=False): return self._flip().amax(dim, keepdim)._flip()
+
+    def argmax(self, dim=None, keepdim=False):
+        """Index of the first largest value (along `dim`, or of the flattened tensor)."""
+        if dim is None:
+            return self.reshape(-1).argmax(0)
+        d = self._dim(dim, "argmax")
+        n = self.shape[d]
+        rev = (n - 1) - arange(n, device=self.device).reshape(*[n if i == d else 1 for i in range(self.ndim)])
+        hit = self == self.amax(d, keepdim=True)
+        return (n - 1) - hit.where(rev, -1).amax(d, keepdim)
+
+    def argmin(self, dim=None, keepdim=False): return self._flip().argmax(dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        """max() is the largest value; max(dim) is (values, indices) along dim, as torch."""
+        if isinstance(dim, TensorLike):
+            return self.maximum(dim)
+        if dim is None:
+            return self.amax()
+        dim = self._dim(dim, "max")
+        return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, TensorLike):
+            return self.minimum(dim)
+        if dim is None:
+            return self.amin()
+        dim = self._dim(dim, "min")
+        return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def logsumexp(self, dim, keepdim=False):
+        """log Σ eˣ = m + log Σ e^(x-m) for the (constant) max m; where m is ±inf the shift is 0, so a row of
+        -inf gives -inf (as torch) instead of -inf - -inf = nan."""
+        dim = self._dims(dim, "logsumexp")
+        m = self.amax(dim, keepdim=True).detach()
+        m = (m.abs() < math.inf).where(m, 0.0)
+        out = (self - m).exp().sum(dim, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(dim)
+
+    def softmax(self, dim=-1):
+        """eˣ / Σ eˣ, shifted by the (constant) row max so nothing overflows."""
+        x, dim = self._float(), self._dim(dim, "softmax")
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim=-1):
+        x, dim = self._float(), self._dim(dim, "log_softmax")
+        s = x - x.amax(dim, keepdim=True).detach()
+        return s - s.exp().sum(dim, keepdim=True).log()
