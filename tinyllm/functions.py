@@ -7,6 +7,7 @@ what reads or changes a tensor's state (`backward`, `item`, `to`, ...), and a na
 `float`, `bool`, ...; the factories `where`, `cat`, ...).
 """
 import functools
+import inspect
 
 from .tensor import Tensor
 
@@ -39,7 +40,8 @@ def _function(name):
 def function_forms(taken):
     """{name: function} for every public Tensor method that is not in NOT_FUNCTIONS nor in `taken`."""
     forms = {}
-    for name, value in vars(Tensor).items():
+    for name in dir(Tensor):  # its methods and its mixins'
+        value = inspect.getattr_static(Tensor, name)
         if name.startswith("_") or name.endswith("_") or name in NOT_FUNCTIONS or name in taken or not callable(value) \
                 or isinstance(value, (property, staticmethod, classmethod)):
             continue
