@@ -1,3 +1,4 @@
+import functools
 import inspect
 
 import numpy as np
@@ -99,8 +100,9 @@ def register(cls):
     params = list(inspect.signature(cls.forward).parameters)
     cls.takes_arg = bool(params) and params[-1] == "arg"
     forward = cls.forward
-    # NumPy gives a scalar, not an array, for 0-d inputs to a ufunc or np.take: every forward returns an array
-    cls.forward = staticmethod(lambda *xs, **kw: np.asarray(forward(*xs, **kw)))
+    # NumPy gives a scalar, not an array, for 0-d inputs to a ufunc or np.take: every forward returns an array.
+    # (wraps keeps forward's signature readable: docs/make_ops.py names the inputs by it)
+    cls.forward = staticmethod(functools.wraps(forward)(lambda *xs, **kw: np.asarray(forward(*xs, **kw))))
     if cls.takes_arg:
         cls.evaluate = staticmethod(lambda *xs, arg=None: np.asarray(forward(*xs, arg=arg)))
     else:
