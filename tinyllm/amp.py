@@ -9,11 +9,8 @@ g / S. Too large an S overflows to inf, so S adapts:
     overflows float32), tracker ← 0.
 
 S lives in float32, as torch's: each product is rounded to float32, so the sequences of scales agree exactly.
-
-The inf/NaN check of all gradients is one graph realized once per device, beside the unscaled gradients (see
-`_unscale_grads_`): no host loop over gradients. Its one-value result is read on the host by `step`, which decides
-whether optimizer.step() runs (torch reads it there too). The scale enters graphs as a 0-d buffer, not as a
-constant, so a training step's graph and its compiled kernels stay the same when the scale changes."""
+The scale enters graphs as a 0-d buffer, not as a constant, so a training step's graph and its compiled kernels
+stay the same when the scale changes."""
 import math
 import numbers
 from collections import abc, defaultdict
@@ -39,7 +36,6 @@ def _refresh_per_optimizer_state():
 
 
 def _f32(x):
-    """x rounded to float32 (the scale's storage), as a Python float."""
     return float(np.float32(x))
 
 
@@ -97,7 +93,7 @@ class GradScaler:
             self._scale.copy_(Tensor(np.float32(value), device=self._scale.device))
             self._scale_value = value
 
-    # ---- the iteration -------------------------------------------------------------------------------------
+    # ---- the iteration ----
     def scale(self, outputs):
         """outputs · scale: a tensor, or the tensors of (nested) lists, tuples or other iterables, as torch."""
         if not self._enabled:
@@ -120,11 +116,11 @@ class GradScaler:
     @no_grad()
     def _unscale_grads_(self, optimizer, inv_scale, allow_fp16):
         """g ← g · inv_scale for every gradient of `optimizer`, and found_inf = 1.0 where any gradient (before
-        unscaling, as torch checks) holds an inf or NaN, else 0.0. x is finite iff -inf < x < inf (both
-        comparisons are false for NaN): fewer nodes than Tensor.isfinite, which builds |x| from sign(x). (Not x·0 =
-        NaN: WGSL compilers may assume finite math and fold x·0 to 0; they keep comparisons with inf.) Per device
-        one graph: one `any` reduction per gradient, joined into one value and realized in one realize with the
-        unscaled gradients. Returns {device: found_inf (a realized 0-d float32 tensor)}."""
+        unscaling, as torch checks) holds an inf or NaN, else 0.0, in one realize per device with the unscaled
+        gradients: no host loop over gradients. x is finite iff -inf < x < inf (both comparisons are false for
+        NaN): fewer nodes than Tensor.isfinite, which builds |x| from sign(x). (Not x·0 = NaN: WGSL compilers may
+        assume finite math and fold x·0 to 0; they keep comparisons with inf.) Returns {device: found_inf (a
+        realized 0-d float32 tensor)}."""
         by_device = {}
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -240,7 +236,7 @@ class GradScaler:
         else:
             self._growth_tracker = successful
 
-    # ---- settings and state --------------------------------------------------------------------------------
+    # ---- settings and state ----
     def get_scale(self):
         """The current scale as a Python float (the initial one before the first scale()); 1.0 when disabled."""
         if self._enabled:

@@ -1,10 +1,6 @@
-"""`tinyllm.autocast`: mixed precision as a graph rewrite.
-
-Inside `with tinyllm.autocast(dtype=tinyllm.bfloat16):` the front end marks the inputs of the ops torch's autocast
-runs in lower precision (matmul, linear with its bias, scaled_dot_product_attention) with AUTOCAST nodes, and
-nothing else changes: every tensor keeps its float32 dtype. Before a graph is differentiated or run, the autocast
-pass (tinyllm/rewrite/autocast.py) turns the marks into casts and lets the new dtypes flow through the graph, so
-the gradient graph is derived from the rewritten one.
+"""`tinyllm.autocast`: mixed precision as a graph rewrite. Inside the block the front end only marks the inputs of
+the ops torch's autocast runs in lower precision with AUTOCAST nodes; every tensor keeps its float32 dtype, and
+the autocast pass (tinyllm/rewrite/autocast.py, docs/rewrites.md) turns the marks into casts.
 """
 import functools
 

@@ -1,7 +1,5 @@
-"""The gradient walker: gradients are more graph, built from each primitive's rule in `tinyllm.ops`.
-
-Walks the graph once in reverse topological order. Broadcasting needs no care here: the front end broadcasts
-only through EXPAND, whose rule sums the gradient back (ops/movement.py), so it is undone in that one place.
+"""The gradient walker: gradients are more graph, built from each primitive's rule in `tinyllm.ops`, in one walk
+in reverse topological order (broadcasting is undone by EXPAND's rule alone: docs/architecture.md).
 
 Some rewrites must see the graph before the walk, because they change what the backward graph keeps
 (FlashAttention's node recomputes the scores in its own rule). Autograd knows none of them: it runs the hooks

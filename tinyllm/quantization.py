@@ -1,10 +1,7 @@
 """Weight-only quantization for inference: `quantize_(model, "int8" | "int4")` swaps every nn.Linear for a
-QuantizedLinear whose weight is int8, or two int4 per byte, with one float16 scale per group of input features
-(llama.cpp's Q8_0 / Q4_0 layouts; the formats are defined in tinyllm/ops/qmatmul.py, beside the QMATMUL op that
-reads them). Activations stay float32; the weight is never expanded to float32 in the forward pass.
-
-Quantized weights are frozen: QMATMUL's gradient reaches the input only, so a quantized model can be the base of
-a LoRA adapter, but asking its weights for a gradient (requires_grad_, an optimizer) is an error.
+QuantizedLinear (docs/architecture.md, "Quantized weights"; the formats are defined in tinyllm/ops/qmatmul.py).
+Quantized weights are frozen: asking them for a gradient (requires_grad_, an optimizer) is an error, but a
+quantized model can be the base of a LoRA adapter.
 
 `save(model, path)` / `load(model, path)` keep a quantized model in a safetensors file: each QuantizedLinear as
 `<name>.weight` (int8 / uint8) and `<name>.weight_scale` (float16), every parameter as itself, and in the metadata

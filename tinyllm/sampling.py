@@ -88,8 +88,7 @@ def _filter_row(x, temperature, top_k, top_p, min_p, fn, row):
                 if t == 0 or w[idx].sum() >= mass:
                     break
             w, z = w[idx], x[idx]
-        # descending by logit (weights can round to ties the logits do not have); of tied tokens the higher id
-        # first, as HF's ascending stable sort drops the lower first
+        # descending by logit (weights can round to ties the logits do not have); ties: the higher id first (HF)
         order = np.argsort(z, kind="stable")[::-1]
         cum = np.cumsum(w[order])
         # keep a token while the mass strictly before it is < top_p (HF: drop while the ascending cumulative
@@ -149,7 +148,7 @@ def _race(p, rng):
 
 def draw(p, generator=None):
     """One token per row of probabilities p (B, V), such as `probs` gives, by the exponential race (see `sample`):
-    a (B,) int64 NumPy array. Speculative decoding draws its drafts with it."""
+    a (B,) int64 NumPy array."""
     P = _array(p, "draw", "p")
     if P.ndim != 2 or not (np.isfinite(P).all() and (P >= 0).all() and (P.sum(-1) > 0).all()):
         raise ValueError(f"draw: expected probabilities (B, V), finite, >= 0, each row with some mass; got shape "

@@ -1,7 +1,7 @@
 """Turns the graph behind some output nodes into a linear list of kernels, with the point after which each
 value is no longer needed, so a runtime can free buffers as soon as it can.
 
-The order decides how much memory is held at once. Two rules, both deterministic and linear in the graph:
+The order decides how much memory is held at once. Three rules, both deterministic and linear in the graph:
   * Deepest source first. The kernels are a depth-first walk from the outputs that visits a node's sources in
     order of decreasing height (longest path from an input). In a backward pass, a node that reads the upstream
     gradient and a forward value (say, a recomputed one) then runs the long gradient chain first and computes

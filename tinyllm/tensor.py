@@ -132,7 +132,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
             _grad_leaves[self._node] = self
         return self
 
-    # ---- what the tensor is -----------------------------------------------------------------------------
+    # ---- what the tensor is ----
     shape = property(lambda self: self._node.shape)
     dtype = property(lambda self: self._node.dtype)
     ndim = property(lambda self: len(self._node.shape))
@@ -154,7 +154,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
         grad = ", requires_grad=True" if self.requires_grad else ""
         return f"tensor({np.array2string(self.numpy(), separator=', ', prefix='tensor(')}, dtype={self.dtype.name}, device='{self.device}'{grad})"
 
-    # ---- values ---------------------------------------------------------------------------------------------
+    # ---- values ----
     def realize(self):
         realize(self)
         return self
@@ -291,7 +291,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
         """.type(dtype) converts, as .to(dtype); .type() names the dtype, as torch's "torch.FloatTensor"."""
         return self.to(dtype) if dtype is not None else f"tinyllm.{self.dtype.name}"
 
-    # ---- autograd -------------------------------------------------------------------------------------------
+    # ---- autograd ----
     @bulk
     def backward(self, gradient=None, retain_graph=False):
         """Build the gradient graph of this tensor and realize it with the forward pass; gradients accumulate
@@ -336,7 +336,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
             buf = self._node.buffer
             self._node = Node("LOAD", (), buf, buf.shape, buf.dtype)
 
-    # ---- building ops ---------------------------------------------------------------------------------------
+    # ---- building ops ----
     def _make(self, node, *inputs):
         """Wrap a new node; it requires grad if any input does (unless gradients are off), and only if it is
         floating-point: comparisons, argmax and casts to integers have no gradient, as in torch."""

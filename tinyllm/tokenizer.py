@@ -30,9 +30,9 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
                 r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
 PATTERNS = {"gpt2": GPT2_PATTERN, "gpt4": GPT4_PATTERN, None: None}  # None: no pre-tokenization, one chunk
-# GPT-2's pattern for ASCII-only text, written for the standard library's re (about 2.5 x faster than regex there):
-# on ASCII, \p{L} is [A-Za-z], \p{N} is [0-9] and regex's \s is [\t\n\v\f\r ] (re's \s would also take
-# \x1c-\x1f, so the class is spelled out). It cuts ASCII text exactly where GPT2_PATTERN does.
+# GPT-2's pattern for ASCII-only text, written for the standard library's re (faster than regex there): on ASCII,
+# \p{L} is [A-Za-z], \p{N} is [0-9] and regex's \s is [\t\n\v\f\r ] (re's \s would also take \x1c-\x1f, so the
+# class is spelled out). It cuts ASCII text exactly where GPT2_PATTERN does.
 _WS = r"\t\n\x0b\x0c\r "
 GPT2_ASCII_PATTERN = (rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_WS}A-Za-z0-9]+|[{_WS}]+(?![^{_WS}])|"""
                       rf"""[{_WS}]+""")
@@ -225,9 +225,8 @@ class Tokenizer:
         pre-tokenization) weighted by how often each chunk occurs. Ties go to the pair whose (left bytes, right
         bytes) is lowest, so training is deterministic. A pair whose joined bytes are already a token (possible
         when two paths lead to the same string) is skipped: each token's bytes stay unique, as ranks need.
-        Counts are updated incrementally, only in the chunks holding the merged pair. If the text runs out of
-        pairs before vocab_size, training stops early with a warning. Special tokens' texts in the training text
-        are treated as ordinary text."""
+        If the text runs out of pairs before vocab_size, training stops early with a warning. Special tokens' texts
+        in the training text are treated as ordinary text."""
         special_tokens = list(special_tokens)
         n_merges = vocab_size - 256 - len(special_tokens)
         if n_merges < 0:

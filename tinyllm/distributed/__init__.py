@@ -1,12 +1,4 @@
-"""Training across processes and machines over MPI, with torch.distributed's names (docs/distributed.md).
-
-    mpirun -n 2 python examples/gpt.py --ddp
-
-init_process_group joins the job mpirun started; the collectives combine tensors across its ranks as graph nodes
-(tinyllm/ops/collective.py); DistributedDataParallel (tinyllm.nn.parallel) averages gradients with overlapped,
-bucketed all-reduces; ZeroRedundancyOptimizer shards the optimizer's state. mpi4py is an optional extra
-(pip install -e '.[mpi]'), imported only by init_process_group.
-"""
+"""Training across processes and machines over MPI, with torch.distributed's names (docs/distributed.md)."""
 from ..process_group import (ReduceOp, init_process_group, is_initialized, is_available, get_rank,  # noqa: F401
                             get_world_size, barrier, destroy_process_group)
 from .collectives import (Work, all_reduce, broadcast, all_gather, all_gather_into_tensor, reduce_scatter,  # noqa: F401

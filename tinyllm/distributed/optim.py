@@ -5,29 +5,26 @@ torch.distributed.optim.ZeroRedundancyOptimizer's name and constructor.
     loss.backward(); opt.step(); opt.zero_grad()
 
 Every rank holds the whole model and computes gradients on its own data; step() then
-    1. reduce-scatters the gradients with ReduceOp.AVG: rank r receives its shard of the mean over ranks (the mean
-       DistributedDataParallel would give; a model already wrapped in DDP has equal gradients on every rank, whose
-       mean is themselves, so the result is the same);
-    2. updates its shard of the parameters with the inner optimizer (optimizer_class), which was built over the
-       shards only and so keeps AdamW's exp_avg / exp_avg_sq for 1/world of the elements;
+    1. reduce-scatters the gradients with ReduceOp.AVG: rank r receives its shard of the mean over ranks (with a
+       model wrapped in DDP too, the gradients are already equal and the mean changes nothing);
+    2. updates its shard of the parameters with the inner optimizer (optimizer_class), built over the shards only,
+       so it keeps AdamW's exp_avg / exp_avg_sq for 1/world of the elements;
     3. all-gathers the updated shards into every rank's parameters (the Parameter objects keep their identity).
 
-The shards are flat, as llm.c's: the parameters of a param group (of one dtype and device) are cut, in order,
-into buckets of whole parameters of about 1/Optimizer.CHUNKS of all the elements each (so a step holds one
-bucket's flat gradient and gathered parameters at a time); a bucket's parameters are flattened and concatenated,
-the length padded with zeros to a multiple of the world size, and rank r owns the r-th contiguous 1/world of it.
-That balances the ranks to within the padding whatever the parameters' sizes (torch instead assigns whole
-parameters to ranks, greedily by size), at the price that a parameter may straddle two ranks: the inner optimizer
-must update element by element (SGD, Adam, AdamW do; one that needs a whole parameter, a per-tensor norm, cannot be
-sharded this way). The padding stays zero: its gradient is zero, so its moments and its update are too. A bucket
-never mixes param groups, so each group's options (the weight decay that GPT.configure_optimizers sets to 0 for
-biases and norms) apply exactly as the inner optimizer applies them per parameter.
+The shards are flat, as llm.c's: a param group's parameters (of one dtype and device) are cut, in order, into
+buckets of whole parameters of about 1/Optimizer.CHUNKS of all the elements (a step holds one bucket's flat
+gradient and gathered parameters at a time); a bucket is flattened, padded with zeros to a multiple of the world
+size, and rank r owns the r-th contiguous 1/world of it. That balances the ranks to within the padding whatever
+the parameters' sizes (torch assigns whole parameters to ranks, greedily by size), at the price that a parameter
+may straddle two ranks: the inner optimizer must update element by element (SGD, Adam, AdamW do; one that needs a
+per-tensor norm cannot be sharded this way). The padding's gradient is zero, so its moments and update are too.
+A bucket never mixes param groups, so each group's options apply exactly as the inner optimizer applies them.
 
-The shard of the parameters is not kept between steps: every rank holds the whole parameters anyway, so step()
-cuts this rank's shard from them (they may have been loaded or changed since the last step) and the state between
-steps is the inner optimizer's moments alone. A step's collectives are the same on every rank as long as every rank
-runs the same program (SPMD) and the same parameters have gradients on every rank; a parameter without a gradient
-in a group where others have one is updated with a zero gradient (plain AdamW would skip it).
+The shard of the parameters is not kept between steps: every rank holds the whole parameters anyway (which may
+have been loaded or changed since), so step() cuts this rank's shard from them, and the state between steps is
+the inner optimizer's moments alone. The collectives match across ranks as long as every rank runs the same
+program (SPMD) and the same parameters have gradients; a parameter without a gradient in a group where others
+have one is updated with a zero gradient (plain AdamW would skip it).
 """
 import math
 
@@ -49,7 +46,7 @@ NAME = "ZeroRedundancyOptimizer"
 class _Bucket:
     """Parameters of one param group with one dtype and device, as one flat buffer padded to `world` shards:
     this rank owns the elements lo:hi. The inner optimizer's group `index` holds its options, and the inner
-    state of its shard is kept under the bucket itself (step() cuts the shard from the parameters each time)."""
+    state of its shard is kept under the bucket itself."""
 
     def __init__(self, group, params, index, rank, world):
         self.group, self.params, self.index = group, params, index
@@ -147,8 +144,7 @@ class ZeroRedundancyOptimizer(Optimizer):
 
     def _make_buckets(self):
         """Each param group's parameters of one dtype and device, in order, cut into buckets of about 1/CHUNKS of
-        all the elements (whole parameters): a step's graph (its flat gradient, its gathered parameters) is one
-        bucket's at a time, as Optimizer.step realizes in chunks."""
+        all the elements (whole parameters)."""
         budget = sum(p.numel() for g in self.param_groups for p in g["params"]) / self.CHUNKS
         buckets = []
         for group in self.param_groups:
@@ -179,9 +175,8 @@ class ZeroRedundancyOptimizer(Optimizer):
 
     @bulk
     def step(self):
-        """Per bucket, one graph and one realize: reduce-scatter the gradients (mean over ranks), update this
-        rank's shard with the inner optimizer's rule, all-gather the parameters. The new shard is read by the
-        all-gather only, so it is never stored beside the moments (the C runtime stores the outputs of one update
+        """Per bucket, one graph and one realize of the three steps in the module docstring. The new shard is read by
+        the all-gather only, so it is never stored beside the moments (the C runtime stores the outputs of one update
         kernel together, where a shard would live as long as the moments). A bucket none of whose parameters has
         a gradient is left as it is, as plain optimizers skip them."""
         inner = self.optim
@@ -218,9 +213,8 @@ class ZeroRedundancyOptimizer(Optimizer):
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
         """tinyllm.nn.clip_grad_norm_ for the gradient step() applies, the mean over the ranks (call it between
         backward() and step(); nn.clip_grad_norm_ would see this rank's gradients only). As llm.c: the gradients
-        are reduce-scattered now, each rank takes the norm of its shard, an all-reduce combines them, and the
-        shards are scaled by min(1, max_norm / (‖g‖ + 1e-6)); step() then updates with them. Returns ‖g‖, the
-        same on every rank."""
+        are reduce-scattered now, each rank takes the norm of its shard, an all-reduce combines them, and step()
+        updates with the shards scaled by min(1, max_norm / (‖g‖ + 1e-6)). Returns ‖g‖, the same on every rank."""
         norm_type = float(norm_type)
         with no_grad():
             buckets = [b for b in self._buckets if any(p.grad is not None for p in b.params)]
@@ -257,7 +251,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         for b in self._buckets:
             b.reduced = None
 
-    # ---- state dicts -------------------------------------------------------------------------------------------
+    # ---- state dicts ----
     def _param_ids(self):
         """torch's numbering of the parameters in state dicts: in order through the param groups."""
         ids, n = [], 0

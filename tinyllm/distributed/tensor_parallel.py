@@ -7,10 +7,8 @@ attention's heads, and one all-reduce per MLP and per attention combines them. T
     _, loss = model(x, y); loss.backward(); optimizer.step()
     gather_parameters(model)           # before saving: every rank gets the blocks the others trained
 
-Parameters stay full-size on every rank: a rank reads only its block of a split weight (its SHRINK), so the
-gradient is zero outside that block and the optimizer trains only that block there; the rest of the parameters
-(embeddings, layer norms, the biases after each all-reduce) get the same full gradient on every rank. Every rank
-must feed the same batch (combine with data parallelism across other ranks, not these).
+Parameters stay full-size on every rank, and each rank trains only its block of a split weight; the rest of
+the parameters get the same full gradient on every rank. Every rank must feed the same batch.
 """
 import fnmatch
 

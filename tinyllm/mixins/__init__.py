@@ -19,7 +19,6 @@ class TensorLike:
 
 
 def new_tensor(data, **kwargs):
-    """Tensor(data, **kwargs)."""
     return TensorLike._Tensor(data, **kwargs)
 
 

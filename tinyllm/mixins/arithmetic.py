@@ -14,7 +14,7 @@ from . import MaxResult, TensorLike, arange, broadcast_shape, cat, from_node, ne
 class Arithmetic(TensorLike):
     __slots__ = ()
 
-    # ---- arithmetic -----------------------------------------------------------------------------------------
+    # ---- arithmetic ----
     def add(self, x, alpha=1): return self._binary("ADD", x if alpha == 1 else self._as(x) * alpha, name="add")
     def sub(self, x, alpha=1): return self.add(-(self._as(x)) if alpha == 1 else self._as(x) * -alpha)
     def mul(self, x): return self._binary("MUL", x, name="mul")

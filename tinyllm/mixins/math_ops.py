@@ -1,10 +1,10 @@
-"""torch's elementwise math beyond the arithmetic in tensor.py, as Tensor methods (imported into the class):
-trigonometric and hyperbolic functions and their inverses, rounding, the rounding divisions and remainders, shifts
-and copysign, with torch's names, dtypes and gradients.
+"""torch's elementwise math beyond arithmetic, as Tensor methods: trigonometric and hyperbolic functions and their
+inverses, rounding, the rounding divisions and remainders, shifts and copysign, with torch's names, dtypes and
+gradients.
 
-Each is composed of primitives, so every runtime and every rewrite gets it for free. Five primitives serve them
-(tinyllm/ops/elementwise.py), each where a composition would be wrong or far slower: SIN, ATAN, FLOOR, FMOD (the
-exact float remainder) and IDIV (the exact integer quotient).
+Each is composed of primitives, so every runtime and rewrite gets it for free; five primitives serve where a
+composition would be wrong or far slower: SIN, ATAN, FLOOR, FMOD (the exact float remainder) and IDIV (the exact
+integer quotient).
 
 The compositions stay accurate over the whole range (no cancellation near 0 or ±1, no overflow before the result
 overflows) and give torch's gradients at the edges of the domains too (±inf at ±1 for asin, acos and atanh): a
@@ -24,7 +24,7 @@ from . import TensorLike, from_node
 LN2 = math.log(2.0)
 
 
-# ---- helpers (functions, not methods) ------------------------------------------------------------------------
+# ---- helpers (functions, not methods) ----
 def _true(x):
     return from_node(const(True, x.shape, dt.bool_), x.device)
 
@@ -51,7 +51,7 @@ def _zero_grad(value, *inputs):
 
 def _small(x, bound):
     """(|x| < bound, x there and 0 elsewhere): a series branch sees only its own range, so its slopes stay finite
-    where it is not taken (the 0 gradient an untaken branch gets would make nan with an infinite one)."""
+    where it is not taken."""
     small = (x < bound) & (x > -bound)
     return small, small.where(x, 0.0)
 
@@ -101,7 +101,7 @@ def _sinh_cosh(t):
     return (e + v) * 0.5, 1.0 + e * v * 0.5
 
 
-# ---- rounding -----------------------------------------------------------------------------------------------
+# ---- rounding ----
 def _integral(x, name):
     """Integers are already rounded: the same values as a new tensor, as torch; bools are refused, as torch."""
     if x.dtype is dt.bool_:
@@ -187,7 +187,7 @@ def _rounds_up(n, m, z, x):
     return (am >= az * 0.5) & (half_gap * az >= az - am) & (t < 0.5 / u)
 
 
-# ---- shifts --------------------------------------------------------------------------------------------------
+# ---- shifts ----
 def _shift_operands(self, n, name):
     x, n = self._broadcast(n, name=name)
     if x.dtype.is_float or x.dtype is dt.bool_:
@@ -199,7 +199,7 @@ def _shift_operands(self, n, name):
 class MathOps(TensorLike):
     __slots__ = ()
 
-    # ---- trigonometric and hyperbolic ------------------------------------------------------------------------------
+    # ---- trigonometric and hyperbolic ----
     def sin(self): return self._float()._unary("SIN")
 
     def cos(self):
@@ -260,7 +260,7 @@ class MathOps(TensorLike):
         neg, t = _abs(self._float())
         edge = _big(t)
         big = t > edge
-        s = big.where(0.0, t)  # each branch gets inputs of its own range (an untaken branch's slopes must be finite)
+        s = big.where(0.0, t)  # each branch gets inputs of its own range
         a = big.where(big.where(t, edge).log() + LN2, _log1p(s * (1.0 + s / (1.0 + (1.0 + s * s).sqrt()))))
         return neg.where(-a, a)
 
@@ -315,7 +315,7 @@ class MathOps(TensorLike):
                             "cast with .float()")
         return self - self.trunc()
 
-    # ---- division with rounding, remainders ------------------------------------------------------------------------
+    # ---- division with rounding, remainders ----
     def div(self, x, rounding_mode=None):
         """self / x, a float (for integers too), computed as self·(1/x); rounding_mode "trunc" rounds the quotient
         toward zero and "floor" down, as torch's (integers then stay int64, exact)."""
@@ -364,7 +364,7 @@ class MathOps(TensorLike):
 
     def __rrshift__(self, x): return self._as(x).bitwise_right_shift(self)
 
-    # ---- signs ---------------------------------------------------------------------------------------------------
+    # ---- signs ----
     def copysign(self, other):
         """|self| with the sign bit of `other` (-0.0 counts as negative, as torch; a NaN's sign bit is not seen, so it
         counts as positive). Gradient ±dy to self, 0 where self = 0 (torch's dy·result/self, masked there), 0 to other."""

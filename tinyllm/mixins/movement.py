@@ -14,7 +14,7 @@ from . import MaxResult, TensorLike, arange, broadcast_shape, cat, from_node, ne
 class Movement(TensorLike):
     __slots__ = ()
 
-    # ---- matmul -----------------------------------------------------------------------------------------------
+    # ---- matmul ----
     def matmul(self, other):
         """torch.matmul: 1-D operands become a row / column, batch axes broadcast, and an N-D @ 2-D product
         runs as one 2-D product over all rows (so dW = Xᵀ dY is one product too)."""
@@ -55,7 +55,7 @@ class Movement(TensorLike):
             return self
         return self._make(_autocast_pass.marked(build("AUTOCAST", self._node, arg=low)))
 
-    # ---- movement ---------------------------------------------------------------------------------------------
+    # ---- movement ----
     def _shape_arg(self, shape, name):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
         if shape.count(-1) > 1:

@@ -14,7 +14,7 @@ from . import MaxResult, TensorLike, arange, broadcast_shape, cat, from_node, ne
 class Reduce(TensorLike):
     __slots__ = ()
 
-    # ---- reductions -----------------------------------------------------------------------------------------
+    # ---- reductions ----
     def _dim(self, d, name):
         n = max(self.ndim, 1)
         if not isinstance(d, (int, np.integer)) or not -n <= d < n:

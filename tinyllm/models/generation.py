@@ -1,7 +1,7 @@
-"""Text generation for the decoder-only models (GPT, Llama): one `generate` with a key/value cache, Hugging Face's
-samplers and speculative decoding, shared by every model through GenerationMixin.
+"""Text generation for the decoder-only models (GPT, Llama): `generate` with a key/value cache, Hugging Face's samplers
+and speculative decoding, shared through GenerationMixin (docs/architecture.md, "Generating").
 
-A model gives the mixin what differs between architectures, and nothing else:
+What a model supplies, and nothing else:
     config.vocab_size                 the tokens
     max_positions                     the longest context (GPT's block_size, Llama's max_position_embeddings)
     get_input_embeddings()            the token embedding (the caches hold keys and values in its dtype)
@@ -9,10 +9,9 @@ A model gives the mixin what differs between architectures, and nothing else:
     _features(idx, cache=None)        the final norm's output at every position of idx (B, T); with `cache` (a
                                       list) each layer's keys and values (B, H_kv, T, hs) are appended to it
     _decode_features(toks, pos, caches)   the same for toks (B, T) at positions pos…pos+T-1 against the caches
-                                      (each layer's attention through attend_cached), and each layer's new cache
-                                      rows [k, v, k, v, …]
-    _cache_shapes(batch)              the shapes of the caches: each layer's keys (B, H_kv, max_positions, hs + 1)
-                                      and values (B, H_kv, max_positions, hs), [k, v, k, v, …]
+                                      (through attend_cached), and each layer's new cache rows [k, v, k, v, …]
+    _cache_shapes(batch)              each layer's keys (B, H_kv, max_positions, hs + 1) and values
+                                      (B, H_kv, max_positions, hs), [k, v, k, v, …]
 """
 import math
 
@@ -35,13 +34,11 @@ def attend_cached(q, k, v, k_cache, v_cache):
     (B, H_kv, block, hs) its value, and the new positions' own slots are still empty. Returns y (B, H, T, hs) and
     the new rows: the keys with bias 0 (B, H_kv, T, hs + 1) and the values.
 
-    q gets a last component 1, so q·k adds each slot's bias to its score and the empty slots drop out of the
-    softmax with no mask: the shapes are the same at every position. The scores of the cache and of the new keys
-    (causal among themselves: T > 1 is speculative decoding's verification) are put together as one softmax:
+    q gets a last component 1, so q·k adds each slot's bias to its score and no mask is needed. The scores of the
+    cache and of the new keys (causal among themselves: T > 1 is speculative decoding's verification) are one softmax:
         y = (Σ_j e^(s_j - m) v_j + Σ_t e^(s_t - m) v_t) / (Σ_j e^(s_j - m) + Σ_t e^(s_t - m)),
     m the largest score, so the step reads the old caches only, and writing the new rows into them can come
-    after it (Decoder._step). A group's g query heads are g·T rows against their one kv head: a view of q, so
-    the shared keys and values are read once, never copied per head."""
+    after it (Decoder._step). A group's g query heads are g·T rows against their one kv head, a view of q."""
     B, H, T, hs = q.shape
     H_kv = k.shape[1]
     g = H // H_kv
@@ -79,18 +76,14 @@ class GenerationMixin:
         Sampling: tinyllm.sampling.sample with these arguments: temperature=0 is argmax (greedy); top_k, top_p and
         min_p filter as Hugging Face does; `generator` (tinyllm.Generator) makes the draws reproducible.
 
-        use_cache=True (the default): one batched forward over the prompt (prefill) fills a per-layer key/value
-        cache of max_positions slots, then each token is one position's forward against it (Decoder). That step
-        has the same shapes at every position (the position is a tensor), so tinyllm.jit records it once and
-        replays its kernels from the fourth token on. Past max_positions the window slides: after a crop every
-        cached key belongs to another position (GPT's position embeddings are absolute, Llama's rotations are
-        applied before caching), so each step recomputes the whole window exactly, as nanoGPT does (still one
-        replayed shape). use_cache=False recomputes the window on every step. Batched prompts are of equal
-        length, as idx is one tensor.
+        use_cache=True (the default): one batched forward over the prompt fills a per-layer key/value cache of
+        max_positions slots, then each token is one position's forward against it, replayed by tinyllm.jit from the
+        fourth token on. Past max_positions each step recomputes the whole window exactly, as nanoGPT does;
+        use_cache=False does that on every step. Batched prompts are of equal length, as idx is one tensor.
 
         draft_model (a smaller model on the same tokens): speculative decoding, one sequence (B = 1). The draft
         proposes num_speculative_tokens tokens per round and this model verifies them in one forward; the tokens
-        follow this model's own distribution exactly, faster when the draft guesses well (_speculative_steps).
+        follow this model's own distribution exactly, faster when the draft guesses well.
         self.speculative_stats then holds the rounds and the proposed and accepted draft tokens."""
         name = type(self).__name__
         if idx.ndim != 2:
@@ -130,11 +123,9 @@ class GenerationMixin:
     def _speculative_steps(self, draft, idx, max_new_tokens, k, sampling, generator):
         """generate() with a draft model (Leviathan et al. 2023; Chen et al. 2023). Each round the draft proposes
         up to k tokens, one cached step each; the target scores them all in one forward of k + 1 positions against
-        its cache (Decoder.extend) and speculative_accept keeps a prefix of them and adds one token of its own:
-        the tokens follow the target's distribution exactly (its docstring has the proof), and greedy decoding
-        gives the target's greedy tokens. Both caches then forget the rejected positions (Decoder.sync). Near
-        max_positions, where no draft fits, the target goes on alone. The counts of the last call are in
-        self.speculative_stats: rounds, proposed and accepted drafts."""
+        its cache (Decoder.extend) and speculative_accept keeps a prefix of them and adds one token of its own
+        (its docstring has the proof that the target's distribution is kept). Both caches then forget the rejected
+        positions (Decoder.sync). Near max_positions, where no draft fits, the target goes on alone."""
         from ..sampling import draw, probs, speculative_accept
         from ..tensor import Tensor
         name = type(self).__name__
@@ -201,19 +192,10 @@ class GenerationMixin:
 class Decoder:
     """Next-token logits (B, V) for a sequence that grows by one token per call: `logits(ids)` with ids (B, L).
 
-    Cached (use_cache): a call with a prefix of at most max_positions tokens that is not the last call's sequence
-    plus one token is a prefill: one forward over all of it, whose keys and values (B, H_kv, L, hs) fill the first
-    slots of each layer's caches (keys (B, H_kv, block, hs + 1), values (B, H_kv, block, hs)). A call that adds
-    one token within the block is a decode step (step): that token's forward at position L - 1 writes its key and
-    value into slot L - 1 (a `where` over the cache, whose result is assigned to the cache tensor) and attends to
-    slots 0…L-1: the keys carry a bias column, MASKED in the empty slots, so the attention needs no mask
-    (attend_cached). The position is a tensor, so every step has one graph: tinyllm.jit records it on the 2nd and
-    3rd calls and replays it after. Past the block the context is its last block tokens (nanoGPT's crop), whose
-    positions all moved: the cached keys were made at other positions, so the exact answer is a full forward over
-    the window, which `window` does (one shape too, so it replays).
-
-    Uncached: every call is that full-window forward; shorter contexts are padded on the right to the block,
-    which causal attention keeps out of the last real position's logits."""
+    A call that adds one token to the last call's sequence within the block is a decode step (`step`); any other
+    call up to the block is a prefill (`_prefill`); past the block, and on every call when uncached, `window` runs
+    a full forward over the last block tokens (docs/architecture.md, "Generating"). Uncached, shorter contexts
+    are padded on the right, which causal attention keeps out of the last real position's logits."""
 
     def __init__(self, model, batch, device, use_cache, replayable=True):
         from ..replay.jit import jit
@@ -291,11 +273,9 @@ class Decoder:
         return logits
 
     def _step(self, tok, pos):
-        """One token (B, 1) at position pos (1,) against the caches; writes its keys and values into slot pos of
-        the caches, returns the logits. Two realizes: the forward, which reads the old caches and gives the logits
-        and each layer's new rows, then the writes, `where`s over the caches assigned to them. As the last readers
-        of the old caches, the writes may take over their memory: on the C runtime the replay writes the caches in
-        place (a donation), and then runs the whole step as one chain of C calls (docs/architecture.md)."""
+        """One token (B, 1) at position pos (1,) against the caches: returns the logits and writes its keys and values
+        into slot pos. The writes are a second realize and the old caches' last readers, so the C runtime's replay can
+        write the caches in place (a donation) and run the step as one chain."""
         from ..realizer import assign, realize
         x, rows = self.model._decode_features(tok, pos, self.caches)
         logits = self.model.lm_head(x)[:, -1, :]

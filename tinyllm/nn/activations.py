@@ -73,7 +73,7 @@ def softmin(x, dim=None):
     return (-x).softmax(-1 if dim is None else dim)
 
 
-# ---- losses ----------------------------------------------------------------------------------------------------
+# ---- losses ----
 def _reduce(loss, reduction, name, weight_sum=None):
     if reduction == "none":
         return loss

@@ -93,8 +93,8 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     logits (N, C) or (N, C, d...) as torch, or (..., C) with target (...) of int64 class indices; or, as torch's
     soft labels, a float target of the logits' own shape holding class probabilities (class axis 1, or 0 for 1-D
     logits): -Σ_c target_c log softmax(logits)_c, its 'mean' over the N·d... positions.
-    A class index outside [0, C) other than ignore_index raises an IndexError when the loss is computed: the
-    targets go through a GATHER (from arange(C)), whose kernels check their indices on every runtime."""
+    A class index outside [0, C) other than ignore_index raises an IndexError, at the latest when the loss is
+    computed (_checked_target)."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -180,9 +180,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
                                  enable_gqa=False):
     """softmax(q kᵀ · scale + mask) v, composed from primitives: the plain form a FlashAttention rewrite matches.
     enable_gqa (grouped-query attention, torch's semantics): k and v may have fewer heads (axis -3) than q, Hkv
-    dividing Hq; query head h reads key/value head h // (Hq / Hkv). The keys are not copied per group: q is viewed
-    as (..., Hkv, g, L, E) against k (..., Hkv, 1, S, E), which the product broadcasts (a stride-0 EXPAND), and
-    the result is viewed back as (..., Hq, L, Ev). k's and v's gradients sum over each group."""
+    dividing Hq; query head h reads key/value head h // (Hq / Hkv), without copying the keys per group
+    (_grouped_attention)."""
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise RuntimeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} don't fit: need "
                            "q (..., L, E), k (..., S, E), v (..., S, Ev)")

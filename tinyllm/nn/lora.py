@@ -8,13 +8,11 @@ LoRALinear computing
 W and b are the layer's own frozen parameters, kept under their names (`...c_attn.weight`, so a nanoGPT or Hugging
 Face state dict still loads); A (`...c_attn.lora_A.weight`) starts Kaiming-uniform(a=√5), bound 1/√in as
 nn.Linear's default, and B (`...c_attn.lora_B.weight`) at zero, so the wrapped model computes what it did before
-training. Only r·(in + out) numbers per layer train instead of in·out. No new op: the adapter is two Linear layers
-whose gradients autograd derives, dB = (α/r)·dyᵀ h and dA = (α/r)·(dy B)ᵀ dropout(x) with h = dropout(x) Aᵀ; W gets
-none (frozen), which on a quantized base is what QMATMUL gives anyway.
+training. No new op: the adapter is two Linear layers whose gradients autograd derives, dB = (α/r)·dyᵀ h and
+dA = (α/r)·(dy B)ᵀ dropout(x) with h = dropout(x) Aᵀ; W gets none (frozen), as QMATMUL gives on a quantized base.
 
-`merge(model)` folds (α/r)·B A into W, so inference costs nothing more than the base model; `unmerge` takes it
-out again. `save` / `load` keep the adapters alone in a safetensors file; its metadata records r, lora_alpha,
-lora_dropout and the wrapped layers (peft's adapter_config.json fields), so `load` can wrap a fresh model itself.
+`merge` / `unmerge` fold the update into W and out again; `save` / `load` keep the adapters alone in a
+safetensors file with peft's adapter_config fields.
 """
 import json
 from collections import OrderedDict
@@ -35,8 +33,7 @@ FILE_FORMAT = "tinyllm.lora/1"
 class LoRALinear(Module):
     """A Linear layer with a LoRA adapter beside it (module docstring). Holds the base layer's own `weight` and
     `bias` (the same Parameter objects: a tied weight stays tied), frozen, and trains `lora_A` and `lora_B`
-    (Linear layers without bias). While `merged`, the update lives in `weight` and the adapter is skipped.
-    Made by `apply`; on a QuantizedLinear base `apply` makes a QuantizedLoRALinear."""
+    (Linear layers without bias). While `merged`, the update lives in `weight` and the adapter is skipped."""
 
     def __init__(self, base, r=8, lora_alpha=16, lora_dropout=0.0):
         name = type(self).__name__
@@ -86,10 +83,9 @@ class LoRALinear(Module):
 
 
 class QuantizedLoRALinear(LoRALinear, QuantizedLinear):
-    """LoRA on a quantized base (QLoRA): y = x·dequant(W)ᵀ + b through QMATMUL, whose gradient reaches x only, plus
-    the float32 adapter (α/r)·dropout(x) Aᵀ Bᵀ. Also a QuantizedLinear, so tinyllm.quantization's save,
-    model_nbytes and quantize_'s "already quantized" check see its quantized weight. `merge` refuses it: B A
-    cannot be folded into the int8/int4 storage without rounding it again."""
+    """LoRA on a quantized base (QLoRA): y = x·dequant(W)ᵀ + b through QMATMUL plus the float32 adapter. Also a
+    QuantizedLinear, so tinyllm.quantization's save, model_nbytes and quantize_'s "already quantized" check see its
+    quantized weight. `merge` refuses it."""
     _base_type, _base_attrs = QuantizedLinear, LoRALinear._base_attrs + ("weight_scale", "fmt", "group_size")
 
     def _base_forward(self, x):

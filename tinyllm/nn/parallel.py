@@ -1,14 +1,10 @@
 """DistributedDataParallel: one model per rank, each on its own share of the batch, gradients averaged across
 the ranks (tinyllm.distributed) so every rank takes the same optimizer step, as torch.nn.parallel's.
 
-How the averaging overlaps the backward pass. Gradients are lazy graph until backward() realizes them, so the
-all-reduces join that one graph: the parameters are grouped into buckets of about `bucket_cap_mb` (torch's 25 MB),
-in reverse order of `module.parameters()` (the order backward produces their gradients); each bucket's gradients
-are joined into one flat array and averaged by a non-blocking all-reduce (IALLREDUCE, then WAIT); the last one,
-which nothing is left to overlap, holds at most 1 MB. The schedule
-starts a bucket's all-reduce as soon as its last gradient exists and places every WAIT after all the kernels that
-do not need it (tinyllm/schedule.py), so the ranks combine early buckets while the backward pass computes the
-later ones; between kernels the runtime lets MPI progress. The averaged gradients are views of the buckets.
+The averaging joins backward's graph (docs/architecture.md, "Collectives are graph nodes"): each bucket of about
+`bucket_cap_mb` (torch's 25 MB) of gradients is joined into one flat array and averaged by a non-blocking
+all-reduce (IALLREDUCE, then WAIT), which the schedule overlaps with the rest of the backward pass. The averaged
+gradients are views of the buckets.
 """
 import contextlib
 import weakref

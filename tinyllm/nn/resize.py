@@ -14,7 +14,6 @@ PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
 def _take(x, axis, index):
-    """x with `index` (host int array) picked along `axis`."""
     where = (slice(None),) * axis + (factory.tensor(np.asarray(index, np.int64), device=x.device),)
     return x[where]
 

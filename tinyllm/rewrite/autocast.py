@@ -1,22 +1,6 @@
-"""The autocast pass: AUTOCAST marks (tinyllm/autocast_mode.py) become casts, and the new dtypes flow through the graph.
-
-Walking the graph sources first, each node is rebuilt over its rewritten sources by one rule per kind of op,
-following torch's autocast op lists (each op class's `autocast`, tinyllm/ops/):
-
-    AUTOCAST(x; low)         x cast to `low` (float16 or bfloat16)
-    MATMUL, FLASH_ATTN       lower precision: with a low input, every float input goes low (the kernels
-                             accumulate in float32 and round the result once)
-    FP32 ops                 reductions, exp, log, reciprocal, square root, power, sorting, gathering: low inputs
-                             come back to float32
-    other elementwise ops    promote as torch does (float32 with bfloat16 gives float32), except that constants
-                             take their partner's dtype, as Python numbers do in torch ("weak" scalars)
-    views and the rest       follow their input
-
-A weight's low copy is not kept for the backward pass: each product with a stored operand is a checkpointing region
-that recasts it there. So a linear layer's output stays low through an activation and becomes float32 where it meets the float32
-residual stream, and softmax, layer_norm and the loss run in float32. A root whose dtype changed is cast back:
-every tensor keeps the dtype the front end gave it. Parameters stay float32; their gradients come back through
-the casts' own rule (dx = dy cast back), so the optimizer sees float32 gradients.
+"""The autocast pass: AUTOCAST marks (tinyllm/autocast_mode.py) become casts, and the new dtypes flow through the graph,
+one rule per kind of op following torch's autocast op lists (each op class's `autocast`, tinyllm/ops/). The rules,
+and why a product with a stored operand becomes a checkpointing region: docs/rewrites.md, "Autocast".
 """
 import weakref
 
@@ -70,7 +54,6 @@ ENTER, EXIT = ("enter", "nothing_saveable"), ("exit", "nothing_saveable")
 
 
 def _weight_cast(node):
-    """A low cast of a stored float operand."""
     return node.op == "CAST" and node.dtype.is_low and not node.src[0].dtype.is_low and _stored(node.src[0])
 
 

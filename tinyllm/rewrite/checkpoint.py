@@ -1,10 +1,7 @@
-"""Gradient checkpointing as a rewrite of the joint forward + backward graph.
-
-`tinyllm.checkpoint(fn, *args)` marks a region (CHECKPOINT "enter" on each input, "exit" on each output). Every
-node outside the region that reads a value inside it (the backward pass's) gets a recomputed copy instead, built
-from the region's inputs read through CHECKPOINT("recompute"): without that marker the copy would be the
-original itself, equal nodes being one node. docs/rewrites.md ("Gradient checkpointing") says why each part is
-there and what the schedule must do for the saving.
+"""Gradient checkpointing as a rewrite of the joint forward + backward graph: every node outside a region that reads
+a value inside it gets a recomputed copy, built from the region's inputs read through CHECKPOINT("recompute").
+docs/rewrites.md ("Gradient checkpointing") says why each part is there and what the schedule must do for the
+saving.
 """
 from ..graph import Node, toposort
 from .engine import Pat, PatternMatcher, graph_rewrite

@@ -1,10 +1,5 @@
-"""Pattern matching and rewriting of the lazy graph, run to a fixed point.
-
-A rule is (Pat, fn) or (Pat, fn, name): the pattern matches a node on op, sources, argument and dtype and
-captures named parts; `fn(**captures)` returns a replacement node or None (no change). `graph_rewrite` walks the
-graph bottom-up with an explicit stack: a node is rewritten once its sources are final, and whatever a rule
-returns is itself walked and rewritten, so one walk reaches the fixed point. A rule chain that comes back to a
-node still being rewritten (A -> B -> A) raises an error naming the pass and the rules, instead of hanging.
+"""Pattern matching and rewriting of the lazy graph, run to a fixed point (docs/rewrites.md: patterns, rules, how
+`graph_rewrite` walks and the checks that stop a rule set from hanging).
 
 Every rule that fires is recorded as Fired(pass_name, rule, op): in `trace` while TINYLLM_DEBUG is set, and in
 the list a `tracing()` block yields.

@@ -1,15 +1,10 @@
-"""The FlashAttention pass: attention written the plain way becomes one FLASH_ATTN node (tinyllm/ops/attention.py).
+"""The FlashAttention pass: attention written the plain way, `softmax((q @ kᵀ) · scale [masked with -inf]) @ v`,
+becomes one FLASH_ATTN node (tinyllm/ops/attention.py), the output a view of its packed result.
 
-It matches what people write and what F.scaled_dot_product_attention builds:
-
-    s = (q @ kᵀ) · scale          the scale on the scores, on q or on kᵀ (a constant, or 1 / a constant)
-    s = where(mask, -inf, s)      optional: masked_fill(mask, -inf), or where(keep, s, -inf)
-    y = softmax(s, -1) @ v        softmax as tinyllm builds it: e = exp(s - max(s)), e / Σe, over the last axis
-
-and keeps the output as a view of FLASH_ATTN's packed result. A mask qualifies when its value is the causal one
-(or keeps everything): the pass evaluates the mask's small subgraph and compares, so it runs on graphs that still
-hold their buffers (the pipeline's differentiate and values stages). docs/rewrites.md ("FlashAttention") lists
-what matches and what is left alone. Off: `TINYLLM_FLASH=0`, `flash.ENABLED = False` or `with flash.disabled():`.
+A mask qualifies when its value is the causal one (or keeps everything): the pass evaluates the mask's small
+subgraph and compares, so it runs on graphs that still hold their buffers (the pipeline's differentiate and values
+stages). docs/rewrites.md ("FlashAttention") lists what matches and what is left alone. Off: `TINYLLM_FLASH=0`,
+`flash.ENABLED = False` or `with flash.disabled():`.
 """
 import contextlib
 import os
@@ -38,7 +33,7 @@ def disabled():
         ENABLED = before
 
 
-# ---- reading the pieces ----------------------------------------------------------------------------------------
+# ---- reading the pieces ----
 def _const_value(node):
     """The number a constant (possibly expanded, reshaped or 1/constant) stands for, else None."""
     invert = False
@@ -100,7 +95,7 @@ def _mask(x):
     return x, None
 
 
-# ---- is the mask causal? ----------------------------------------------------------------------------------------
+# ---- is the mask causal? ----
 def _evaluate(node):
     """The value of a small graph whose leaves all have values (buffers, constants), computed with the ops'
     NumPy forwards; None if it has a leaf without a value or is too big."""
@@ -186,7 +181,7 @@ def _causal(mask, keeps):
     return {"tril": True, "all": False}.get(kind) if keeps else {"triu": True, "none": False}.get(kind)
 
 
-# ---- the rule ---------------------------------------------------------------------------------------------------
+# ---- the rule ----
 _seen = [False]  # set when a softmax @ v shape was found (whether or not it qualified): see attention_pass
 _plain = set()  # structure keys of graphs with no attention pattern in them
 

@@ -1,9 +1,6 @@
-"""Kernel fusion: chains of elementwise ops, and elementwise ops feeding a reduction, become one FUSED node.
-
-A FUSED node's `arg` is a Kernel (tinyllm/ops/kernel.py): an iteration shape, an optional reduction, and
-straight-line code over its inputs. Views between fused ops (permute, expand, slice, viewable reshape) fold into each input's strides and
-offset, so they cost no copy and no kernel. A value with more than one consumer is computed once and stored.
-The same Kernel is rendered to C (runtime/c/render.py) and WGSL (runtime/wgsl/render.py).
+"""Kernel fusion: chains of elementwise ops, and elementwise ops feeding a reduction, become one FUSED node whose
+`arg` is a Kernel (tinyllm/ops/kernel.py). Views between fused ops fold into each input's strides and offset.
+What is inlined and what is stored: docs/architecture.md, "What fusion inlines".
 """
 import math
 
@@ -134,9 +131,9 @@ def fuse(roots, max_inputs=None):
         if k is not None and k.reduce is None and len(k.code) <= MAX_KERNEL_OPS:
             cheap = _cheap(k) and not into_reduction
             # compute it here: its only user is this kernel, or recomputing it costs less than a round trip
-            # through memory (once every user inlines it, it is never stored at all). Not into reductions: their
-            # loops stay scalar (C may not reorder a float sum), so recomputing there costs more than it saves.
-            # Through a view that repeats elements (a broadcast), only a cheap producer: each repeat recomputes it.
+            # through memory. Not into reductions: their loops stay scalar (C may not reorder a float sum), so
+            # recomputing there costs more than it saves. Through a broadcast, only a cheap producer: each repeat
+            # recomputes it.
             single = users.get(origin.get(base)) == 1 and all(users.get(origin.get(v)) == 1 for v in views)
             repeats = math.prod(shape) > math.prod(base.shape)
             if (cheap or (single and not repeats)) and fits(b, base.src, later):
@@ -222,10 +219,9 @@ def _absorb(c, k):
 
 def fuse_outputs(roots):
     """Elementwise kernels that are outputs of one realize, of one shape and dtype, reading the same tensors,
-    become one kernel that stores each of them (an optimizer's new parameter, first and second moments:
-    the parameter's kernel recomputes both moments, so merged they are computed once, and p, g, m, v are read
-    once instead of three times). Its result holds them one after another along the first axis; each output is
-    a slice of it."""
+    become one kernel that stores each of them (an optimizer's new parameter and moments: the parameter's kernel
+    recomputes both moments, so merged they are computed once, and p, g, m, v are read once instead of three times).
+    Its result holds them one after another along the first axis; each output is a slice of it."""
     groups = []  # [(shape, dtype, input) keys the group reads, its outputs], grown by union on shared inputs
     for r in dict.fromkeys(roots):
         if r.op != "FUSED" or r.arg.reduce is not None or r.arg.outs is not None or not r.shape:

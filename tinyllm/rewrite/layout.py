@@ -1,8 +1,6 @@
-"""Layout: the pass that lets a matmul write its result in the layout its user reads.
-
-(A B)ᵀ = Bᵀ Aᵀ, and the matmul kernels read transposed operands in place, so a transposed product costs nothing
-when it is computed as the product of the transposes. The weight gradient of `x @ W.T` is such a product (dW =
-(xᵀ dY)ᵀ); stored untransposed, the optimizer's kernels then read it row by row instead of copying it first."""
+"""Layout: a transposed product (A B)ᵀ computed as Bᵀ Aᵀ, which the matmul kernels read in place (docs/rewrites.md).
+The weight gradient of `x @ W.T` is such a product; stored untransposed, the optimizer's kernels read it without
+copying it first."""
 from ..graph import build, consumers, toposort
 from .engine import Pat, PatternMatcher, graph_rewrite
 

@@ -1,12 +1,7 @@
-"""Gradients of slices become concatenations. The backward of `q, k, v = x.split(n)` pads each slice's gradient
-back into zeros of x's shape and adds the three: three buffers of x's size, two adds. Pads of neighbouring
-slices that are added together are one pad of their concatenation, and a pad that fills its whole shape is
-just its input, so the three become one CAT. Exact but for the sign of zero: -0.0 + 0.0 (the pad) is +0.0,
-while the concatenation keeps -0.0. Where each slice's gradient arrives reshaped from a strided view (attention's
-heads moved back beside each other), the CAT joins the views themselves and is reshaped after: one copy, not
-one per slice and another for the CAT (exact: it moves values and computes nothing). The same slicing takes
-attention's output O out of FLASH_ATTN's [O | L]: its gradient, dO padded with a zero dL column, reaches
-FLASH_ATTN_BWD, which reads dO itself instead (dL = 0), so the padded copy is never made."""
+"""Gradients of slices become concatenations: added pads of neighbouring slices are one pad of their CAT, a pad that
+fills its shape is its input, and dO padded with a zero dL column reaches FLASH_ATTN_BWD as dO itself
+(docs/rewrites.md, "pads"). Exact but for the sign of zero: -0.0 + 0.0 (the pad) is +0.0, while the
+concatenation keeps -0.0."""
 from ..graph import build
 from .engine import Pat, PatternMatcher
 

@@ -1,18 +1,13 @@
-"""Every rewrite pass in the order it runs: the one place that says which pass runs when.
-
-    stage           runs on                                   passes, in order
-    differentiate   a loss's graph, before autograd walks it  tensor_parallel, flash, autocast
-    values          a realize's graph, before it is keyed     tensor_parallel, flash, autocast
-    schedule        the keyed graph (inputs are SLOTs)        simplify, pads, cse, layout, checkpoint
-    lower           the same, for one runtime                 rowwise, fusion, fuse_outputs (those it can run)
+"""Every rewrite pass in the order it runs, by stage (docs/rewrites.md describes the stages): the one place that says
+which pass runs when.
 
 Tensor parallelism (a no-op unless a model was parallelized) splits each layer's matmuls by rank first, so the
-passes after it see one rank's heads. FlashAttention runs before differentiation so that the gradient comes from FLASH_ATTN's own rule and the backward
-graph never holds the T×T probabilities; it runs again on every realized graph (inference builds no backward),
-before keying, because it reads the mask's values, which a keyed graph no longer has. Autocast follows it (the
-attention it finds has the marked q, k and v as inputs) and also runs before differentiation, so the gradient
-graph is derived from the rewritten one. The schedule and lower
-stages run once per graph structure: realize caches what they make.
+passes after it see one rank's heads. FlashAttention runs before differentiation so that the gradient comes from
+FLASH_ATTN's own rule and the backward graph never holds the T×T probabilities; it runs again on every realized
+graph (inference builds no backward), before keying, because it reads the mask's values, which a keyed graph no
+longer has. Autocast follows it (the attention it finds has the marked q, k and v as inputs) and also runs before
+differentiation, so the gradient graph is derived from the rewritten one. The schedule and lower stages run once
+per graph structure: realize caches what they make.
 """
 import functools
 import time
@@ -31,10 +26,10 @@ from .layout import layout
 from .pads import pads
 from .rowwise import rowwise
 from .simplify import simplify
-from .tensor_parallel import tensor_parallel_pass as tp_pass  # a no-op unless a model is parallelized
+from .tensor_parallel import tensor_parallel_pass as tp_pass
 
-# stage -> (name, pass): a pass is a PatternMatcher or a function of the roots (and of the structure key, for
-# the values stage, so a pass can remember graphs on which it found nothing).
+# stage -> (name, pass): a pass is a PatternMatcher or a function of the roots (and, in the values stage, of the
+# structure key, so a pass can remember graphs on which it found nothing).
 PASSES = {
     "differentiate": [("tensor_parallel", tp_pass), ("flash", attention_pass), ("autocast", autocast_pass)],
     "values": [("tensor_parallel", tp_pass), ("flash", attention_pass), ("autocast", autocast_pass)],

@@ -1,6 +1,6 @@
 """The row-kernel pass (WGSL runtime): softmax, log_softmax and layer_norm over the last axis, as the front end
 builds them from primitives, become one node each, run by a hand-written one-workgroup-per-row kernel
-(runtime/wgsl/rowwise.py, wgsl/softmax.wgsl for both softmaxes, layer_norm.wgsl):
+(runtime/wgsl/rowwise.py):
 
     softmax       e = exp(x + (-max x)),  y = e · (1 / Σe)
     log_softmax   s = x + (-max x),       y = s + (-log Σ exp(s))          (cross_entropy is built on it)
@@ -9,10 +9,10 @@ builds them from primitives, become one node each, run by a hand-written one-wor
 with every reduction over the last axis of a float32 x (n = its length; w and b hold n values broadcast over the
 rows). Anything else (another axis, eps outside the square root, another dtype) is left alone.
 
-A ROW_* node's result is packed: [..., :n] is y and [..., n:] the row's reductions (max and Σe; Σx and Σc²), as
-FLASH_ATTN packs its log-sum-exp. The pass replaces y and each reduction node by a view of the packed result, so
-the backward graph, which reads those reductions, gets them from the row kernel too: what it needs beyond them
-(e, c, …) is elementwise and fusion recomputes it. Runtime pass, after autograd: the nodes need a forward only.
+A ROW_* node's result is [..., :n] y and [..., n:] the row's reductions (max and Σe; Σx and Σc²). The pass
+replaces each reduction node by a view of it too, so the backward gets them from the row kernel; what it needs
+beyond them (e, c, …) is elementwise and fusion recomputes it. Runtime pass, after autograd: the nodes need a
+forward only.
 """
 from collections import namedtuple
 

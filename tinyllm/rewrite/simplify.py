@@ -1,10 +1,5 @@
-"""Algebraic simplification and constant folding. Every rule is an exact identity in IEEE arithmetic: a rewritten
-elementwise value is bit for bit what the unrewritten graph computes. (A reduction may still round differently
-in its last bits when a rewrite changes its input's memory layout, e.g. x·1 no longer copies: NumPy sums in an
-order that follows strides.) So, as in C compilers without fast-math:
-  x·0 is not folded (inf·0 is nan), x + 0.0 is not folded for floats (-0.0 + 0.0 is +0.0) but x + (-0.0) is,
-  SUM(SUM(x)) is not merged and SUM of a constant folds only when every partial sum is exact (float rounding
-  depends on the summation order), SUM over size-1 axes is kept (NumPy's sum turns -0.0 into +0.0).
+"""Algebraic simplification and constant folding. Every rule is an exact identity in IEEE arithmetic, as in C compilers
+without fast-math; docs/rewrites.md ("simplify") lists the rules and the identities deliberately left out.
 """
 import math
 

@@ -3,31 +3,24 @@
 Block matrix products. With W1 split by rows (output features) into the ranks' blocks W1_r, X·W1ᵀ has the column
 blocks X·W1_rᵀ = H_r; an elementwise function (GELU, a bias add) acts on each block alone; with W2 split by columns
 (input features) the same way, H·W2ᵀ = Σ_r H_r·W2_rᵀ: one all-reduce of the ranks' partial products gives it,
-and the bias after it is added once. Attention is the same with heads for columns: c_attn's q, k and v column
-blocks of a rank's heads give those heads' attention (heads are independent), and c_proj split by its input
-columns gives partial sums. So:
+and the bias after it is added once. Attention is the same with heads for columns (heads are independent). So:
 
     MATMUL(x, Wᵀ) with W marked column-split   →  MATMUL(REPLICATE(x), this rank's rows of Wᵀ)   a sharded value
     an op on sharded values                    →  the same op on the shards, its other inputs sliced alike
     MATMUL contracting a sharded axis          →  ALLREDUCE(MATMUL(shard, this rank's block of the other), SUM)
 
-REPLICATE (Megatron's f) makes the gradient of x complete on every rank (an all-reduce of the ranks' partial
-gradients); the ALLREDUCE (Megatron's g) passes its gradient through (tinyllm/ops/collective.py). Any other
-computed value sliced into a region enters through REPLICATE too; a marked parameter is sliced itself (a SHRINK
-of the weight or bias, under its views), constants and masks as they are. A sharded value is an axis split into
-`groups` equal groups (c_attn's q, k and v: 3), each split into world-size blocks; a rank holds its block of
-every group, in group order. Heads follow from the reshapes and permutes: (B, T, C) → (B, T, nh, hs) keeps whole
-heads on each rank when the world size divides nh, and attention's matmuls act per head (a batch axis).
+REPLICATE (Megatron's f) makes the gradient of x complete on every rank; the ALLREDUCE (Megatron's g) passes its
+gradient through (tinyllm/ops/collective.py). Any other computed value sliced into a region enters through
+REPLICATE too; a marked parameter is sliced itself (a SHRINK under its views), constants and masks as they are.
+A sharded value is an axis split into `groups` equal groups (c_attn's q, k and v: 3), each split into world-size
+blocks; a rank holds its block of every group, in group order. (B, T, C) → (B, T, nh, hs) keeps whole heads on
+each rank when the world size divides nh, and attention's matmuls act per head (a batch axis).
 
 Parameters stay full-size on every rank: each reads its SHRINK, so its gradient is zero outside its block and
 only its block is trained (tinyllm.distributed.tensor_parallel.gather_parameters brings the blocks together).
 A region (from the column-split matmul to the all-reduce) is rewritten whole or not at all: where a sharded
 value reaches an op the rules do not cover, or leaves the graph as a root (a generation cache's keys), the region
-is left as it was, computed in full on every rank, which is still right.
-
-The pass runs in the pipeline's differentiate and values stages before FlashAttention, which then finds each
-rank's attention over its own heads (tinyllm/rewrite/pipeline.py). It does nothing unless a model was
-parallelized (tinyllm.distributed.tensor_parallel.parallelize marks the weights here).
+is computed in full on every rank, which is still right. The pass does nothing unless a model was parallelized.
 """
 import math
 import weakref
@@ -68,7 +61,7 @@ def marked():
             if p is not None}
 
 
-# ---- slicing a full value to this rank's part ------------------------------------------------------------------
+# ---- slicing a full value to this rank's part ----
 def _map_axis(shape_from, axis, shape_to, k):
     """The axis of `shape_to` (a reshape of `shape_from`) that holds `axis` of shape_from split into k equal
     blocks as whole blocks of elements, or None: the one with the same elements before it, whose size k
@@ -156,7 +149,7 @@ def take(node, axis, groups, split):
     return new
 
 
-# ---- the rules: an op on sharded inputs ---------------------------------------------------------------------------
+# ---- the rules: an op on sharded inputs ----
 class _Refuse(Exception):
     """A sharded value reached an op the rules do not cover: its region stays unsplit."""
 
@@ -264,7 +257,7 @@ def _colwise_start(node, cols):
     return groups if groups is not None and axis == 0 else None
 
 
-# ---- the pass -------------------------------------------------------------------------------------------------------
+# ---- the pass ----
 class _Regions:
     """Union-find over region ids (an op that reads two regions' shards joins them), and the failed ones."""
     def __init__(self, n):

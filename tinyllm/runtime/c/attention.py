@@ -1,14 +1,12 @@
-"""FLASH_ATTN and FLASH_ATTN_BWD on the C runtime: runtime_c/attention.c through the prebuilt module.
-
-Handlers take (runtime, node, inputs) and return the output array, or None where the kernel does not apply
-(float64, or no prebuilt module): the op's NumPy forward (the tiled reference) runs instead. The kernels read
-their inputs in place through strides, so q, k and v split out of one projection (views) are not copied, nor
-are the keys and values that grouped-query attention broadcasts over a group (stride 0); an input whose last axis
-is strided is, and all are made row-major where their batch axes need over three strides.
+"""FLASH_ATTN and FLASH_ATTN_BWD on the C runtime: runtime_c/attention.c through the prebuilt module (None back for
+float64 or without the module: the tiled NumPy reference runs). The kernels read their inputs in place through
+strides, so q, k and v split out of one projection (views) are not copied, nor are the keys and values that
+grouped-query attention broadcasts over a group (stride 0); an input whose last axis is strided is, and all are
+made row-major where their batch axes need over three strides.
 
 With 16-bit float inputs (float16, bfloat16) the kernels run in float32 as they are: the inputs are widened by a
-generated kernel (copy.convert), and the float32 result is rounded to the node's dtype once, which is what the
-NumPy runtime does for any op with 16-bit floats (decode, float32 forward, encode), at C speed."""
+generated kernel (copy.convert), and the float32 result is rounded to the node's dtype once, as the NumPy runtime
+does for any op with 16-bit floats."""
 import numpy as np
 
 from ... import dtype as dt

@@ -7,10 +7,8 @@ hash of its source, of the flags of its CPU path and of the compiler, points to 
 again whatever else was compiled with it (another test order, another program), and the source's local headers are
 hashed by their contents, not their paths, so checkouts at other paths (each CI run's clone) share the cache.
 
-The CPU path (portable, avx2, avx512; see path()): by default the best this CPU has, forced by TINYLLM_CPU as the
-prebuilt kernels' is (runtime_c/cpu.c), a path this CPU lacks falling back to the best one below it. It is read on
-every load(), so set_path() (for tests) switches the kernels compiled afterwards; it is part of each library's name
-and hash, so a kernel built for one path is never loaded for another."""
+The CPU path (see path() and docs/architecture.md, "Which CPU code runs") is read on every load(), so set_path()
+(for tests) switches the kernels compiled afterwards."""
 import hashlib
 import os
 import platform
@@ -28,17 +26,16 @@ ffi = cffi.FFI()  # makes the char*[] argument arrays; each library gets its own
 # -ffp-contract=off: a value recomputed in two kernels must round the same in both (amax's backward compares
 # them), so no kernel may fuse a multiply-add the other does not. -fno-trapping-math: nothing reads the FP
 # exception flags, and without it gcc may not if-convert tl_expf's selects on AVX2 (no masked arithmetic there), so
-# exp stays scalar: 5x slower. It changes no value.
+# exp stays scalar. It changes no value.
 FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", "-fno-trapping-math",
          "-std=gnu11", "-w"]
 PATHS = ("portable", "avx2", "avx512")  # tl_cpu_path()'s numbering
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 # The instructions each path may use: the x86-64 baseline (SSE2) plus exactly what tl_cpu_supports checks for that
 # path, never -march=native (under TINYLLM_CPU=avx2 on an AVX-512 CPU that would put AVX-512 in the kernels, and
-# a cache shared between machines would hand them to CPUs without it). Tuning stays generic, which already
-# vectorises at 512 bits; -mprefer-vector-width=512 keeps it so under any tuning: 15-50% faster than 256 bits for
-# exp, tanh and the row reductions on Zen 4, even with its double-pumped 512-bit unit (see path()).
-# Elsewhere (aarch64) only the portable path exists and it takes the compiler's baseline (NEON).
+# a cache shared between machines would hand them to CPUs without it). -mprefer-vector-width=512 keeps generic
+# tuning's 512-bit vectors under any tuning (see path()). Elsewhere (aarch64) only the portable path exists and it
+# takes the compiler's baseline (NEON).
 ISA = {"portable": ["-march=x86-64"], "avx2": ["-march=x86-64", "-mavx2", "-mfma"],
        "avx512": ["-march=x86-64", "-mavx2", "-mfma", "-mavx512f", "-mprefer-vector-width=512"]} if X86 \
     else {p: [] for p in PATHS}
@@ -119,8 +116,7 @@ def path():
     (TINYLLM_CPU, set_path) it is tl_cpu_path(), that one or the best below it this CPU has. Otherwise it is the best
     path this CPU has, even where tl_cpu_path() stays at avx2 because 512-bit FMAs run at the 256-bit rate (Zen 4's
     double-pumped unit): right for the FMA-bound sgemm and attention, but generated kernels are bound by the
-    instructions and loads they issue, half as many at 512 bits (1.1-1.5x faster exp, tanh, softmax and layer-norm
-    kernels on Zen 4)."""
+    instructions and loads they issue, half as many at 512 bits."""
     lib = _lib()
     if lib is None:
         return _fallback_path()

@@ -1,7 +1,6 @@
 """Data movement on the C runtime: CONTIGUOUS, CAT, PAD and reshapes that must copy, through runtime_c/copy.c
-(memcpy of each innermost run, the outer axes on all threads) into arrays from the runtime's pool. Views stay
-views: a reshape that needs no copy is a NumPy view. Without the prebuilt module the handlers return None and
-the ops' NumPy forwards run. Copies move bytes, so they serve every dtype alike (16-bit floats as their uint16
+(memcpy of each innermost run, the outer axes on all threads) into arrays from the runtime's pool; a reshape that
+needs no copy is a NumPy view. Copies move bytes, so they serve every dtype alike (16-bit floats as their uint16
 storage). `convert` changes an array's dtype with a generated kernel (hand-written kernels that compute in float32
 read and write 16-bit floats through it)."""
 import math

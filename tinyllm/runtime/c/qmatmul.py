@@ -1,9 +1,7 @@
 """QMATMUL on the C runtime: runtime_c/qmatmul.c through the prebuilt module (a GEMV streaming the quantized weight
-for at most 4 rows of x, the sgemm dequantizing while it packs for more).
-
-The kernel takes (runtime, node, inputs) and returns the output array, or None where the kernel does not apply
-(float64 x, or no prebuilt module): the op's NumPy forward runs instead. x is read in place when its rows are
-contiguous; the weight and scales are the quantized storage as tinyllm/ops/qmatmul.py defines it."""
+for at most 4 rows of x, the sgemm dequantizing while it packs for more; None back for float64 x or without the
+module). x is read in place when its rows are contiguous; the weight and scales are the quantized storage as
+tinyllm/ops/qmatmul.py defines it."""
 import numpy as np
 
 from ..base import kernels

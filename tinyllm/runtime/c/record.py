@@ -1,10 +1,6 @@
-"""The C calls of one schedule run, for program.py to replay. While a CallRecorder watches a run
-(CRuntime.recorder), each call through CRuntime.call is noted with its pointers as offsets into a Region: an input
-of the schedule, or an array the schedule allocated (runtime.empty). A run is recordable only if every kernel
-returned a view of something it read, or made C calls and returned an array from runtime.empty: a kernel that ran
-its NumPy forward (or copied with NumPy) leaves the schedule on the normal path. A host call (CRuntime.host_call:
-a Python function of row-major arrays the schedule read or allocated, such as an MPI collective's) is noted too,
-and a replay makes it again with arrays over the same memory."""
+"""The C calls of one schedule run, for program.py to replay (docs/architecture.md, "Replayed schedules"). A run is
+recordable only if every kernel returned a view of something it read, or made C calls and returned an array from
+runtime.empty: a kernel that ran its NumPy forward (or copied with NumPy) leaves the schedule on the normal path."""
 import weakref
 from collections import namedtuple
 

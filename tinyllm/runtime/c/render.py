@@ -4,8 +4,7 @@ the compiler sees plain nested loops it can vectorise; OpenMP splits the outermo
 
 A small kernel (under PARALLEL_MIN iterations: one thread) is shape-generic instead: its sizes, strides and offsets
 other than 0 and 1 follow the buffers in bufs, as integers, so one compiled function serves every shape with the
-same structure. Compiling costs such a kernel far more than running it (~50 ms against microseconds), and tests,
-decoding and small models meet it in many shapes.
+same structure (compiling it costs far more than running it).
 
 16-bit floats (float16, bfloat16) are stored as uint16_t and are floats everywhere else: a load widens them
 (exactly), every instruction computes in float32, and a store rounds to nearest even (c_math.h), so a kernel

@@ -48,9 +48,7 @@ class CRuntime(NumpyRuntime):
     name = "c"
     chains = True
     fuses = multi_output_kernels = True
-    # op -> fn(runtime, node, inputs) running its C kernel, or returning None where it does not apply (float64,
-    # no prebuilt module): the op's NumPy forward runs then
-    kernels = KERNELS  # op -> fn(runtime, node, inputs); None back: the op's NumPy forward runs instead
+    kernels = KERNELS  # op -> fn(runtime, node, inputs); None back (float64, no prebuilt module): NumPy forward
 
     def __init__(self):
         self.ffi, self.lib = _load_prebuilt()

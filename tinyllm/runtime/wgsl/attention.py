@@ -1,6 +1,5 @@
-"""FLASH_ATTN and FLASH_ATTN_BWD on the WGSL runtime: wgsl/flash_attention_forward.wgsl and _backward.wgsl,
-each after wgsl/flash_attention.wgsl, registered in the WGSL runtime's kernel table. Operands are made contiguous
-first (a strided copy on the GPU)."""
+"""FLASH_ATTN and FLASH_ATTN_BWD on the WGSL runtime: wgsl/flash_attention_forward.wgsl and _backward.wgsl, each after
+wgsl/flash_attention.wgsl. Operands are made contiguous first (a strided copy on the GPU)."""
 import math
 
 from ... import dtype as dt

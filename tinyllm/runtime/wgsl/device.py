@@ -132,7 +132,7 @@ class Device:
         usage = wgpu.BufferUsage
         self.usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
 
-    # ---- buffers --------------------------------------------------------------------------------------------
+    # ---- buffers ----
     def alloc(self, nbytes):
         """A Storage of at least `nbytes`, from the pool when one of that size is free."""
         size = max(16, -(-nbytes // 16) * 16)
@@ -183,7 +183,7 @@ class Device:
             return b""
         return self.queue.read_buffer(storage.buffer, 0, -(-nbytes // 4) * 4)[:nbytes]
 
-    # ---- pipelines and dispatches ---------------------------------------------------------------------------
+    # ---- pipelines and dispatches ----
     def pipeline(self, source, read_only):
         """The compute pipeline of `source` (entry point `main`, bindings 0..n-1 in group 0, binding i read-only
         when read_only[i], exactly as the shader declares them), compiled once."""

@@ -5,10 +5,7 @@ Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 
 the runtime checks that values fit), bool -> u32 (0 or 1; WGSL has no bool storage). Shapes and strides are
 constants, so every index computation folds. int8 / uint8 are bytes packed in u32 words: only the quantized matmul
 (wgsl/qmatmul.wgsl, dequant.wgsl over qweight.wgsl) and byte copies (copy_bytes.wgsl) are rendered for them.
-
-Elementwise kernels run one invocation per output. A reduction over few elements runs one invocation per output
-with a serial loop; over many, one workgroup per output: each invocation accumulates a strided share, then the
-workgroup combines the shares in a tree (wgsl/reduce.wgsl)."""
+Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl)."""
 import functools
 import math
 import os
@@ -115,7 +112,6 @@ WGSL = WGSLLanguage()
 
 
 def load(binding, index, dtype):
-    """A value of `dtype` read from storage."""
     return f"(s{binding}[{index}] != 0u)" if dtype == "bool" else f"s{binding}[{index}]"
 
 

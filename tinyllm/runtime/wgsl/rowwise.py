@@ -1,6 +1,6 @@
-"""ROW_SOFTMAX, ROW_LOG_SOFTMAX and ROW_LAYER_NORM (made by rewrite/rowwise.py) on the WGSL runtime: one
-workgroup per row, wgsl/row_reduce.wgsl for the workgroup's tree reductions plus wgsl/softmax.wgsl (both
-softmaxes) or layer_norm.wgsl, registered in the WGSL runtime's kernel table."""
+"""ROW_SOFTMAX, ROW_LOG_SOFTMAX and ROW_LAYER_NORM (made by rewrite/rowwise.py) on the WGSL runtime: one workgroup
+per row, wgsl/row_reduce.wgsl for the workgroup's tree reductions plus wgsl/softmax.wgsl (both softmaxes) or
+layer_norm.wgsl."""
 import math
 
 import numpy as np

@@ -1,11 +1,5 @@
-"""The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (device.py).
-
-Fused kernels are WGSL generated from the fusion pass's Kernels (render.py); MATMUL, GATHER, SCATTER_ADD,
-FLASH_ATTN(_BWD) (attention.py), the ROW_* kernels (rowwise.py) and ARGSORT (sort.py, a bitonic sort)
-are hand-written templates (wgsl/).
-Movement ops are views (strides and an offset over a GPU buffer); an op that needs a row-major operand gets a
-strided copy first. A schedule's kernels are recorded into one compute pass and submitted once; values come back
-to the host only in to_numpy.
+"""The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (device.py); how it runs a
+schedule is in docs/architecture.md, "The WGSL runtime".
 
 Dtypes: float32; float16 where the adapter has `shader-f16` (`runtime.has_f16`); int64 is stored as 32-bit
 (WGSL has no 64-bit integers: a value outside ±2³¹ is refused with an error when it is uploaded); bool as one u32
@@ -42,8 +36,7 @@ BYTES = ("int8", "uint8")
 # which move stored bits, and the quantized matmul
 BYTE_KERNELS = Group.COPY | Group.QUANTIZED
 ERROR_SLOTS = 64  # index kernels since the last read-back that each report out-of-range indices on their own
-# op -> fn(runtime, node, inputs) -> Value: it records dispatches (runtime.dispatch) on Values from
-# runtime.empty(shape, dtype) and runtime.contiguous(value); attention.py, rowwise.py and sort.py add theirs
+# op -> fn(runtime, node, inputs) -> Value (docs/architecture.md, "Adding a kernel")
 KERNELS = kernels("wgsl")
 
 
@@ -107,7 +100,7 @@ class WGSLRuntime(Runtime):
     def __repr__(self):
         return f"<WGSLRuntime {self.info['device']} via {self.info['backend']}>"
 
-    # ---- host <-> device ------------------------------------------------------------------------------------
+    # ---- host <-> device ----
     def from_numpy(self, array, dtype):
         name = _storage_name(dtype)
         if dtype.name == "float16" and not self.has_f16:
@@ -148,7 +141,7 @@ class WGSLRuntime(Runtime):
     def empty_cache(self):
         self.gpu.empty_cache()
 
-    # ---- what kernels use -----------------------------------------------------------------------------------
+    # ---- what kernels use ----
     def empty(self, shape, dtype):
         """A fresh row-major Value."""
         itemsize = np.dtype(HOST[_storage_name(dtype)]).itemsize
@@ -192,7 +185,7 @@ class WGSLRuntime(Runtime):
         self.index_ops.append(what)
         return min(len(self.index_ops), ERROR_SLOTS) - 1
 
-    # ---- running a schedule ---------------------------------------------------------------------------------
+    # ---- running a schedule ----
     def execute(self, schedule, feeds=(), donate=()):
         vals = self.input_values(schedule, feeds)
         protected = {id(v.storage) for v in vals.values()}
@@ -292,7 +285,7 @@ def _single_op_node(node):
     return Node("FUSED", node.src, kernel, node.shape, node.dtype)
 
 
-# ---- kernels ------------------------------------------------------------------------------------------------
+# ---- kernels ----
 
 @KERNELS.register("FUSED")
 def _fused(rt, node, ins):

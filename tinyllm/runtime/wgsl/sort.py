@@ -1,5 +1,5 @@
-"""ARGSORT on the WGSL runtime: a bitonic sort of each row (wgsl/argsort.wgsl), registered in the WGSL
-runtime's kernel table. The rows are the positions of the other axes; a row pads to P, the next power of two.
+"""ARGSORT on the WGSL runtime: a bitonic sort of each row (wgsl/argsort.wgsl). The rows are the positions of the
+other axes; a row pads to P, the next power of two.
 
 Dispatches per sort, with B the block of pairs one workgroup sorts in its memory (up to 2048, within the device's
 workgroup storage): one when P <= B; else for each stage k = 2B .. P, one per step j = k/2 .. B over a scratch buffer
