@@ -24,20 +24,16 @@ All the products are small GEMMs C (+)= A B with A read through strides (plain o
 the blocks a causal mask zeroes skipped (mm_causal). Three paths, picked per call by tl_cpu_path() (cpu.h: the
 CPU's features, TINYLLM_CPU, tl_cpu_set_path): AVX-512 does the products 6 rows x up to 64 columns at a time in
 registers, exp with a vectorised polynomial over 16 lanes, and uses mask registers at ragged edges; AVX2+FMA the
-same over 6 x 16 blocks and 8 lanes, with masked loads; the portable path is plain C.
+same over 6 x 16 blocks and 8 lanes, with masked loads; the portable path is plain C. The products are in
+attention_mm.c (tl_attn_mm), the rest here.
 */
 #include <math.h>
 
 #include "attention.h"
+#include "attention_internal.h"
 #include "common.h"
 #include "cpu.h"
 #include "sgemm.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-enum { PATH_PORTABLE, PATH_AVX2, PATH_AVX512 };  // tl_cpu_path()'s numbering (cpu.h)
 
 #define BR 64  // queries per tile
 #define BC 64  // keys per tile
@@ -50,20 +46,6 @@ static int threads_for(long work, long tasks) {
 
 // ----------------------------------------------------------------------------
 // Portable path.
-
-// C[M x N] (+)= A B, A(m, k) = A[m*ars + k*acs], B(k, n) = B[k*ldb + n].
-static void mm_portable(long M, long N, long K, const float *A, long ars, long acs,
-                        const float *B, long ldb, float *C, long ldc, int accumulate) {
-    for (long m = 0; m < M; m++) {
-        float *c = C + m * ldc;
-        if (!accumulate)
-            for (long n = 0; n < N; n++) c[n] = 0.0f;
-        for (long k = 0; k < K; k++) {
-            const float a = A[m * ars + k * acs], *b = B + k * ldb;
-            for (long n = 0; n < N; n++) c[n] += a * b[n];
-        }
-    }
-}
 
 // p[j] *= scale for j < n, and the largest result (-inf when n == 0).
 static float scale_max_portable(float *p, long n, float scale) {
@@ -108,76 +90,6 @@ static void softmax_grad_row_portable(float *s, float *dp, long n, long bc, floa
 
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma")))
-
-// Lanes below w are on.
-AVX2 static inline __m256i lanes(long w) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 0 ? 0 : w > 8 ? 8 : w)),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// Rows [m, m+R) x columns [n, n+16) of C (+)= A B, R in 1..6: 2R accumulators, the B row and one broadcast A
-// element fill 15 of the 16 ymm registers, enough independent FMAs to cover their latency.
-// `full` (a constant at each call) picks plain loads; otherwise the masks cut the columns at the edge.
-AVX2 static inline __attribute__((always_inline)) void
-mm_block(int R, int full, long K, const float *A, long ars, long acs, const float *B, long ldb,
-         float *C, long ldc, int accumulate, __m256i m0, __m256i m1) {
-    __m256 c0[6], c1[6];
-    for (int r = 0; r < R; r++) {
-        if (accumulate) {
-            c0[r] = full ? _mm256_loadu_ps(C + r * ldc) : _mm256_maskload_ps(C + r * ldc, m0);
-            c1[r] = full ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_maskload_ps(C + r * ldc + 8, m1);
-        } else {
-            c0[r] = c1[r] = _mm256_setzero_ps();
-        }
-    }
-    for (long k = 0; k < K; k++) {
-        const float *b = B + k * ldb;
-        __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
-        __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
-        for (int r = 0; r < R; r++) {
-            __m256 a = _mm256_broadcast_ss(A + r * ars + k * acs);
-            c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
-            c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        if (full) {
-            _mm256_storeu_ps(C + r * ldc, c0[r]);
-            _mm256_storeu_ps(C + r * ldc + 8, c1[r]);
-        } else {
-            _mm256_maskstore_ps(C + r * ldc, m0, c0[r]);
-            _mm256_maskstore_ps(C + r * ldc + 8, m1, c1[r]);
-        }
-    }
-}
-
-// One 16-column strip of C, in blocks of 6 rows and one block for the rest; `full` is a literal at each call, so
-// the inlined blocks are specialised for whole strips and for the masked last one.
-AVX2 static inline __attribute__((always_inline)) void
-mm_strip(int full, long M, long K, const float *A, long ars, long acs, const float *b, long ldb, float *C,
-         long ldc, int accumulate, __m256i m0, __m256i m1) {
-    long m = 0;
-    for (; m + 6 <= M; m += 6)
-        mm_block(6, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1);
-    switch (M - m) {  // the last rows, in one block
-    case 5: mm_block(5, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
-    case 4: mm_block(4, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
-    case 3: mm_block(3, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
-    case 2: mm_block(2, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
-    case 1: mm_block(1, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, m0, m1); break;
-    }
-}
-
-AVX2 static void mm_avx2(long M, long N, long K, const float *A, long ars, long acs,
-                         const float *B, long ldb, float *C, long ldc, int accumulate) {
-    for (long n = 0; n < N; n += 16) {
-        const __m256i m0 = lanes(N - n), m1 = lanes(N - n - 8);
-        if (N - n >= 16)
-            mm_strip(1, M, K, A, ars, acs, B + n, ldb, C + n, ldc, accumulate, m0, m1);
-        else
-            mm_strip(0, M, K, A, ars, acs, B + n, ldb, C + n, ldc, accumulate, m0, m1);
-    }
-}
 
 // e^x for x <= ~0 (softmax arguments): Cephes' polynomial on x - n ln 2, times 2^n; 0 below -87 (and for -inf).
 AVX2 static inline __m256 exp_avx2(__m256 x) {
@@ -317,71 +229,6 @@ AVX2 static void transpose_blocks_avx2(float *dst, long ld, const float *src, lo
 #if defined(__x86_64__)
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
-// Lanes below w are on.
-static inline __mmask16 lanes16(long w) { return (__mmask16)(w <= 0 ? 0 : w >= 16 ? 0xFFFF : (1u << w) - 1); }
-
-// Rows [0, R) x V vectors of 16 columns of C (+)= A B, R in 1..6, V in 1..4: up to 24 accumulators and V B
-// vectors within the 32 zmm registers; the A elements are broadcast from memory inside the FMAs. m[v] are the
-// columns of vector v, all on but at the right edge; `full` (a literal at each call) says there is no edge, and
-// the B rows are then read with plain loads (masked ones in the inner loop cost 10% on Zen 4).
-AVX512 static inline __attribute__((always_inline)) void
-mm_block512(int R, int V, int full, long K, const float *A, long ars, long acs, const float *B, long ldb, float *C,
-            long ldc, int accumulate, const __mmask16 *m) {
-    __m512 c[6][4];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++)
-            c[r][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], C + r * ldc + 16 * v) : _mm512_setzero_ps();
-    for (long k = 0; k < K; k++) {
-        __m512 b[4];
-        for (int v = 0; v < V; v++)
-            b[v] = full ? _mm512_loadu_ps(B + k * ldb + 16 * v) : _mm512_maskz_loadu_ps(m[v], B + k * ldb + 16 * v);
-        for (int r = 0; r < R; r++) {
-            const __m512 a = _mm512_set1_ps(A[r * ars + k * acs]);
-            for (int v = 0; v < V; v++) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], c[r][v]);
-}
-
-// One strip of V vectors of C, in blocks of 6 rows and one block for the rest (V and full literals at each call).
-AVX512 static inline __attribute__((always_inline)) void
-mm_strip512(int V, int full, long M, long K, const float *A, long ars, long acs, const float *b, long ldb, float *C,
-            long ldc, int accumulate, const __mmask16 *mk) {
-    long m = 0;
-    for (; m + 6 <= M; m += 6)
-        mm_block512(6, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk);
-    switch (M - m) {  // the last rows, in one block
-    case 5: mm_block512(5, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 4: mm_block512(4, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 3: mm_block512(3, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 2: mm_block512(2, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 1: mm_block512(1, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    }
-}
-
-// Strips of 64 columns (24 accumulators: 10 loads per 24 FMAs), the last one as narrow as its columns allow.
-AVX512 static void mm_avx512(long M, long N, long K, const float *A, long ars, long acs,
-                             const float *B, long ldb, float *C, long ldc, int accumulate) {
-    for (long n = 0; n < N; n += 64) {
-        const long w = N - n;
-        const __mmask16 mk[4] = {lanes16(w), lanes16(w - 16), lanes16(w - 32), lanes16(w - 48)};
-        const float *b = B + n;
-        float *c = C + n;
-        const int v = w >= 64 ? 4 : (int)((w + 15) / 16), full = w >= 16 * v;  // full: no ragged edge
-        switch (2 * v + full) {
-        case 9: mm_strip512(4, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 8: mm_strip512(4, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 7: mm_strip512(3, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 6: mm_strip512(3, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 5: mm_strip512(2, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 4: mm_strip512(2, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 3: mm_strip512(1, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        default: mm_strip512(1, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        }
-    }
-}
-
 // exp_avx2's arithmetic on 16 lanes (the same results).
 AVX512 static inline __m512 exp_avx512(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.0f);
@@ -489,22 +336,6 @@ AVX512 static void transpose_blocks_avx512(float *dst, long ld, const float *src
 // ----------------------------------------------------------------------------
 // Dispatch on tl_cpu_path(): PATH_AVX512 takes the AVX-512 functions, PATH_AVX2 the AVX2 ones, else portable C.
 
-static void mm(int path, long M, long N, long K, const float *A, long ars, long acs,
-               const float *B, long ldb, float *C, long ldc, int accumulate) {
-    if (M <= 0 || N <= 0) return;
-#if defined(__x86_64__)
-    if (path >= PATH_AVX512) {
-        mm_avx512(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-        return;
-    }
-    if (path == PATH_AVX2) {
-        mm_avx2(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-        return;
-    }
-#endif
-    mm_portable(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-}
-
 static float scale_max(int path, float *p, long n, float scale) {
 #if defined(__x86_64__)
     if (path >= PATH_AVX512) return scale_max_avx512(p, n, scale);
@@ -586,7 +417,7 @@ enum { CUT_N, CUT_K, SKIP_K };
 static void mm_causal(int path, int causal, int cut, long off, long M, long N, long K, const float *A, long ars,
                       long acs, const float *B, long ldb, float *C, long ldc, int accumulate) {
     if (!causal) {
-        mm(path, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+        tl_attn_mm(path, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
         return;
     }
     for (long m = 0; m < M; m += RB) {
@@ -597,12 +428,12 @@ static void mm_causal(int path, int causal, int cut, long off, long M, long N, l
             // Whole 16-column strips up to the tile's edge: the masked last strip of a ragged cut costs more than
             // the columns it skips (bench/RESULTS.md). The columns past what a row sees stay inside the tile, and
             // the row functions (exp_sum, softmax_grad_row) overwrite them with zeros before anything reads them.
-            mm(path, rb, tl_min(N, tl_round_up(seen, 16)), K, a, ars, acs, B, ldb, c, ldc, accumulate);
+            tl_attn_mm(path, rb, tl_min(N, tl_round_up(seen, 16)), K, a, ars, acs, B, ldb, c, ldc, accumulate);
         } else if (cut == CUT_K) {
-            mm(path, rb, N, tl_max(0, tl_min(K, seen)), a, ars, acs, B, ldb, c, ldc, accumulate);
+            tl_attn_mm(path, rb, N, tl_max(0, tl_min(K, seen)), a, ars, acs, B, ldb, c, ldc, accumulate);
         } else {
             const long k = tl_max(0, tl_min(K, m - off));
-            mm(path, rb, N, K - k, a + k * acs, ars, acs, B + k * ldb, ldb, c, ldc, accumulate);
+            tl_attn_mm(path, rb, N, K - k, a + k * acs, ars, acs, B + k * ldb, ldb, c, ldc, accumulate);
         }
     }
 }

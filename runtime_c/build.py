@@ -1,7 +1,8 @@
 """cffi (out-of-line, API mode) build of tinyllm's prebuilt C kernels as the module tinyllm._kernels.
 
-Every runtime_c/*.c is compiled into the module, and every header but common.h doubles as the cdef: keep
-headers to plain declarations (lines starting with '#' are dropped; cffi's parser takes no preprocessor lines).
+Every runtime_c/*.c is compiled into the module, and every header but the private ones (PRIVATE_HEADERS) doubles
+as the cdef: keep those to plain declarations (lines starting with '#' are dropped; cffi's parser takes no
+preprocessor lines).
 
 From setup.py:   setup(..., cffi_modules=["runtime_c/build.py:ffibuilder"])
 In place:        python runtime_c/build.py
@@ -24,7 +25,9 @@ import cffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PRIVATE_HEADERS = {"common.h", "formats.h", "gemv.h"}  # shared by the sources (macros, inline helpers, gemv.c for sgemm.c), not part of the interface
+# Shared by the sources (macros, inline helpers, declarations of functions hidden from the module), not part of the
+# interface: gemv.c for sgemm.c, and what the files of the sgemm and of attention share.
+PRIVATE_HEADERS = {"common.h", "formats.h", "gemv.h", "sgemm_internal.h", "attention_internal.h"}
 
 
 def _names(pattern):

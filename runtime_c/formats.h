@@ -93,7 +93,7 @@ static inline float tl_dequant(int fmt, const void *q, long ldq, const uint16_t 
     return (float)((t < half ? b & 15 : b >> 4) - 8) * s;
 }
 
-// The sgemm (sgemm.c) with a quantized op(B) = W^T, W stored N x K as above: C[M, N] = X[M, K] W^T, X row-major
+// The sgemm (sgemm_formats.c) with a quantized op(B) = W^T, W stored N x K as above: C[M, N] = X[M, K] W^T, X row-major
 // float32 (row stride ldx), C row-major float32 (ldc); dequantized while packing B, on at most nt threads.
 __attribute__((visibility("hidden"))) void tl_gemm_quantized(int fmt, long M, long N, long K, long group,
                                                              const float *x, long ldx, const void *q, long ldq,

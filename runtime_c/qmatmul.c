@@ -8,8 +8,9 @@ stream through memory. A group's sum is taken on the whole numbers (q, or nibble
 registers, then scaled once; the float32 activations are used as they are (no quantized activations: no error
 beyond summation order). Two or more threads each take a contiguous share of the outputs.
 
-M > GEMV_M: the sgemm with B = W^T dequantized while its B panels are packed (sgemm.c's pack_b_strip_cols_body:
-8 rows x 8 k widened, scaled and transposed in registers), so the micro-kernels are float32's own.
+M > GEMV_M: the sgemm with B = W^T dequantized while its B panels are packed (sgemm_kernels.c's
+pack_b_strip_cols_body: 8 rows x 8 k widened, scaled and transposed in registers), so the micro-kernels are
+float32's own.
 */
 
 #include <stdint.h>

@@ -11,7 +11,7 @@ taken group by group and scaled once per group: the float32 product with the deq
 summation.
 
 M <= 4 (decoding) runs as a GEMV that streams W once, widening it to float32 in registers; more rows run as the
-sgemm (sgemm.c), which dequantizes W while packing its B panels.
+sgemm (sgemm_formats.c's tl_gemm_quantized), which dequantizes W while packing its B panels.
 
 This header is also the cffi cdef: keep it to plain declarations (lines starting with '#' are dropped by
 runtime_c/build.py).

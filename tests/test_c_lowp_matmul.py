@@ -1,5 +1,5 @@
-"""The C runtime's matrix kernels for 16-bit floats and quantized weights (runtime_c/sgemm.c, qmatmul.c), on every
-CPU path this machine has (compiler.set_path, as tests/test_cpu_paths.py does).
+"""The C runtime's matrix kernels for 16-bit floats and quantized weights (runtime_c/sgemm_formats.c, qmatmul.c), on
+every CPU path this machine has (compiler.set_path, as tests/test_cpu_paths.py does).
 
 float16 / bfloat16 MATMUL (both operands and the result of one dtype, as torch): the sgemm widens while packing,
 sums in float32 and rounds each result once to nearest even. Against the NumPy runtime, which computes the same

@@ -1,0 +1,30 @@
+/*
+What attention.c and attention_mm.c share. Private to runtime_c: not part of the cffi interface (build.py's
+PRIVATE_HEADERS), and hidden from the module's exported symbols.
+*/
+#ifndef TINYLLM_ATTENTION_INTERNAL_H
+#define TINYLLM_ATTENTION_INTERNAL_H
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum { PATH_PORTABLE, PATH_AVX2, PATH_AVX512 };  // tl_cpu_path()'s numbering (cpu.h)
+
+// C[M x N] (+)= A B, A(m, k) = A[m*ars + k*acs], B(k, n) = B[k*ldb + n], on `path`; accumulate 0 overwrites C.
+__attribute__((visibility("hidden"))) void tl_attn_mm(int path, long M, long N, long K, const float *A, long ars,
+                                                      long acs, const float *B, long ldb, float *C, long ldc,
+                                                      int accumulate);
+
+#if defined(__x86_64__)
+// Lanes below w are on.
+__attribute__((target("avx2,fma"))) static inline __m256i lanes(long w) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 0 ? 0 : w > 8 ? 8 : w)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Lanes below w are on.
+static inline __mmask16 lanes16(long w) { return (__mmask16)(w <= 0 ? 0 : w >= 16 ? 0xFFFF : (1u << w) - 1); }
+#endif
+
+#endif  // TINYLLM_ATTENTION_INTERNAL_H
