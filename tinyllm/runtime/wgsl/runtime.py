@@ -25,7 +25,7 @@ from ...graph import OPS
 from ...ops import Group
 from ...ops.kernel import Kernel
 from ...views import contiguous_strides, view_strides
-from ..base import Buffer, Runtime, kernels
+from ..base import Buffer, Runtime, kernels, load_kernels
 from . import render
 from .device import Device
 
@@ -502,4 +502,4 @@ class _Shape:
         self.shape, self.dtype, self.arg = tuple(shape), dtype, arg
 
 
-from . import attention, rowwise, sort  # noqa: E402,F401  (they register their kernels: FLASH_ATTN(_BWD), ROW_*, ARGSORT)
+load_kernels(__package__)  # attention.py (FLASH_ATTN, _BWD), rowwise.py (ROW_*), sort.py (ARGSORT)
