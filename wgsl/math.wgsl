@@ -1,15 +1,25 @@
 // Math helpers for generated kernels. WGSL's builtins have no erf, and implementations may compute tanh as
-// sinh/cosh (inf/inf = NaN for large inputs). WGSL also lets a shader compiler assume floats are never NaN: it
-// may fold `x != x` to false, and Mesa's OpenGL path turns `select(b, a, a < b)` into a min that returns the
-// operand that is not NaN. So NaN is tested on the bits, and every float comparison and max answers for NaN
-// operands by those tests, never by what a comparison with NaN gives.
+// sinh/cosh (inf/inf = NaN for large inputs). WGSL also lets a shader compiler assume floats are never NaN or
+// infinite: it may fold `x != x` to false, Mesa's OpenGL path turns `select(b, a, a < b)` into a min that returns
+// the operand that is not NaN, and it rewrites `a + c < a` as `c < 0` and `a + c == a` as `c == 0` (wrong for an
+// infinite a, and for a large finite one that absorbs c). So NaN is tested on the bits, and comparisons compare
+// integer keys of the bits, which no float rewrite reaches.
 fn tl_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 
-// NumPy's comparisons: false where either operand is NaN
-fn tl_lt(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && a < b; }
-fn tl_eq(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && a == b; }
+// a u32 whose unsigned order is the order of the floats that are not NaN: -0 is made +0, then a positive float's
+// bits get the top bit set and a negative one's are inverted (a larger magnitude gives a smaller key)
+fn tl_key(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  let m = select(b, 0u, (b & 0x7fffffffu) == 0u);
+  return select(m | 0x80000000u, ~m, m >= 0x80000000u);
+}
 
-// NumPy's maximum: a NaN operand wins (a's first), else the larger, b on a tie
+// NumPy's comparisons: false where either operand is NaN
+fn tl_lt(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && tl_key(a) < tl_key(b); }
+fn tl_eq(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && tl_key(a) == tl_key(b); }
+
+// NumPy's maximum: a NaN operand wins (a's first), else the larger, b on a tie. (`a > b` rewritten as above
+// still picks the right value: rounding is monotonic, so a + c is never on the wrong side of a.)
 fn tl_max(a: f32, b: f32) -> f32 { return select(select(select(b, a, a > b), b, tl_isnan(b)), a, tl_isnan(a)); }
 
 // small |x|: x + x·z·P(z) with z = x² (no cancellation, tanh(-0) = -0); else 1 - 2 / (e^{2|x|} + 1) with x's sign
