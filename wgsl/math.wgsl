@@ -108,8 +108,15 @@ fn tl_fmod(x: f32, y: f32) -> f32 {
     r = (r << u32(k)) % my;
     d = d - k;
   }
-  let m = ldexp(f32(r), ey - 150);  // exact: r < 2^24, and the remainder is representable
-  return select(m, -m, (bitcast<u32>(x) & 0x80000000u) != 0u);
+  // the result r·2^(ey-150) made from its bits, not by ldexp or a product: OpenGL drivers flush a subnormal
+  // result of those to zero (GLSL leaves it undefined). r normalised to 24 bits, r·2^s, gives the exponent field
+  // ey - s; at 0 or below the result is subnormal, and its bits are r·2^(ey-1).
+  if (r == 0u) { return bitcast<f32>(bitcast<u32>(x) & 0x80000000u); }
+  let s = i32(countLeadingZeros(r)) - 8;
+  let e = ey - s;
+  var m: u32;
+  if (e > 0) { m = (u32(e - 1) << 23u) + (r << u32(s)); } else { m = r << u32(ey - 1); }
+  return bitcast<f32>(m | (bitcast<u32>(x) & 0x80000000u));
 }
 
 // x^p for i32, wrapping; a negative p gives the integer part of 1/x^p (1 for x = 1, ±1 for x = -1, else 0)
