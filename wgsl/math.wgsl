@@ -119,6 +119,12 @@ fn tl_fmod(x: f32, y: f32) -> f32 {
   return bitcast<f32>(m | (bitcast<u32>(x) & 0x80000000u));
 }
 
+// i32 division as WGSL defines it, x / 0 = x and INT32_MIN / -1 = INT32_MIN, whatever the backend: GLSL leaves
+// both undefined (llvmpipe's OpenGL gives 0 for x / 0), so such a divisor is made 1
+fn tl_idiv(x: i32, y: i32) -> i32 {
+  return x / select(y, 1, y == 0 || (y == -1 && x == bitcast<i32>(0x80000000u)));
+}
+
 // x^p for i32, wrapping; a negative p gives the integer part of 1/x^p (1 for x = 1, ±1 for x = -1, else 0)
 fn tl_ipow(x: i32, p: i32) -> i32 {
   if (p < 0) { return select(select(0, select(1, -1, (p & 1) == 1), x == -1), 1, x == 1); }
