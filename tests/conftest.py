@@ -42,14 +42,39 @@ def wgsl_skip_reason():
 
 
 def pytest_collection_modifyitems(items):
-    """On the WGSL runtime float64 cases are skipped: WebGPU has no portable f64, and the runtime refuses it with
+    """Marks `wgsl` every test that runs on the WGSL runtime: the test_wgsl_*.py modules, and every test with a
+    parameter "wgsl" (each_runtime's, a `device` or `runtime` parametrization); a test that picks the runtime in
+    its body carries @pytest.mark.wgsl itself, and wgsl_marks_complete fails one that does not. `pytest -m wgsl`
+    then runs the WGSL part of the suite (CI does, on wgpu's OpenGL backend).
+    On the WGSL runtime float64 cases are skipped: WebGPU has no portable f64, and the runtime refuses it with
     an error (tests/test_wgsl_runtime.py checks that error)."""
     import numpy as np
     f64 = pytest.mark.skip(reason="WGSL runtime: no float64 in WebGPU (the runtime refuses it clearly)")
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.path.name.startswith("test_wgsl_") or any(isinstance(v, str) and v == "wgsl" for v in params.values()):
+            item.add_marker(pytest.mark.wgsl)
         if params.get("each_runtime") == "wgsl" and params.get("dtype") is np.float64:
             item.add_marker(f64)
+
+
+@pytest.fixture(autouse=True)
+def wgsl_marks_complete(request):
+    """A test that submits work to the WGSL runtime must be marked `wgsl`, or `pytest -m wgsl` (CI's run on
+    OpenGL) would leave it out unnoticed. Counted by the device's submits, so only a runtime already made is
+    looked at."""
+    import tinyllm.runtime
+    marked = request.node.get_closest_marker("wgsl") is not None
+
+    def submits():
+        rt = tinyllm.runtime._live.get("wgsl")
+        return rt.gpu.submits if rt is not None else 0
+    before = None if marked else submits()
+    yield
+    if not marked and submits() != before:
+        pytest.fail(f"{request.node.nodeid} ran kernels on the WGSL runtime but is not marked wgsl: add "
+                    "@pytest.mark.wgsl (tests/conftest.py marks parametrizations on \"wgsl\" by itself)",
+                    pytrace=False)
 
 
 _each_runtime_set = []  # (the runtime each_runtime set, the TINYLLM_RUNTIME before it) while one is alive

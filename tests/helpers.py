@@ -186,3 +186,14 @@ def mpi_missing():
     if importlib.util.find_spec("mpi4py") is None:
         return "mpi4py not installed: pip install -e '.[mpi]'"
     return None
+
+
+def wgsl_f16_or_skip():
+    """Skip the test where the WGSL adapter lacks the `shader-f16` feature: kernels that compute in float16 are
+    refused there (stored float16 works anywhere). The runtime asks for the feature whenever the adapter offers it
+    (test_wgsl_runtime.py's test_adapter_info_and_features checks that), so this skips for a missing feature only,
+    never for a broken one."""
+    rt = tl.runtime.get("wgsl")
+    if not rt.has_f16:
+        pytest.skip(f"float16 kernels: the WGSL adapter {rt.info['device']} via {rt.info['backend']} lacks the "
+                    "shader-f16 feature")

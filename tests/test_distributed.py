@@ -51,8 +51,17 @@ def end(proc):
         proc.wait()
 
 
-@pytest.mark.parametrize("name", FILES)
+def _runs_on_wgsl(name):
+    """Whether a file's tests run on the WGSL runtime too (each_runtime's parametrizations, or a wgsl mark)."""
+    with open(os.path.join(ROOT, "tests", "distributed", name), encoding="utf-8") as f:
+        text = f.read()
+    return "each_runtime" in text or "mark.wgsl" in text
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.wgsl) if _runs_on_wgsl(n) else n for n in FILES])
 def test_on_two_ranks(name, tmp_path, request):
+    """Runs one file on 2 ranks; a -m expression of this session selects the tests inside as well (`-m wgsl`: the
+    file's WGSL parametrizations)."""
     reason = mpi_missing()
     if reason:
         if in_ci():
@@ -67,6 +76,9 @@ def test_on_two_ranks(name, tmp_path, request):
            sys.executable, "-c", RANK_LOG, str(tmp_path),
            "-m", "pytest", "-q", "-p", "no:cacheprovider", "--capture=sys", f"--hypothesis-profile={profile}",
            os.path.join("tests", "distributed", name)]
+    markexpr = request.config.getoption("markexpr")
+    if markexpr:
+        cmd[-1:-1] = ["-m", markexpr]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tinyllm as tl
-from helpers import rel, spread_weights
+from helpers import rel, spread_weights, wgsl_f16_or_skip
 from tinyllm import realizer
 from tinyllm.models import generation, gpt as gpt_module
 from tinyllm.models.gpt import GPT, GPTConfig
@@ -270,6 +270,8 @@ def test_from_nanogpt_checkpoint_rejects_other_files(tmp_path):
 def test_a_half_precision_model_decodes_the_same_on_every_call(each_runtime):
     """A float16 or bfloat16 model (WGSL: float16 only) keeps its caches in its own dtype, so the decode step
     recorded by the first call replays right in the next ones: every call gives the uncached tokens."""
+    if each_runtime == "wgsl":
+        wgsl_f16_or_skip()
     for dtype in (tl.float16,) if each_runtime == "wgsl" else (tl.bfloat16, tl.float16):
         model, _ = spread_model(4)
         model = model.to(dtype=dtype)

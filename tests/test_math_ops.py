@@ -286,6 +286,21 @@ def test_fmod_is_exact_where_the_quotient_is_huge():
     _same("remainder", tl.tensor(a).remainder(tl.tensor(b)).numpy(), want_r.astype(np.float32))
 
 
+def test_fmod_subnormal_remainders_are_exact():
+    """Remainders below the smallest normal float, of normal and subnormal divisors, bit for bit as NumPy's (zeros'
+    signs too). OpenGL drivers flush a subnormal result of ldexp or a product to zero, so the WGSL kernel builds the
+    remainder from its bits."""
+    rng = np.random.default_rng(0)
+    n = 512
+    b = (rng.uniform(1e-40, 1e-37, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    a = np.where(rng.random(n) < 0.8, rng.uniform(-1e3, 1e3, n), rng.uniform(-1e-37, 1e-37, n)).astype(np.float32)
+    a[:4] = [0.0, -0.0, 3 * b[2], -5 * b[3]]  # exact multiples: zero remainders, with a's sign
+    want = np.fmod(a, b)
+    assert (np.abs(want) < np.finfo(np.float32).tiny).sum() > n // 4  # most remainders are subnormal
+    got = tl.tensor(a).fmod(tl.tensor(b)).numpy()
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg="fmod's bits")
+
+
 def test_copysign_gradient_is_zero_at_zero():
     a, s = np.array([0.0, -0.0, 2.0, -3.0], np.float32), np.array([-1.0, 1.0, -0.0, 5.0], np.float32)
     x, y = tl.tensor(a, requires_grad=True), tl.tensor(s, requires_grad=True)

@@ -178,6 +178,18 @@ def test_compare_scalar(name, shp, seed, c):
     helper_test_op([shp], lambda a: COMPARE[name](a, c), values="int", grad=False, seed=seed)
 
 
+def test_compare_with_itself_plus_an_absorbed_constant():
+    """x + c against x where the sum absorbs c (x infinite, or too large for c to change it) and where it does not,
+    against torch. A shader compiler may rewrite x + c < x as c < 0, since WGSL lets it assume finite values
+    (Mesa's OpenGL path does): the WGSL kernels compare integer keys of the floats' bits instead."""
+    a = np.array([1.0, -1.0, math.inf, -math.inf, 3e38, -3e38, 1e-9, 0.0, -0.0, math.nan], np.float32)
+    x, t = tl.tensor(a), torch.tensor(a)
+    for c in (1.0, -1.0, 0.0):
+        for name, fn in COMPARE.items():
+            np.testing.assert_array_equal(fn(x + c, x).numpy(), fn(t + c, t).numpy(), err_msg=f"x + {c} {name} x")
+            np.testing.assert_array_equal(fn(x, x - c).numpy(), fn(t, t - c).numpy(), err_msg=f"x {name} x - {c}")
+
+
 @given(shp=broadcastable(2), seed=SEEDS)
 def test_logical(shp, seed):
     helper_test_op(shp, lambda a, b: ((a > 0) & (b < 1)) | ~(a == b), values="int", grad=False, seed=seed)

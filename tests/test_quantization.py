@@ -52,6 +52,7 @@ def test_qmatmul_value_and_input_gradient_match_torch(device, fmt, m, n, groups,
     check_qmatmul(device, fmt, m, n, groups, g, seed)
 
 
+@pytest.mark.wgsl
 @settings(max_examples=3)  # (each shape compiles its shaders: slow on a software adapter)
 @given(**QMATMUL_CASES)
 def test_qmatmul_value_and_input_gradient_match_torch_on_wgsl(fmt, m, n, groups, g, seed):
@@ -279,6 +280,7 @@ def test_qmatmul_refuses_bad_operands_by_name():
 
 # ---- the WGSL runtime: bytes packed in words, the kernels, bfloat16 refused --------------------------------------
 
+@pytest.mark.wgsl
 def test_wgsl_stores_bytes_and_copies_views_of_them():
     runtime_or_skip("wgsl")
     a = np.random.default_rng(0).integers(-128, 128, (5, 7)).astype(np.int8)
@@ -294,6 +296,7 @@ def test_wgsl_stores_bytes_and_copies_views_of_them():
     np.testing.assert_array_equal(tl.cat([u, u], 1).numpy(), np.concatenate([a.view(np.uint8)[:, :3]] * 2, 1))
 
 
+@pytest.mark.wgsl
 def test_wgsl_refuses_bfloat16_at_upload_and_kernel_build():
     runtime_or_skip("wgsl")
     with pytest.raises(TypeError, match="no bfloat16.*\\.float\\(\\)"):
@@ -305,6 +308,7 @@ def test_wgsl_refuses_bfloat16_at_upload_and_kernel_build():
         (x * 2).to(tl.bfloat16).float().numpy()
 
 
+@pytest.mark.wgsl
 def test_wgsl_quantized_gpt_matches_numpy():
     runtime_or_skip("wgsl")
     want_model, got_model = tiny_gpt(n_layer=1), tiny_gpt("wgsl", n_layer=1)

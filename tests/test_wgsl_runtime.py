@@ -19,6 +19,7 @@ import tinyllm as tl
 from tinyllm.runtime.wgsl import runtime as wgsl_runtime
 from tinyllm.runtime.wgsl import render
 from conftest import wgsl_skip_reason
+from helpers import wgsl_f16_or_skip
 
 if not os.environ.get("CI") and wgsl_skip_reason():
     pytest.skip(wgsl_skip_reason(), allow_module_level=True)
@@ -42,7 +43,8 @@ def test_every_primitive_has_a_wgsl_kernel():
 def test_adapter_info_and_features():
     info = RT.info
     assert info["device"] and info["backend"] in ("Vulkan", "Metal", "D3D12", "OpenGL", "OpenGLES", "GL")
-    assert RT.has_f16 == ("shader-f16" in RT.features)
+    # the feature is used wherever the adapter offers it: float16 tests skip on a missing feature, never a lost one
+    assert RT.has_f16 == ("shader-f16" in RT.features) == ("shader-f16" in RT.gpu.adapter.features)
     assert RT.gpu.limits["max-storage-buffers-per-shader-stage"] >= 8  # WebGPU's default, or what the adapter gave
     print(f"\n[wgsl] {RT!r}, features {RT.features}")
 
@@ -140,8 +142,8 @@ def test_nan_in_comparisons_max_and_where(dtype):
     turns `select(b, a, a < b)` into a min, which returns the operand that is not NaN, and so dropped a NaN there
     and the first NaN of a max from -inf. The kernels test for NaN on the bits, so Vulkan (lavapipe) and OpenGL
     (llvmpipe) agree with NumPy; CI runs this file on both."""
-    if dtype is np.float16 and not RT.has_f16:
-        pytest.skip("the adapter has no shader-f16")
+    if dtype is np.float16:
+        wgsl_f16_or_skip()
     vals = np.array([np.nan, -np.inf, np.inf, 0.0, 1.0, -2.0], dtype)
     a, b = (np.ascontiguousarray(g) for g in np.meshgrid(vals, vals, indexing="ij"))  # every pair
     ta, tb = on_gpu(a, b)
@@ -161,8 +163,8 @@ def test_out_of_range_index_is_an_index_error():
     np.testing.assert_array_equal(x[on_gpu(np.array([-1, 1]))[0]].numpy(), [[9, 10, 11], [3, 4, 5]])
 
 
-@pytest.mark.skipif(not RT.has_f16, reason="the adapter has no shader-f16")
 def test_f16_cast_elementwise_and_matmul():
+    wgsl_f16_or_skip()
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((33, 20)).astype(np.float32), rng.standard_normal((20, 17)).astype(np.float32)
     ha, hb = (t.to(tl.float16) for t in on_gpu(a, b))
@@ -174,6 +176,37 @@ def test_f16_cast_elementwise_and_matmul():
     np.testing.assert_allclose(h.float().numpy(), a16 @ b16, rtol=4e-3, atol=4e-3)
     np.testing.assert_allclose((ha * 2 + 1).tanh().float().numpy(), np.tanh(a16 * 2 + 1), rtol=2e-3, atol=2e-3)
     np.testing.assert_allclose(ha.sum(1).float().numpy(), a16.sum(1), rtol=4e-3, atol=4e-3)
+
+
+def test_float16_without_shader_f16_is_stored_only(monkeypatch):
+    """An adapter without shader-f16 (Mesa's OpenGL llvmpipe; simulated here on any adapter) stores float16, reads
+    it back, sorts it and uses it as QMATMUL's scales (kernels that read the halves' bits), and refuses a kernel
+    that computes in float16, naming the feature."""
+    from tinyllm import quantization as Q
+    from tinyllm.graph import build
+    monkeypatch.setattr(RT, "has_f16", False)
+    monkeypatch.setattr(RT.gpu, "has_f16", False)
+    # the check is made when a pipeline is compiled: f16 pipelines compiled earlier are set aside meanwhile
+    cached = {k: RT.gpu.pipelines.pop(k) for k in list(RT.gpu.pipelines) if "enable f16;" in k[0]}
+    try:
+        a = np.array([1.5, -0.0, 65504, 6e-8, np.nan, -2.0, 0.0], np.float16)
+        t = tl.tensor(a, device="wgsl")
+        assert t.dtype is tl.float16
+        np.testing.assert_array_equal(t.numpy(), a)
+        np.testing.assert_array_equal(t.argsort().numpy(), np.argsort(a, kind="stable"))
+        for computes in (lambda: t * 2, lambda: t.float(), lambda: t.to(tl.float32) + 1):
+            with pytest.raises(TypeError, match="float16 needs the adapter feature shader-f16, which .* lacks"):
+                computes().numpy()
+        rng = np.random.default_rng(5)
+        w, x = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((3, 8)).astype(np.float32)
+        q, scales = Q.quantize(w, "int8", 4)
+        assert scales.dtype == np.float16
+        X, qw, sc = on_gpu(x)[0], tl.Tensor(q, device="wgsl"), tl.Tensor(scales, device="wgsl")
+        y = X._make(build("QMATMUL", X.node, qw.node, sc.node, arg=("int8", 4))).numpy()
+        dequant = q.astype(np.float64) * np.repeat(scales.astype(np.float64), 4, axis=1)
+        np.testing.assert_allclose(y, x @ dequant.T, rtol=1e-5, atol=1e-5)
+    finally:
+        RT.gpu.pipelines.update(cached)
 
 
 def test_one_submit_per_schedule_and_cached_pipelines():

@@ -1,15 +1,25 @@
 // Math helpers for generated kernels. WGSL's builtins have no erf, and implementations may compute tanh as
-// sinh/cosh (inf/inf = NaN for large inputs). WGSL also lets a shader compiler assume floats are never NaN: it
-// may fold `x != x` to false, and Mesa's OpenGL path turns `select(b, a, a < b)` into a min that returns the
-// operand that is not NaN. So NaN is tested on the bits, and every float comparison and max answers for NaN
-// operands by those tests, never by what a comparison with NaN gives.
+// sinh/cosh (inf/inf = NaN for large inputs). WGSL also lets a shader compiler assume floats are never NaN or
+// infinite: it may fold `x != x` to false, Mesa's OpenGL path turns `select(b, a, a < b)` into a min that returns
+// the operand that is not NaN, and it rewrites `a + c < a` as `c < 0` and `a + c == a` as `c == 0` (wrong for an
+// infinite a, and for a large finite one that absorbs c). So NaN is tested on the bits, and comparisons compare
+// integer keys of the bits, which no float rewrite reaches.
 fn tl_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 
-// NumPy's comparisons: false where either operand is NaN
-fn tl_lt(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && a < b; }
-fn tl_eq(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && a == b; }
+// a u32 whose unsigned order is the order of the floats that are not NaN: -0 is made +0, then a positive float's
+// bits get the top bit set and a negative one's are inverted (a larger magnitude gives a smaller key)
+fn tl_key(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  let m = select(b, 0u, (b & 0x7fffffffu) == 0u);
+  return select(m | 0x80000000u, ~m, m >= 0x80000000u);
+}
 
-// NumPy's maximum: a NaN operand wins (a's first), else the larger, b on a tie
+// NumPy's comparisons: false where either operand is NaN
+fn tl_lt(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && tl_key(a) < tl_key(b); }
+fn tl_eq(a: f32, b: f32) -> bool { return !(tl_isnan(a) || tl_isnan(b)) && tl_key(a) == tl_key(b); }
+
+// NumPy's maximum: a NaN operand wins (a's first), else the larger, b on a tie. (`a > b` rewritten as above
+// still picks the right value: rounding is monotonic, so a + c is never on the wrong side of a.)
 fn tl_max(a: f32, b: f32) -> f32 { return select(select(select(b, a, a > b), b, tl_isnan(b)), a, tl_isnan(a)); }
 
 // small |x|: x + x·z·P(z) with z = x² (no cancellation, tanh(-0) = -0); else 1 - 2 / (e^{2|x|} + 1) with x's sign
@@ -98,8 +108,21 @@ fn tl_fmod(x: f32, y: f32) -> f32 {
     r = (r << u32(k)) % my;
     d = d - k;
   }
-  let m = ldexp(f32(r), ey - 150);  // exact: r < 2^24, and the remainder is representable
-  return select(m, -m, (bitcast<u32>(x) & 0x80000000u) != 0u);
+  // the result r·2^(ey-150) made from its bits, not by ldexp or a product: OpenGL drivers flush a subnormal
+  // result of those to zero (GLSL leaves it undefined). r normalised to 24 bits, r·2^s, gives the exponent field
+  // ey - s; at 0 or below the result is subnormal, and its bits are r·2^(ey-1).
+  if (r == 0u) { return bitcast<f32>(bitcast<u32>(x) & 0x80000000u); }
+  let s = i32(countLeadingZeros(r)) - 8;
+  let e = ey - s;
+  var m: u32;
+  if (e > 0) { m = (u32(e - 1) << 23u) + (r << u32(s)); } else { m = r << u32(ey - 1); }
+  return bitcast<f32>(m | (bitcast<u32>(x) & 0x80000000u));
+}
+
+// i32 division as WGSL defines it, x / 0 = x and INT32_MIN / -1 = INT32_MIN, whatever the backend: GLSL leaves
+// both undefined (llvmpipe's OpenGL gives 0 for x / 0), so such a divisor is made 1
+fn tl_idiv(x: i32, y: i32) -> i32 {
+  return x / select(y, 1, y == 0 || (y == -1 && x == bitcast<i32>(0x80000000u)));
 }
 
 // x^p for i32, wrapping; a negative p gives the integer part of 1/x^p (1 for x = 1, ±1 for x = -1, else 0)

@@ -190,6 +190,12 @@ class Device:
         key = (source, tuple(read_only))
         hit = self.pipelines.get(key)
         if hit is None:
+            if not self.has_f16 and "enable f16;" in source:
+                raise TypeError(f"WGSL runtime: a kernel computing in float16 needs the adapter feature shader-f16, "
+                                f"which {self.info['device']} via {self.info['backend']} lacks; here float16 tensors "
+                                "are only stored, read back, argsorted and used as quantized weights' scales: make "
+                                "them float32 on another runtime first (t.to('numpy').float().to('wgsl')), or use an "
+                                "adapter with shader-f16")
             storage_count = len(read_only)
             if storage_count > self.limits["max-storage-buffers-per-shader-stage"]:
                 raise RuntimeError(f"WGSL runtime: a kernel binds {storage_count} storage buffers, more than this "

@@ -64,7 +64,7 @@ class WGSLLanguage(CStyleLanguage):
                "POW": "tl_pow", "ATAN": "tl_atan", "FMOD": "tl_fmod"}
     binary = {"ADD": "({0} + {1})", "MUL": "({0} * {1})", "CMPLT": "({0} < {1})", "CMPEQ": "({0} == {1})",
               "BITAND": "({0} & {1})", "BITOR": "({0} | {1})", "BITXOR": "({0} ^ {1})", "POW": "tl_ipow({0}, {1})",
-              "IDIV": "({0} / {1})"}  # i32: WGSL defines x / 0 and INT32_MIN / -1 as x, with no trap
+              "IDIV": "tl_idiv({0}, {1})"}  # i32: x / 0 and INT32_MIN / -1 give x, as WGSL defines them
 
     def literal(self, value, dtype):
         if dtype == "bool":

@@ -1,7 +1,8 @@
 """The WGSL runtime: tinyllm's kernels as WebGPU compute shaders, run through wgpu-py (device.py); how it runs a
 schedule is in docs/architecture.md, "The WGSL runtime".
 
-Dtypes: float32; float16 where the adapter has `shader-f16` (`runtime.has_f16`); int64 is stored as 32-bit
+Dtypes: float32; float16 where the adapter has `shader-f16` (`runtime.has_f16`), and without it stored only (uploaded
+and read back, e.g. QMATMUL's scales: a kernel that would compute in float16 is refused); int64 is stored as 32-bit
 (WGSL has no 64-bit integers: a value outside ±2³¹ is refused with an error when it is uploaded); bool as one u32
 per element; int8 and uint8 (quantized weights) as bytes packed four to a u32 word, the buffer padded to whole
 words. Kernels that read bytes unpack them from the words (wgsl/qweight.wgsl); copies of bytes set each byte of
@@ -103,8 +104,6 @@ class WGSLRuntime(Runtime):
     # ---- host <-> device ----
     def from_numpy(self, array, dtype):
         name = _storage_name(dtype)
-        if dtype.name == "float16" and not self.has_f16:
-            raise TypeError(f"float16 needs the adapter feature shader-f16, which {self.info['device']} lacks")
         array = np.asarray(array, dtype=dtype.np)
         if dtype is dt.int64 and array.size and (array.min() < -2**31 or array.max() >= 2**31):
             raise OverflowError(f"the WGSL runtime stores int64 as 32-bit integers (WGSL has none wider), and this "
