@@ -2,7 +2,7 @@
 
 Profiles (pick with HYPOTHESIS_PROFILE=ci):
   default  few examples, random each run: quick local feedback
-  ci       25 examples, derandomized so a CI failure reproduces exactly. The count is what fits CI's 15 minutes on
+  ci       20 examples, derandomized so a CI failure reproduces exactly. The count is what fits CI's 15 minutes on
            2 cores: on the C and WGSL runtimes nearly every drawn shape compiles new kernels (shapes are
            compile-time constants), which is most of the suite's time on a machine whose kernel cache is empty
 """
@@ -27,8 +27,11 @@ settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+import tinyllm.runtime  # noqa: E402  (after OMP_WAIT_POLICY is set)
 
-RUNTIMES = ["numpy", "c", "wgsl"]
+
+# every runtime tinyllm.runtime finds (one package each), the NumPy reference first
+RUNTIMES = sorted(tinyllm.runtime.available(), key=lambda name: name != "numpy")
 
 
 def wgsl_skip_reason():
