@@ -32,21 +32,21 @@ LAYERS = [
 EXCEPTIONS = {}
 
 
-def modules():
-    """{module name: path} for every module of the package."""
+def modules(root=ROOT):
+    """{module name: path} for every module of the package under `root`."""
     out = {}
-    for folder, _, files in os.walk(os.path.join(ROOT, "tinyllm")):
+    for folder, _, files in os.walk(os.path.join(root, "tinyllm")):
         for f in files:
             if f.endswith(".py"):
                 path = os.path.join(folder, f)
-                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                name = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
                 out[name[:-len(".__init__")] if name.endswith(".__init__") else name] = path
     return out
 
 
 def imports(mods):
     """{module: [(imported module, line)]}: what each module imports of tinyllm, `from x import y` counted as an
-    import of x.y where that is a module, else of x (and importing x.y also runs x's package __init__)."""
+    import of x.y where that is a module, else of x."""
     graph = {}
     for name, path in mods.items():
         with open(path, encoding="utf-8") as f:
@@ -88,8 +88,9 @@ def test_every_module_has_a_layer():
     assert not missing, f"modules in no layer of tests/test_layers.py's LAYERS: {missing}; add each to its layer"
 
 
-def test_no_import_goes_up_a_layer():
-    mods = modules()
+def upward_imports(root=ROOT):
+    """'file:line: ...' for each import from a lower layer to a higher one."""
+    mods = modules(root)
     bad = []
     for importer, targets in imports(mods).items():
         i, layer = layer_of(importer)
@@ -98,24 +99,24 @@ def test_no_import_goes_up_a_layer():
             if j is not None and j > i and (importer, target) not in EXCEPTIONS:
                 bad.append(f"{mods[importer]}:{line}: {importer} ({layer}) imports {target} ({target_layer}), "
                            "a higher layer")
-    assert not bad, "imports from a lower layer to a higher one (docs/architecture.md, Layers):\n" + "\n".join(bad)
+    return bad
 
 
-def test_no_import_loops():
-    """No cycle among modules: Tarjan's strongly connected components, iteratively. A package's __init__ that
-    imports its own submodules is a loop only if one of them imports the package back."""
-    mods = modules()
-    graph = {m: sorted({t for t, _ in targets if t in mods}) for m, targets in imports(mods).items()}
-    lines = {(m, t): line for m, targets in imports(mods).items() for t, line in targets}
+def import_loops(root=ROOT):
+    """Each cycle among modules, described by its imports: Tarjan's strongly connected components, iteratively."""
+    mods = modules(root)
+    found = imports(mods)
+    graph = {m: sorted({t for t, _ in targets if t in mods}) for m, targets in found.items()}
+    lines = {(m, t): line for m, targets in found.items() for t, line in targets}
     index, low, on_stack, stack, loops, counter = {}, {}, set(), [], [], [0]
-    for root in graph:
-        if root in index:
+    for root_module in graph:
+        if root_module in index:
             continue
-        work = [(root, iter(graph[root]))]
-        index[root] = low[root] = counter[0]
+        work = [(root_module, iter(graph[root_module]))]
+        index[root_module] = low[root_module] = counter[0]
         counter[0] += 1
-        stack.append(root)
-        on_stack.add(root)
+        stack.append(root_module)
+        on_stack.add(root_module)
         while work:
             v, children = work[-1]
             for w in children:
@@ -142,11 +143,35 @@ def test_no_import_loops():
                             break
                     if len(component) > 1:
                         loops.append(sorted(component))
-    described = []
-    for component in loops:
-        edges = [f"  {a} -> {b} ({mods[a]}:{lines[(a, b)]})" for a in component for b in graph[a] if b in component]
-        described.append(f"loop among {', '.join(component)}:\n" + "\n".join(edges))
-    assert not loops, f"{len(loops)} import loop(s):\n" + "\n".join(described)
+    return [f"loop among {', '.join(c)}:\n" + "\n".join(f"  {a} -> {b} ({mods[a]}:{lines[(a, b)]})"
+                                                         for a in c for b in graph[a] if b in c) for c in loops]
+
+
+def test_no_import_goes_up_a_layer():
+    bad = upward_imports()
+    assert not bad, "imports from a lower layer to a higher one (docs/architecture.md, Layers):\n" + "\n".join(bad)
+
+
+def test_no_import_loops():
+    loops = import_loops()
+    assert not loops, f"{len(loops)} import loop(s):\n" + "\n".join(loops)
+
+
+def test_the_checks_find_an_upward_import_and_a_loop(tmp_path):
+    """The two checks above on a made-up package: a base module that imports the tensor layer, inside a function,
+    and two ops modules that import each other, each named with its file and line."""
+    package = tmp_path / "tinyllm"
+    (package / "ops").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tensor.py").write_text("")
+    (package / "dtype.py").write_text("def f():\n    from .tensor import Tensor\n")
+    (package / "ops" / "__init__.py").write_text("")
+    (package / "ops" / "a.py").write_text("from . import b\n")
+    (package / "ops" / "b.py").write_text("import numpy\nfrom .a import x\n")
+    up = upward_imports(str(tmp_path))
+    assert len(up) == 1 and "dtype.py:2: tinyllm.dtype (base) imports tinyllm.tensor (tensor)" in up[0], up
+    loops = import_loops(str(tmp_path))
+    assert len(loops) == 1 and "tinyllm.ops.a -> tinyllm.ops.b" in loops[0] and "b.py:2" in loops[0], loops
 
 
 def test_the_architecture_doc_draws_these_layers():

@@ -1,7 +1,7 @@
 """Op names written as strings in tinyllm's source are registered ops: a misspelled one would silently never match.
-Passes and runtimes that list ops go through checked names (tinyllm.ops.names, rewrite.Pat, Kernels.register),
-which raise at import; this test reads the rest of the source: comparisons with a node's op, build(...) calls, and
-the renderers' op tables."""
+Passes and runtimes that list ops go through checked names (tinyllm.ops.names, rewrite.Pat, Kernels.register, the
+renderers' template tables), which raise at import; this test reads the rest of the source: comparisons with a
+node's op and build(...) calls."""
 import ast
 import importlib
 import os
@@ -14,6 +14,7 @@ from tinyllm.ops import names
 from tinyllm.ops.kernel import INSTRUCTIONS
 from tinyllm.rewrite import Pat
 from tinyllm.runtime.base import Kernels
+from tinyllm.runtime.cstyle import CStyleLanguage
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tinyllm")
 
@@ -86,3 +87,5 @@ def test_checked_names_raise_at_once_on_a_misspelling():
         Pat("MATMULL")
     with pytest.raises(NameError, match="'RESHAPED'"):
         Kernels("test").register("RESHAPED")
+    with pytest.raises(NameError, match="'EXPP'"):
+        type("Misspelled", (CStyleLanguage,), {"unary": {"EXPP": "exp({0})"}})

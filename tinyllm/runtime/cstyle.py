@@ -3,12 +3,17 @@ instruction, built from a per-language table of op templates) and the merging of
 contiguously. A language subclass supplies its types, literals, op templates and how an input is read; the
 loops around the body are each renderer's own (OpenMP loops in C, one invocation or workgroup per output in
 WGSL)."""
+from ..ops import names
 
 
 class CStyleLanguage:
     types = {}  # tinyllm dtype name -> the language's type of a value
     unary = {}  # op -> template over {0} (and {t}: the value type)
     binary = {}  # op -> template over {0}, {1}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names(*cls.unary, *cls.binary)  # a misspelled op in a template table raises when the renderer is imported
 
     def literal(self, value, dtype):
         raise NotImplementedError
