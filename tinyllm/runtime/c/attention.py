@@ -45,7 +45,7 @@ def _runs(batch, arrays):
 
 
 def _kernel(name):
-    """The kernel function of runtime_c/attention.c's kernel `name` (both take the same arguments, and the backward whether
+    """The kernel function of runtime_c/attention.c's `name` (both take the same arguments, and the backward whether
     dout holds dL: attention.h)."""
     def run(runtime, node, ins):
         low = node.dtype.is_low and runtime.lib is not None and all(s.dtype is node.dtype for s in node.src)

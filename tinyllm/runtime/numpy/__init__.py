@@ -1,1 +1,1 @@
-"""The NumPy runtime: every primitive's own NumPy forward (tinyllm/ops/), the reference the others are tested against."""
+"""The NumPy runtime: each primitive's own NumPy forward (tinyllm/ops/), the reference the others are tested against."""
