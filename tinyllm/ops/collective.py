@@ -34,7 +34,7 @@ class Collective(Op):
     """An op whose value depends on every rank's input. Its gradient rule is checked on 2 ranks against the
     convention above (tests/distributed/test_collectives.py), not by gradcheck's finite differences on one process.
     Each but WAIT has `into(x, out, arg)`, which does the MPI work, x and out row-major host arrays, out of the
-    op's shape and dtype: the NumPy forward and the C runtime's handler (a recorded host call) both run it."""
+    op's shape and dtype: the NumPy forward and the C runtime's kernel function (a recorded host call) both run it."""
 
 
 def _made(into, x, shape, arg):

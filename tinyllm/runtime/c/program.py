@@ -1,4 +1,4 @@
-"""A schedule's recorded C calls (record.py) replayed as a Program, without the handlers' Python
+"""A schedule's recorded C calls (record.py) replayed as a Program, without the kernel functions' Python
 (docs/architecture.md, "Replayed schedules"). Pointers into the arena (arena.py) are bound once per arena; only
 those into the inputs and the returned arrays (made afresh, or taking over donated inputs: donate.py) are
 written before each run. Views cost nothing: their offsets and strides are in the recorded arguments."""

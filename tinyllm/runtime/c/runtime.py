@@ -112,7 +112,7 @@ class CRuntime(NumpyRuntime):
         return out
 
     def unrecorded(self, what):
-        """A handler did work outside C (NumPy): a recorded run would not repeat it."""
+        """A kernel function did work outside C (NumPy): a recorded run would not repeat it."""
         if self.recorder is not None:
             self.recorder.fail(what)
 
