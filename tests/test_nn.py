@@ -185,7 +185,25 @@ def test_load_state_dict_strict_errors_name_the_keys():
     with pytest.raises(RuntimeError) as err:
         net.load_state_dict(state)
     assert "blocks.0.bias" in str(err.value) and "blocks.9.weight" in str(err.value)
-    assert "missing" in str(err.value) and "unexpected" in str(err.value)
+    assert "Missing key(s)" in str(err.value) and "Unexpected key(s)" in str(err.value)
+
+
+def test_load_state_dict_lists_every_problem_in_one_error_as_torch():
+    """Missing keys, unexpected keys and wrong shapes together in one RuntimeError, each named, as torch's is."""
+    net = Net()
+    state = {k: v.numpy() for k, v in net.state_dict().items()}
+    del state["blocks.0.bias"]
+    state["extra"] = np.zeros(3, np.float32)
+    state["heads.a.weight"] = np.zeros((3, 4), np.float32)
+    with pytest.raises(RuntimeError) as err:
+        net.load_state_dict(state)
+    torch_net = torch.nn.Linear(4, 2)
+    with pytest.raises(RuntimeError) as torch_err:
+        torch_net.load_state_dict({"weight": torch.zeros(3, 4), "extra": torch.zeros(3)})
+    for words in ("Error(s) in loading state_dict for", "Unexpected key(s) in state_dict:", "size mismatch for"):
+        assert words in str(torch_err.value) and words in str(err.value), (words, str(err.value))
+    assert '"blocks.0.bias"' in str(err.value) and '"extra"' in str(err.value) and "heads.a.weight" in str(err.value)
+    assert "Missing key(s) in state_dict:" in str(err.value)
 
 
 def test_load_state_dict_non_strict_loads_the_rest():
@@ -207,7 +225,7 @@ def test_load_state_dict_shape_mismatch_is_clear_and_loads_nothing():
     before = {k: v.numpy().copy() for k, v in net.state_dict().items()}
     state = {k: v.numpy() for k, v in other.state_dict().items()}
     state["heads.a.weight"] = np.zeros((3, 4), np.float32)
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(RuntimeError) as err:
         net.load_state_dict(state)
     msg = str(err.value)
     assert "heads.a.weight" in msg and "(3, 4)" in msg and "(2, 4)" in msg

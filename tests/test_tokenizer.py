@@ -324,3 +324,33 @@ def test_progress_bar_uses_tqdm_where_installed(monkeypatch):
     assert sum(updates) == len(tok.merges) == 44
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
     assert Tokenizer.train(SAMPLE_TEXT, 300, special_tokens=(), verbose=True).merges == tok.merges
+
+
+def test_decode_takes_a_tensor_or_array_of_ids_as_tiktoken_takes_a_list(ours, ref):
+    """A tinyllm tensor, a NumPy array or a torch tensor of ids (what generate gives) decodes as its list does; a
+    2-D one or float ids are clear errors, not a wrong text."""
+    import numpy as np
+    import torch
+    import tinyllm as tl
+    ids = ours.encode("ROMEO: But soft, what light")
+    want = ref.decode(ids)
+    for seq in (tl.tensor(ids), np.array(ids), torch.tensor(ids), tl.tensor([ids])[0]):
+        assert ours.decode(seq) == want, type(seq)
+    with pytest.raises(ValueError, match=r"1-D sequence of token ids, got shape \(1, \d+\)"):
+        ours.decode(tl.tensor([ids]))
+    with pytest.raises(TypeError, match="token ids must be integers, got a float32"):
+        ours.decode(tl.tensor(ids).float())
+
+
+@pytest.mark.parametrize("kw", ["allowed_special", "disallowed_special"])
+def test_a_string_where_a_set_of_specials_belongs_is_refused(ours, kw):
+    """tiktoken takes allowed_special="<|endoftext|>" as a set of characters (so it never matches); here it is a
+    TypeError that shows the set to write instead."""
+    with pytest.raises(TypeError, match=rf"{kw}=\{{'<\|endoftext\|>'\}}"):
+        ours.encode("hello <|endoftext|>", **{kw: "<|endoftext|>"})
+    assert ours.encode("<|endoftext|>", allowed_special="all") == [50256]
+
+
+def test_special_tokens_must_be_a_dict():
+    with pytest.raises(TypeError, match="special_tokens must be a dict"):
+        Tokenizer([], special_tokens="<|x|>")

@@ -9,3 +9,14 @@ def debug_level():
     if value in ("", "0"):
         return 0
     return int(value) if value.isdigit() else 1
+
+
+def threads():
+    """TINYLLM_THREADS: how many threads the C runtime's kernels use; 0 or unset: one per core."""
+    value = os.environ.get("TINYLLM_THREADS", "").strip()
+    if value == "":
+        return 0
+    if not value.isdigit():
+        raise ValueError(f"TINYLLM_THREADS={value!r}: give a whole number of threads, e.g. TINYLLM_THREADS=2 "
+                         "(0 or unset: one per core)")
+    return int(value)

@@ -148,8 +148,14 @@ def quantize_(model, fmt, group_size=32, embedding=False):
         raise RuntimeError(f"quantize_: the model is already quantized ({done[0]} is {q.fmt}, group {q.group_size}; "
                            f"{len(done)} layers in all): quantizing again would round the rounded weights; "
                            "quantize a float32 copy of the model instead")
+    if not slots:
+        raise ValueError(f"quantize_: {type(model).__name__} has no nn.Linear layer to quantize: quantize_ replaces "
+                         "Linear layers (give the model, or a module that holds them)")
     tied = _tied_to_embedding(model)
     todo = [(p, a, n) for p, a, n in slots if embedding or id(getattr(p, a).weight) not in tied]
+    if not todo:
+        raise ValueError(f"quantize_: {type(model).__name__}'s only Linear layers are tied to an embedding: pass "
+                         "embedding=True to quantize them too")
     for parent, attr, name in todo:
         try:
             check_format(fmt, group_size, getattr(parent, attr).in_features, "quantize_")

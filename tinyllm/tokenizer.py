@@ -97,6 +97,9 @@ class Tokenizer:
         self.pattern = pattern
         self.merges = [tuple(m) for m in merges]
         self.byte_ids = list(range(256)) if byte_ids is None else list(byte_ids)
+        if special_tokens is not None and not isinstance(special_tokens, dict):
+            raise TypeError(f"Tokenizer: special_tokens must be a dict of {{text: id}}, got "
+                            f"{type(special_tokens).__name__} {special_tokens!r:.60}: e.g. {{'<|endoftext|>': 50256}}")
         self._special = dict(special_tokens or {})
         self._split = regex.compile(pattern_regex(pattern)) if pattern is not None else None
         self._split_ascii = re.compile(ASCII_PATTERNS[pattern]) if pattern in ASCII_PATTERNS else self._split
@@ -165,6 +168,10 @@ class Tokenizer:
         """Ids of `text`. Special tokens' texts become their ids only where allowed (a set, or "all"); a
         disallowed one raises ValueError ("all": every special not allowed), as tiktoken does, because text
         from users that contains "<|endoftext|>" should not end a document by accident."""
+        for what, value in (("allowed_special", allowed_special), ("disallowed_special", disallowed_special)):
+            if isinstance(value, str) and value != "all":  # else taken character by character, never matching
+                raise TypeError(f"encode: {what} takes 'all' or a set of special tokens' texts, got the string "
+                                f"{value!r}: write {what}={{{value!r}}}")
         if allowed_special == "all":
             allowed_special = self.special_tokens
         if disallowed_special == "all":
@@ -198,7 +205,8 @@ class Tokenizer:
 
     # ---- decoding ----
     def decode_bytes(self, ids):
-        """The bytes of `ids`, joined."""
+        """The bytes of `ids` (a sequence of ints, or a 1-D tensor or array of them), joined."""
+        ids = _id_list(ids, "decode")
         try:
             return b"".join(self._decoder[i] for i in ids)
         except (KeyError, TypeError):
@@ -461,3 +469,16 @@ def merge_word(word, pair, new_id):
             out.append(word[i])
             i += 1
     return out
+
+
+def _id_list(ids, name):
+    """`ids` as a list of ints: a tinyllm or torch tensor, a NumPy array (1-D, integers) or a sequence of ints."""
+    if hasattr(ids, "tolist") and hasattr(ids, "shape"):
+        if len(ids.shape) != 1:
+            raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {tuple(ids.shape)}: decode "
+                             "one row at a time")
+        dtype = str(getattr(ids, "dtype", "")).rsplit(".", 1)[-1]  # tinyllm.float32, torch.float32, float32
+        if "float" in dtype or "bool" in dtype:
+            raise TypeError(f"{name}: token ids must be integers, got a {dtype} tensor: use .long()")
+        return ids.tolist()
+    return ids

@@ -90,6 +90,17 @@ class GenerationMixin:
             raise ValueError(f"{name}.generate: idx must be (B, T) token ids, got shape {idx.shape}")
         if idx.shape[1] == 0:
             raise ValueError(f"{name}.generate: the prompt is empty: give at least one token per row")
+        if idx.dtype.is_float or idx.dtype.name == "bool":
+            raise TypeError(f"{name}.generate: idx must hold integer token ids, got {idx.dtype.name}: make it with "
+                            "dtype=tinyllm.int64 (or .long()); a float prompt would be truncated silently")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise ValueError(f"{name}.generate: max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
+        ids = idx.numpy()
+        vocab = self.config.vocab_size
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            bad = ids.min() if ids.min() < 0 else ids.max()
+            raise IndexError(f"{name}.generate: token id {int(bad)} is out of range for the vocabulary of "
+                             f"{vocab} tokens (ids are 0..{vocab - 1})")
         sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
         if draft_model is None:
             steps = self._generate_steps(idx, max_new_tokens, sampling, generator, use_cache)

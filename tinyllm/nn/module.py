@@ -75,14 +75,17 @@ class Module:
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
-        if strict and (missing or unexpected):
-            raise RuntimeError(f"load_state_dict for {type(self).__name__}: missing keys {missing}, "
-                               f"unexpected keys {unexpected}")
         arrays = {name: _to_numpy(value) for name, value in state.items() if name in own}
-        for name, array in arrays.items():
-            if tuple(array.shape) != own[name].shape:
-                raise ValueError(f"load_state_dict: {name} has shape {tuple(array.shape)} in the state dict but "
-                                 f"{own[name].shape} in the model")
+        problems = []  # every problem in one error, as torch lists them (shapes are checked even when not strict)
+        if strict and missing:
+            problems.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+        if strict and unexpected:
+            problems.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+        problems += [f"size mismatch for {name}: copying a param with shape {tuple(array.shape)} from the state dict, "
+                     f"the shape in the current model is {own[name].shape}." for name, array in arrays.items()
+                     if tuple(array.shape) != own[name].shape]
+        if problems:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(problems))
         for name, array in arrays.items():
             own[name].copy_(array)
         return missing, unexpected

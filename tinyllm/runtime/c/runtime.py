@@ -3,7 +3,6 @@ generated C (render.py, compiler.py), MATMUL, embeddings, attention and copies b
 An op without a C kernel runs its NumPy forward, as everything does, with a warning, where no compiler or prebuilt
 module exists. Every C call goes through CRuntime.call, so a repeated schedule replays its calls (program.py)."""
 import math
-import os
 import sys
 import threading
 import warnings
@@ -11,7 +10,7 @@ import warnings
 import numpy as np
 
 from ... import dtype as dt
-from ...env import debug_level
+from ...env import debug_level, threads as env_threads
 from ...graph import OPS
 from ...ops import Group, collective
 from ...ops.index import check_index
@@ -61,7 +60,7 @@ class CRuntime(NumpyRuntime):
         self._local = threading.local()  # .recorder, .observed (below)
         self.arena_lock = threading.Lock()  # one replay at a time uses the arena (program.execute)
         self._arena = None  # scratch memory of replayed schedules (program.py)
-        threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0)
+        threads = env_threads()
         if self.lib is not None:
             self.lib.tl_set_num_threads(threads)
         if threads > 0:
