@@ -259,6 +259,12 @@ def parse_args(argv=None):
             p.error(f"--{k.replace('_', '-')} must be at least 1")
     if args.max_iters < 0 or args.warmup_iters < 0 or args.sample_tokens < 0:
         p.error("--max-iters, --warmup-iters and --sample-tokens must not be negative")
+    if args.top_k < 0:
+        p.error(f"--top-k must be at least 1, or 0 for all tokens, got {args.top_k}")
+    try:  # before training: a bad sampling flag must not end a finished run
+        tinyllm.sampling.check_options("gpt.py", args.temperature, args.top_k or None, None, None)
+    except ValueError as e:
+        p.error(str(e).replace("temperature", "--temperature"))
     if "vocab_size" in args.explicit and args.tokenizer != "bpe":
         p.error(f"--vocab-size is the size of the BPE that --tokenizer bpe trains; --tokenizer {args.tokenizer} "
                 "has its own")

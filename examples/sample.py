@@ -47,6 +47,13 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.num_samples < 1 or args.max_new_tokens < 1 or args.num_speculative_tokens < 1:
         p.error("--num-samples, --max-new-tokens and --num-speculative-tokens must be at least 1")
+    if args.top_k is not None and args.top_k < 0:
+        p.error(f"--top-k must be at least 1 (0: all tokens, as Hugging Face's top_k=0), got {args.top_k}")
+    args.top_k = args.top_k or None
+    try:  # before any model is loaded
+        tinyllm.sampling.check_options("sample.py", args.temperature, args.top_k, args.top_p, args.min_p)
+    except ValueError as e:
+        p.error(str(e).replace("temperature", "--temperature").replace("top_p", "--top-p").replace("min_p", "--min-p"))
     return args
 
 

@@ -415,3 +415,18 @@ def test_llama_of_the_gpts_size(flags, llama_flags):
         assert example.count_parameters(config) == build_model(kind, config).num_parameters()
     step = 3 * llama.hidden_size * llama.num_hidden_layers
     assert abs(example.count_parameters(llama) - example.count_parameters(gpt)) <= step / 2
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--temperature", "-1"], ["--temperature must be a finite number >= 0"]),
+    (["--temperature", "nan"], ["--temperature must be a finite number >= 0"]),
+    (["--top-k", "-3"], ["--top-k must be at least 1, or 0 for all tokens"]),
+])
+def test_bad_sampling_flags_are_refused_before_training(gpt_example, flags, words, capsys):
+    """Refused when the flags are read, not after a whole run has trained (exit code 2, no traceback)."""
+    with pytest.raises(SystemExit) as exit_:
+        gpt_example.parse_args(["--tiny", *flags])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err

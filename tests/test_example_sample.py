@@ -73,3 +73,16 @@ def test_bad_input_is_one_line_and_exit_code_2(trained, flags, words):
     assert "Traceback" not in r.stderr
     for word in words:
         assert word in r.stderr, r.stderr
+
+
+def test_sampling_flags_are_checked_before_the_model_loads(trained):
+    """--top-k 0 means every token (Hugging Face's top_k=0); a negative top-k, temperature or a top-p outside
+    (0, 1] is a one-line usage error, named, before any checkpoint is read."""
+    r = run("sample.py", "--ckpt", str(trained / "char"), "--max-new-tokens", "4", "--top-k", "0", "--seed", "1",
+            cwd=trained)
+    assert r.returncode == 0, r.stderr
+    for flags, words in ((["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+                         (["--top-k", "-2"], "--top-k must be at least 1"),
+                         (["--top-p", "1.5"], "--top-p must be in (0, 1]")):
+        r = run("sample.py", "--ckpt", str(trained / "missing"), *flags, cwd=trained)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (flags, r.stderr)

@@ -192,6 +192,19 @@ def test_config_errors():
         model(tl.tensor(np.zeros((1, 9), np.int64)))
 
 
+def test_from_hf_refuses_other_families_and_a_sliding_window():
+    """A GPT-2 model or a Mistral config with a sliding window loaded as a Llama would silently compute something
+    else (a default-size Llama, logits that differ past the window): each is a clear error. A Mistral without a
+    window is a Llama, and loads."""
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16))
+    with pytest.raises(ValueError, match="a 'gpt2' config, not a Llama's.*tinyllm.models.GPT"):
+        Llama.from_hf(gpt2)
+    mistral = transformers.MistralConfig(**HF, sliding_window=16)
+    with pytest.raises(NotImplementedError, match="sliding_window=16"):
+        LlamaConfig.from_hf(mistral)
+    assert LlamaConfig.from_hf(transformers.MistralConfig(**HF, sliding_window=None)).hidden_size == HF["hidden_size"]
+
+
 def test_lora_on_llama_matches_peft():
     """lora.apply on q_proj and v_proj against peft's LoraConfig on HF's model: logits and the gradients of every A
     and B (B set nonzero so dA is not trivially zero), the adapters' names peft's own."""

@@ -81,3 +81,10 @@ def test_tinyllm_threads_error_reaches_the_user_without_a_bare_int_error():
                           env={**os.environ, "TINYLLM_THREADS": "two", "PYTHONPATH": ROOT})
     assert proc.returncode != 0 and "TINYLLM_THREADS='two': give a whole number" in proc.stderr, proc.stderr
     assert "invalid literal" not in proc.stderr
+
+
+def test_a_missing_nanogpt_checkpoint_says_so(tmp_path):
+    """Not torch.load's advice about weights_only: the file is not there."""
+    missing = tmp_path / "out" / "ckpt.pt"
+    with pytest.raises(FileNotFoundError, match=f"no file {missing}"):
+        GPT.from_nanogpt_checkpoint(missing)

@@ -26,7 +26,8 @@ def _array(x, fn, what="logits"):
     return a.astype(np.float64, copy=False)
 
 
-def _check(fn, temperature, top_k, top_p, min_p):
+def check_options(fn, temperature, top_k, top_p, min_p):
+    """A clear ValueError, naming `fn`, for sampling options no sampler takes (the examples check their flags so)."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)) \
             or not math.isfinite(temperature) or temperature < 0:
         raise ValueError(f"{fn}: temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
@@ -124,7 +125,7 @@ def probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
     - min_p: tokens with probability >= min_p × the top token's stay (on what top-k/top-p left).
     - temperature=0: greedy, all mass on the first largest logit (the filters cannot change it).
     """
-    _check("probs", temperature, top_k, top_p, min_p)
+    check_options("probs", temperature, top_k, top_p, min_p)
     x, shape = _rows(logits, "probs")
     out = np.zeros_like(x)
     for r in range(x.shape[0]):
@@ -170,7 +171,7 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
     trick: -log E is Gumbel.) One elementwise pass and an argmax, with no cumulative sum or search, and the
     same on any device. The race runs over the kept tokens only, so top-k sampling from 50257 draws k numbers.
     """
-    _check("sample", temperature, top_k, top_p, min_p)
+    check_options("sample", temperature, top_k, top_p, min_p)
     x, _ = _rows(logits, "sample", ndim=2)
     rng = factory.numpy_generator(generator)
     out = np.empty(x.shape[0], dtype=np.int64)

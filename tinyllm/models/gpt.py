@@ -1,5 +1,6 @@
 """A GPT in nanoGPT's shape and with its parameter names, so its weights load into (and from) nanoGPT."""
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,6 +164,8 @@ class GPT(GenerationMixin, nn.Module):
             raise ImportError("GPT.from_nanogpt_checkpoint: reading nanoGPT's ckpt.pt needs torch (it is a torch "
                               "pickle), and torch is not installed: `pip install torch` (the CPU wheel is enough)") \
                 from None
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"GPT.from_nanogpt_checkpoint: no file {path!s} (nanoGPT writes out_dir/ckpt.pt)")
         try:
             ckpt = torch.load(path, map_location="cpu", weights_only=weights_only)
         except Exception as e:

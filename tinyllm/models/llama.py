@@ -61,6 +61,14 @@ class LlamaConfig:
         """The config of a transformers.LlamaConfig (or its to_dict()): the fields both have. A rope scaling other
         than the default (Llama 3's "llama3", "yarn", …) is refused: tinyllm computes plain RoPE."""
         d = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+        kind = d.get("model_type", "llama")
+        if kind not in ("llama", "mistral"):  # another family's fields: taking the common ones would be silently wrong
+            raise ValueError(f"LlamaConfig.from_hf: a {kind!r} config, not a Llama's (model_type 'llama'): "
+                             + ("tinyllm.models.GPT holds GPT-2's layers (GPT.from_nanogpt_checkpoint for nanoGPT's)"
+                                if kind == "gpt2" else "tinyllm has no model of that family"))
+        if d.get("sliding_window") is not None:
+            raise NotImplementedError(f"LlamaConfig.from_hf: sliding_window={d['sliding_window']}: tinyllm's "
+                                      "attention is over the whole context, so its logits would differ")
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind != "default":
