@@ -406,7 +406,7 @@ def main(argv=None):
     else:
         log.log(f"nothing to train: at step {step}, --max-iters is {args.max_iters}")
 
-    params = model.parameters()
+    params = list(model.parameters())
     low = None if args.dtype == "float32" else getattr(tinyllm, args.dtype)
     precision = tinyllm.autocast(dtype=low or tinyllm.bfloat16, enabled=low is not None)
     # float16 overflows past 65504: its gradients need the loss scaled up, and a step skipped when they overflow

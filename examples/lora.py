@@ -150,6 +150,7 @@ def train(model, params, data, steps, lr, args, device, desc, weight_decay=0.0):
     """`steps` AdamW steps on `params` over random batches of `data`: linear warmup over the first 10 %, cosine
     decay to lr/10, gradients clipped at norm 1, `weight_decay` on the 2-D weights only (as nanoGPT). Returns the
     mean loss of the last 10 % of the steps."""
+    params = list(params)
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
     optimizer = tinyllm.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.95))

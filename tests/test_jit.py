@@ -222,7 +222,7 @@ def test_replays_run_as_one_chain_of_c_calls():
     calls chain again."""
     model, opt, call = c_training()
     assert chained(call), "a chained call ran its schedules through the runtime"
-    p = model.parameters()[2]
+    p = list(model.parameters())[2]
     holders = {"an array from .numpy()": lambda: p.numpy(), "a view of one": lambda: p.numpy()[1:],
                "a moment's array": lambda: opt.state[p]["exp_avg"].numpy(), "a pending graph": lambda: p * 2.0,
                "a detached tensor": lambda: p.detach()}

@@ -116,7 +116,7 @@ def test_named_parameters_are_dotted_paths_in_torch_order():
     names = [n for n, _ in net.named_parameters()]
     assert names == [n for n, _ in tnet.named_parameters()]  # own parameters first, then children in order
     assert "blocks.1.bias" not in names  # bias=False registers no parameter
-    assert len(net.parameters()) == len(list(tnet.parameters()))
+    assert len(list(net.parameters())) == len(list(tnet.parameters()))
     assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in net.parameters())
     assert net.num_parameters() == sum(p.numel() for p in tnet.parameters())
     assert list(net.state_dict()) == list(tnet.state_dict())

@@ -185,3 +185,12 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     i = np.arange(steps, dtype=np.float64)
     values = np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
     return tensor(values, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def from_numpy(array):
+    """A tensor of a NumPy array's values, its dtype kept (torch.from_numpy). The tensor holds a copy: tinyllm's
+    buffers belong to their runtime, so later writes to the array do not reach it."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__} (tinyllm.tensor takes "
+                        "lists and numbers)")
+    return Tensor(array)

@@ -43,7 +43,28 @@ class no_grad:
     def __call__(self, fn):
         @functools.wraps(fn)  # keeps fn's name, docstring and signature (inspect.signature follows __wrapped__)
         def wrapped(*args, **kwargs):
-            with no_grad():
+            with type(self)():
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class inference_mode(no_grad):
+    """torch.inference_mode: no gradients recorded (mode=False: no change). torch also skips its version counters
+    there; a lazy graph has none, so this is no_grad."""
+    def __init__(self, mode=True):
+        self.mode = mode
+
+    def __enter__(self):
+        _grad_enabled.append(False if self.mode else _grad_enabled[-1])
+
+    def __call__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"inference_mode: decorate a function, or use `with inference_mode():` (got {fn!r:.40})")
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with inference_mode(mode):
                 return fn(*args, **kwargs)
         return wrapped
 

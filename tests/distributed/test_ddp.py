@@ -140,7 +140,7 @@ def test_no_sync_accumulates_then_averages(dist):
 
 def test_buckets_in_reverse_order_and_capped(dist):
     model = GPT(GPTConfig(**CONFIG))
-    params = model.parameters()
+    params = list(model.parameters())
     ddp = DDP(model, bucket_cap_mb=2048 / 2 ** 20)  # 2 KiB buckets
     order = [p for b in ddp._buckets for p in b]
     assert [id(p) for p in order] == [id(p) for p in reversed(params)]
@@ -149,7 +149,7 @@ def test_buckets_in_reverse_order_and_capped(dist):
     wide = GPT(GPTConfig(**{**CONFIG, "n_embd": 128}))  # 1.7 MB of weights
     big = DDP(wide)  # torch's 25 MB, but the bucket reduced last holds at most 1 MB
     assert len(big._buckets) == 2 and sum(p.numel() * 4 for p in big._buckets[-1]) <= 2 ** 20
-    assert [id(p) for b in big._buckets for p in b] == [id(p) for p in reversed(wide.parameters())]
+    assert [id(p) for b in big._buckets for p in b] == [id(p) for p in reversed(list(wide.parameters()))]
 
 
 def test_allreduces_overlap_the_backward_pass(dist, monkeypatch):

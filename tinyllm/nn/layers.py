@@ -23,6 +23,9 @@ class Linear(Module):
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
 
+    def extra_repr(self):
+        return f"in_features={self.weight.shape[1]}, out_features={self.weight.shape[0]}, bias={self.bias is not None}"
+
 
 class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim):
@@ -31,6 +34,9 @@ class Embedding(Module):
 
     def forward(self, idx):
         return F.embedding(idx, self.weight)
+
+    def extra_repr(self):
+        return f"{self.weight.shape[0]}, {self.weight.shape[1]}"
 
 
 class LayerNorm(Module):
@@ -43,6 +49,10 @@ class LayerNorm(Module):
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+                f"bias={self.bias is not None}")
+
 
 class RMSNorm(Module):
     """F.rms_norm with a learnable per-feature weight (ones at the start), torch's names and eps=None default."""
@@ -53,6 +63,9 @@ class RMSNorm(Module):
 
     def forward(self, x):
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
 
 
 class SwiGLU(Module):
@@ -76,6 +89,9 @@ class Dropout(Module):
     def forward(self, x):
         return F.dropout(x, self.p, self.training)
 
+    def extra_repr(self):
+        return f"p={self.p}, inplace=False"
+
 
 class GELU(Module):
     def __init__(self, approximate="none"):
@@ -83,6 +99,9 @@ class GELU(Module):
 
     def forward(self, x):
         return F.gelu(x, self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
 
 
 class ReLU(Module):

@@ -58,7 +58,45 @@ class Module:
                     yield (f"{mod_name}.{name}" if mod_name else name), value
 
     def parameters(self):
-        return [p for _, p in self.named_parameters()]
+        """An iterator over the parameters, each once, as torch's (`list(model.parameters())` for a list)."""
+        return (p for _, p in self.named_parameters())
+
+    def apply(self, fn):
+        """fn(module) for every module under this one, children first, then this one (torch's order); returns self."""
+        stack = [(self, False)]
+        while stack:  # iterative post-order: each module's children (in order) before it
+            m, children_done = stack.pop()
+            if children_done:
+                fn(m)
+            else:
+                stack.append((m, True))
+                stack.extend((c, False) for c in reversed(list(m.children())))
+        return self
+
+    def half(self):
+        return self.to(dtype="float16")
+
+    def bfloat16(self):
+        return self.to(dtype="bfloat16")
+
+    def float(self):
+        return self.to(dtype="float32")
+
+    def double(self):
+        return self.to(dtype="float64")
+
+    def extra_repr(self):
+        """The module's own settings, shown in its repr (torch's hook): e.g. Linear's sizes."""
+        return ""
+
+    def __repr__(self):
+        """The module tree as torch prints it: each child on its own line under its name, with its settings."""
+        lines = [f"({name}): " + repr(child).replace("\n", "\n  ") for name, child in self.named_children()]
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        head = [extra] if extra else []
+        return f"{type(self).__name__}(\n  " + "\n  ".join(head + lines) + "\n)"
 
     def state_dict(self):
         """Every parameter by dotted name (tied weights under each of their names, as torch)."""

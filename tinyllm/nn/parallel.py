@@ -30,7 +30,7 @@ class DistributedDataParallel(Module):
         self.module = module
         self.bucket_cap_mb = bucket_cap_mb
         self.require_backward_grad_sync = True
-        params = module.parameters()
+        params = list(module.parameters())
         _broadcast(params)  # every rank starts from rank 0's weights
         self._ids = {id(p) for p in params if p.requires_grad}
         self._buckets = _buckets([p for p in params if p.requires_grad], bucket_cap_mb * 2 ** 20)
