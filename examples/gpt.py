@@ -213,6 +213,9 @@ def parse_args(argv=None):
                                       f"--eval-interval steps and at the end, read by --resume (default: "
                                       f"{d['ckpt_dir']}; old name --out-dir)")
     p.add_argument("--out-dir", dest="ckpt_dir", action=_Alias, new="--ckpt-dir", help=argparse.SUPPRESS)
+    p.add_argument("--overwrite", action="store_true",
+                   help="train from scratch even where --ckpt-dir holds a checkpoint file, replacing it (without "
+                        "--resume or --overwrite, an existing checkpoint file is an error: nothing trained is lost)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint file in --ckpt-dir; the model (--n-layer, --n-head, "
                         "--n-embd, --block-size, --dropout) and vocabulary come from it, over those flags")
@@ -322,6 +325,9 @@ def main(argv=None):
     except ValueError as e:
         raise UsageError(f"--runtime: {e}") from None
     ckpt_path = os.path.join(args.ckpt_dir, CKPT_NAME)
+    if not args.resume and not args.overwrite and os.path.exists(ckpt_path):
+        raise UsageError(f"{ckpt_path} already holds a trained model: --resume continues it, --overwrite trains "
+                         "from scratch over it, or give another --ckpt-dir")
     safetensors_module()  # fail now, not at the first checkpoint file
 
     resumed = None

@@ -430,3 +430,19 @@ def test_bad_sampling_flags_are_refused_before_training(gpt_example, flags, word
     err = capsys.readouterr().err
     for word in words:
         assert word in err, err
+
+
+def test_a_trained_checkpoint_is_not_overwritten_without_overwrite(work, tmp_path):
+    """Running again into a --ckpt-dir that holds a checkpoint, without --resume, is a usage error naming --resume
+    and --overwrite, and the file is untouched; --overwrite trains from scratch over it."""
+    root, corpus, trained = work
+    ckpt_dir = tmp_path / "again"
+    shutil.copytree(trained.parent, ckpt_dir)
+    before = (ckpt_dir / CKPT).read_bytes()
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(ckpt_dir), "--max-iters", "2", cwd=root)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "already holds a trained model" in r.stderr and "--resume" in r.stderr and "--overwrite" in r.stderr
+    assert (ckpt_dir / CKPT).read_bytes() == before
+    r = run_example("--data", str(corpus), "--ckpt-dir", str(ckpt_dir), "--max-iters", "2", "--eval-interval", "2",
+                    "--overwrite", cwd=root)
+    assert r.returncode == 0, r.stderr
