@@ -89,3 +89,14 @@ def test_from_numpy_takes_an_array_only():
         torch.from_numpy([1, 2])
     with pytest.raises(TypeError, match="from_numpy: expected a numpy.ndarray, got list"):
         tl.from_numpy([1, 2])
+
+
+def test_nanogpts_configure_optimizers_and_get_num_params_signatures():
+    """nanoGPT's train.py calls model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
+    and model.get_num_params(): both take those arguments here, with nanoGPT's counts."""
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=16, vocab_size=11))
+    opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    total = sum(p.numel() for p in model.parameters())
+    assert model.get_num_params(non_embedding=False) == total
+    assert model.get_num_params() == total - 16 * 8  # the position embeddings left out, as nanoGPT's

@@ -100,6 +100,12 @@ class GPT(GenerationMixin, nn.Module):
     tp_plan = {"transformer.h.*.attn.c_attn": ("colwise", 3), "transformer.h.*.attn.c_proj": ("rowwise", 1),
                "transformer.h.*.mlp.c_fc": ("colwise", 1), "transformer.h.*.mlp.c_proj": ("rowwise", 1)}
 
+    def get_num_params(self, non_embedding=True):
+        """The parameter count, as nanoGPT's: non_embedding leaves out the position embeddings (the token
+        embeddings count, since lm_head shares them)."""
+        n = self.num_parameters()
+        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+
     def tp_split_sizes(self):
         """{what: size} that the ranks of a tensor-parallel split share equally."""
         return {"n_head": self.config.n_head, "4 * n_embd (the MLP's width)": 4 * self.config.n_embd}
@@ -188,9 +194,10 @@ class GPT(GenerationMixin, nn.Module):
         model.load_state_dict(state)
         return model.to(device=device) if device is not None else model
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
+    def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95), device_type=None):
         """AdamW with decay on 2-D weights only (matmuls and embeddings), as nanoGPT groups them; frozen parameters
-        (requires_grad False: a LoRA model's base) are left out, as nanoGPT does."""
+        (requires_grad False: a LoRA model's base) are left out, as nanoGPT does. device_type is nanoGPT's
+        signature (there it picks torch's fused AdamW); tinyllm's AdamW is one graph on any device."""
         from ..optim import AdamW
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.ndim >= 2]
