@@ -483,13 +483,17 @@ def main(argv=None):
         print(f"final val loss {losses['val']:.4f} nats/token ({losses['val_bpb']:.3f} bits/byte) at step {step}; "
               f"wall time {wall:.1f} s{tok_s}; {par}", flush=True)
 
-    if args.sample_tokens and par.is_main:
+    # a tensor-parallel forward all-reduces across the ranks, so every rank samples (with one seed: the same
+    # tokens) and rank 0 prints; otherwise rank 0 samples alone
+    if args.sample_tokens and (par.is_main or par.mode == "tensor_parallel"):
         model.eval()
         start = tok.encode_ordinary("\n")[0] if len(tok.encode_ordinary("\n")) == 1 else 0
         idx = tinyllm.tensor(np.array([[start]], dtype=np.int64), device=device)
-        out = model.generate(idx, args.sample_tokens, temperature=args.temperature, top_k=args.top_k or None)
-        print(f"---- sample (temperature {args.temperature}, top_k {args.top_k or 'off'}) ----")
-        print(tok.decode(out.numpy()[0, 1:].tolist()), flush=True)
+        out = model.generate(idx, args.sample_tokens, temperature=args.temperature, top_k=args.top_k or None,
+                             generator=tinyllm.Generator().manual_seed(args.seed))
+        if par.is_main:
+            print(f"---- sample (temperature {args.temperature}, top_k {args.top_k or 'off'}) ----")
+            print(tok.decode(out.numpy()[0, 1:].tolist()), flush=True)
     return 0
 
 

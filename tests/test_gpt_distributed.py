@@ -83,6 +83,16 @@ def test_tensor_parallel_trains_the_same_model(tmp_path):
     assert final_loss(two) == pytest.approx(final_loss(one), rel=1e-4)
 
 
+def test_tensor_parallel_run_samples_and_exits(tmp_path):
+    """The README's `mpirun -n 2 python examples/gpt.py --tensor-parallel` trains, saves, samples and exits: the
+    sample's forward all-reduces across the ranks, so both ranks sample (it hung when rank 0 sampled alone); the
+    text is printed once. run() fails the test past its timeout."""
+    rc, out, seconds = run(["--max-iters", "2", "--eval-interval", "2", "--sample-tokens", "12", "--tensor-parallel",
+                            "--ckpt-dir", str(tmp_path / "tp")], ranks=2, timeout=120)
+    assert rc == 0, out
+    assert out.count("---- sample") == 1, out
+
+
 @pytest.mark.parametrize("mode", ["--ddp", "--zero"])
 def test_failing_rank_ends_the_job_and_resume_is_bit_exact(mode, tmp_path):
     """Rank 1 raises after step 3: the job exits non-zero within seconds with its message (MPI_Abort from the
