@@ -32,6 +32,9 @@ def main(argv=None):
                                                                            prepare(y.node))
     for path in written:
         print(path)
+    if not any(path.endswith(".svg") for path in written):
+        print("(no .svg: Graphviz's `dot` is not installed; apt-get install graphviz, or open the .dot files in "
+              "any Graphviz viewer)")
     return written
 
 

@@ -386,6 +386,17 @@ def test_graph_export_shows_the_collapse(tmp_path):
     assert "FLASH_ATTN" in after and "EXP" not in after and "MATMUL" not in after
 
 
+def test_graph_export_says_when_graphviz_is_missing(tmp_path, monkeypatch, capsys):
+    """Without Graphviz's `dot` only the .dot files are written, and the example says why there is no .svg."""
+    import runpy
+    import shutil
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    script = runpy.run_path(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "flash_graph.py"))
+    written = script["main"](["--out", str(tmp_path)])
+    assert all(path.endswith(".dot") for path in written)
+    assert "Graphviz's `dot` is not installed" in capsys.readouterr().out
+
+
 def test_c_kernels_read_grouped_keys_through_the_view(each_runtime):
     """Grouped-query attention's k and v broadcast over the group (stride 0), v a head split of a projection
     (batch and head strides that don't merge): the kernels read all three in place, three batch runs, no copy."""
