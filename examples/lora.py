@@ -83,7 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--val-fraction", type=float, help="the held-out play's last part kept for validation (default: "
                                                       f"{d['val_fraction']})")
     p.add_argument("--quantize", choices=("int8", "int4"), help="QLoRA: quantize the base model's linear layers "
-                   "(tinyllm.quantize_, group 32) before LoRA; the adapters train in float32 beside them")
+                   "(tinyllm.quantize_) before LoRA; the adapters train in float32 beside them")
+    p.add_argument("--group-size", type=int, default=32, help="input features per quantization scale, for "
+                   "--quantize (default: 32; it must divide every linear layer's input width)")
     p.add_argument("--full", action="store_true", help="also fine-tune every parameter from the same base for the "
                                                        "same steps, and print the three losses side by side")
     p.add_argument("--seed", type=int, help=f"seed of initialization and batches (default: {d['seed']})")
@@ -206,7 +208,7 @@ def main(argv=None):
         source = f"{args.ckpt}/{CKPT_NAME}"
     else:
         tok = CharTokenizer("".join(sorted(set(play).union(*others))))
-        # the model of examples/gpt.py's flags (a Llama of the GPT's parameter count), without dropout
+        # the model of examples/gpt.py's flags (a Llama of about the GPT's size), without dropout
         config = new_config(argparse.Namespace(**{**vars(args), "dropout": 0.0}), tok.n_vocab)
         model = build_model(args.model, config).to(device)
         corpus = np.asarray(tok.encode_ordinary("".join(others)), np.uint16)
@@ -230,9 +232,12 @@ def main(argv=None):
     print(f"base model ({kind}, {source}): {n_total:,} parameters; held-out val loss {base:.4f}")
     start = base  # the loss LoRA starts from: the base's, or its quantized copy's
     if args.quantize:
-        tinyllm.quantize_(model, args.quantize)
+        try:
+            tinyllm.quantize_(model, args.quantize, group_size=args.group_size)
+        except ValueError as e:
+            raise UsageError(f"--group-size {args.group_size}: {e}") from None
         start = val_loss(model, val, device)
-        print(f"quantized base ({args.quantize}, group 32): held-out val loss {start:.4f}")
+        print(f"quantized base ({args.quantize}, group {args.group_size}): held-out val loss {start:.4f}")
 
     t0 = time.time()
     try:

@@ -36,3 +36,17 @@ def test_tiny_run_prints_every_figure(tmp_path):
     assert sorted(os.listdir(out)) == ["adapter.safetensors"]  # written atomically: no temporary file left
     assert re.search(rf"time: pretraining {NUM} s, LoRA {NUM} s, full fine-tuning {NUM} s; total {NUM} s on numpy",
                      text), text
+
+
+def test_qlora_on_the_examples_llama(tmp_path):
+    """The examples' Llama has a SwiGLU width that is a multiple of 64, so QLoRA runs on it (it was 105 wide and
+    refused every group size); --group-size sets the quantization group, and one that does not divide a layer's
+    input width is a one-line usage error."""
+    base = [sys.executable, EXAMPLE, "--tiny", "--model", "llama", "--quantize", "int4", "--runtime", "numpy"]
+    r = subprocess.run([*base, "--group-size", "32", "--out-dir", str(tmp_path / "a")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert re.search(rf"int4 base {NUM}  QLoRA {NUM}", r.stdout) and "group 32" in r.stdout, r.stdout
+    r = subprocess.run([*base, "--group-size", "48", "--out-dir", str(tmp_path / "b")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--group-size 48" in r.stderr and "Traceback" not in r.stderr, r.stderr
