@@ -100,3 +100,13 @@ def test_nanogpts_configure_optimizers_and_get_num_params_signatures():
     total = sum(p.numel() for p in model.parameters())
     assert model.get_num_params(non_embedding=False) == total
     assert model.get_num_params() == total - 16 * 8  # the position embeddings left out, as nanoGPT's
+
+
+def test_cpu_means_the_fastest_cpu_runtime():
+    """torch's device="cpu" (and model.to("cpu")) is the C runtime where it is built, not the NumPy reference,
+    which keeps its own name; "cpu:0" as torch writes it."""
+    fastest = "c" if tl.runtime.get("c").lib is not None else "numpy"
+    assert tl.zeros(2, device="cpu").device == tl.zeros(2, device="cpu:0").device == fastest
+    model = nn.Linear(2, 2).to("numpy")
+    assert {p.device for p in model.parameters()} == {"numpy"}
+    assert {p.device for p in model.to("cpu").parameters()} == {fastest}

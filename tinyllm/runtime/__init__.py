@@ -10,7 +10,6 @@ from .memory import max_memory_allocated, memory_allocated, reset_peak_memory_st
 
 _NAMES = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg)
 _live = {}
-ALIASES = {"cpu": "numpy"}
 
 
 def _make(name):
@@ -29,10 +28,12 @@ def available():
 
 
 def default_name():
-    """$TINYLLM_RUNTIME, else the C runtime where its prebuilt module was built, else NumPy."""
-    name = os.environ.get("TINYLLM_RUNTIME")
-    if name:
-        return name
+    """$TINYLLM_RUNTIME, else the CPU's runtime (cpu_name())."""
+    return os.environ.get("TINYLLM_RUNTIME") or cpu_name()
+
+
+def cpu_name():
+    """What device="cpu" means: the C runtime where its prebuilt module was built, else NumPy."""
     if "_default" not in _live:
         _live["_default"] = "c" if importlib.util.find_spec("tinyllm._kernels") is not None else "numpy"
     return _live["_default"]
@@ -44,7 +45,9 @@ def get(name=None):
         name = default_name()
     if not isinstance(name, str):
         name = getattr(name, "name", str(name))
-    name = ALIASES.get(name.split(":")[0], name.split(":")[0])
+    name = name.split(":")[0]
+    if name == "cpu":  # torch's device string: the fastest CPU runtime here; "numpy" names the reference itself
+        name = cpu_name()
     if name not in _NAMES:
         raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(available())} "
                          "(set TINYLLM_RUNTIME or pass device=...)")
