@@ -43,9 +43,12 @@ class no_grad:
     def __call__(self, fn):
         @functools.wraps(fn)  # keeps fn's name, docstring and signature (inspect.signature follows __wrapped__)
         def wrapped(*args, **kwargs):
-            with type(self)():
+            with self._fresh():  # a context of its own per call: calls may nest or run on other threads
                 return fn(*args, **kwargs)
         return wrapped
+
+    def _fresh(self):
+        return no_grad()
 
 
 class inference_mode(no_grad):
@@ -57,16 +60,8 @@ class inference_mode(no_grad):
     def __enter__(self):
         _grad_enabled.append(False if self.mode else _grad_enabled[-1])
 
-    def __call__(self, fn):
-        if not callable(fn):
-            raise TypeError(f"inference_mode: decorate a function, or use `with inference_mode():` (got {fn!r:.40})")
-        mode = self.mode
-
-        @functools.wraps(fn)
-        def wrapped(*args, **kwargs):
-            with inference_mode(mode):
-                return fn(*args, **kwargs)
-        return wrapped
+    def _fresh(self):
+        return inference_mode(self.mode)
 
 
 def is_grad_enabled():
