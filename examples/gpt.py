@@ -23,9 +23,8 @@ import os
 import sys
 import time
 
-# Threads are left to the libraries (one per core: TINYLLM_THREADS for the C runtime's kernels,
-# OPENBLAS_NUM_THREADS for the numpy runtime's matmuls) rather than set here: more threads are faster on an idle
-# machine and slower while another process keeps a core busy, which only the user knows (bench/RESULTS.md).
+# Threads are left to the libraries (the C runtime's kernels use the cores other processes leave free, or
+# TINYLLM_THREADS; the numpy runtime's matmuls OPENBLAS_NUM_THREADS).
 import numpy as np
 
 try:

@@ -34,6 +34,7 @@ attention_mm.c (tl_attn_mm), the rest here.
 #include "common.h"
 #include "cpu.h"
 #include "sgemm.h"
+#include "threads.h"
 
 #define BR 64  // queries per tile
 #define BC 64  // keys per tile

@@ -4,6 +4,7 @@
 #include "common.h"
 #include "copy.h"
 #include "sgemm.h"
+#include "threads.h"
 
 #define PARALLEL_MIN_BYTES (1L << 18)  // below this a copy runs on one thread: waking a team costs more
 #define SHORT_RUN 512  // rows up to this many bytes move 16 at a time inline (attention's heads: 128)

@@ -4,6 +4,7 @@
 #include "common.h"
 #include "embedding.h"
 #include "sgemm.h"
+#include "threads.h"
 
 #define PARALLEL_MIN (1L << 15)  // below this many elements a kernel runs on one thread
 

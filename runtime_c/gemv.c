@@ -43,6 +43,9 @@ enum { SLOT_OUT, SLOT_X, SLOT_PARTS };  // per-thread scratch slots (common.h: t
 // floats (512 KiB). Measured with W in cache, M = 1 (Zen 4): 2 threads took 8.2 us at 256 x 512 against 11.3 on one,
 // and gained nothing at 256 x 256.
 #define GEMV_MIN_PER_THREAD (64L << 10)
+// Shares of K a large rows-layout W is summed in (gemv_rows_split): threads beyond this many gain nothing on a
+// product that streams W from memory, which one or two cores' loads already keep busy.
+#define GEMV_PARTS 8
 // kernel(M, ...) with the row count m (1..GEMV_M) as a compile-time constant, so its loops over rows unroll
 #define GEMV_BY_M(m, kernel, ...)                       \
     do {                                                \
@@ -463,26 +466,35 @@ static void gemv_reduce(const gemv_args *v, const float *parts, int nt, long j0,
     }
 }
 
+// A rows-layout W in `parts` shares of K, each summed into its own partial sums, added in order at the end. The
+// shares follow from the sizes alone, not from the thread count, so the sums are the same on any number of
+// threads (which the automatic count changes between calls: threads.h); the threads each take a contiguous run of
+// shares, so each reads a contiguous share of W.
+static void gemv_rows_split(const gemv_args *v, gemv_fn kernel, int parts, int nt) {
+    float *sums = tl_scratch(SLOT_PARTS, (size_t)parts * v->m * v->n);
+#pragma omp parallel num_threads((int)tl_min(nt, parts))
+    {
+        const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
+        for (long p = (long)parts * t / n; p < (long)parts * (t + 1) / n; p++)
+            gemv_rows_part(v, kernel, v->k * p / parts, v->k * (p + 1) / parts, sums + p * v->m * v->n);
+#pragma omp barrier
+        gemv_reduce(v, sums, parts, v->n * t / n, v->n * (t + 1) / n);
+    }
+}
+
 // The threads split the outputs of a cols-layout W: each reads whole rows of W, a contiguous share of it. A
-// rows-layout W they split along K instead, into partial sums added at the end: each then reads a contiguous
-// share of W too, where splitting the outputs would have each read half of every row, two streams of runs
-// half as long, at half the bandwidth.
+// rows-layout W they split along K instead (gemv_rows_split), where splitting the outputs would have each read
+// half of every row, two streams of runs half as long, at half the bandwidth.
 static void gemv_run(const gemv_args *v, int nt) {
     const gemv_fn kernel = gemv_kernel(tl_cpu_path(), v->w_cols);
-    nt = (int)tl_max(1, tl_min(nt, v->n * v->k / GEMV_MIN_PER_THREAD));
-    if (nt <= 1) {
-        gemv_range(v, kernel, 0, v->n);
+    const long useful = tl_max(1, v->n * v->k / GEMV_MIN_PER_THREAD);  // threads worth their start
+    if (!v->w_cols && useful > 1) {
+        gemv_rows_split(v, kernel, (int)tl_min(useful, GEMV_PARTS), nt);
         return;
     }
-    if (!v->w_cols) {
-        float *parts = tl_scratch(SLOT_PARTS, (size_t)nt * v->m * v->n);
-#pragma omp parallel num_threads(nt)
-        {
-            const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
-            gemv_rows_part(v, kernel, v->k * t / n, v->k * (t + 1) / n, parts + (long)t * v->m * v->n);
-#pragma omp barrier
-            gemv_reduce(v, parts, n, v->n * t / n, v->n * (t + 1) / n);
-        }
+    nt = (int)tl_min(nt, useful);
+    if (nt <= 1) {
+        gemv_range(v, kernel, 0, v->n);
         return;
     }
 #pragma omp parallel num_threads(nt)

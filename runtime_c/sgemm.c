@@ -51,6 +51,7 @@ sgemm_internal.h what they share.
 #include "formats.h"
 #include "gemv.h"
 #include "sgemm.h"
+#include "threads.h"
 #include "sgemm_internal.h"
 
 // Below this many multiply-adds per thread, waking another thread and handing
@@ -63,26 +64,13 @@ sgemm_internal.h what they share.
 // Threads per product at most: bounds the per-call flags on the stack.
 #define TL_MAX_THREADS 256
 
-static int g_threads;    // threads for the next call
-
-static int default_threads(void) {
-    int n = tl_env_int("TINYLLM_THREADS", 0);
-    return n > 0 ? n : tl_omp_num_procs();
-}
-
-__attribute__((constructor)) static void sgemm_init(void) {
-    g_threads = default_threads();
-}
-
-void tl_set_num_threads(int n) { g_threads = n > 0 ? n : default_threads(); }
-int tl_get_num_threads(void) { return g_threads; }
 // The interface before cpu.h, kept for its callers.
 int tl_cpu_has_avx2_fma(void) { return tl_cpu_supports(1); }
 void tl_force_portable(int on) { tl_cpu_set_path(on ? 0 : -1); }
 int tl_sgemm_uses_avx2(void) { return tl_cpu_path() >= 1; }
 
 // Threads the sgemm's entry points use (formats.h).
-int tl_gemm_threads(void) { return g_threads; }
+int tl_gemm_threads(void) { return tl_get_num_threads(); }
 
 // common.h's scratch buffers are per translation unit: sgemm_formats.c takes sgemm.c's through this, so the
 // products of every format share one set of buffers per thread.
@@ -474,7 +462,8 @@ void tl_sgemm(int transA, int transB, int M, int N, int K, const float *A, long 
               long ldb, float beta, float *C, long ldc) {
     const gemm_plan *p = sgemm_current_plan();
     gemm_args g = {transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, p};
-    sgemm_gemm(&g, tl_gemv_applies(M, N) ? g_threads : sgemm_useful_threads(p, M, N, K, g_threads));
+    const int nt = tl_get_num_threads();
+    sgemm_gemm(&g, tl_gemv_applies(M, N) ? nt : sgemm_useful_threads(p, M, N, K, nt));
 }
 
 // Matrix b of a two-axis batch (b = b0 * batch1 + b1), on nt threads.
@@ -509,7 +498,7 @@ void tl_sgemm_batched2(int batch0, int batch1, int transA, int transB, int M, in
     long batch = (long)batch0 * batch1;
     if (batch <= 0) return;
     const gemm_plan *p = sgemm_current_plan();
-    int nt = g_threads;
+    int nt = tl_get_num_threads();
     int per_matrix = tl_gemv_applies(M, N) ? nt : sgemm_useful_threads(p, M, N, K, nt);
     // One matrix per thread at a time needs no hand-offs and no shared panel,
     // so prefer it, unless the matrices are big enough to keep all threads busy

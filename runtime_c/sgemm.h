@@ -56,11 +56,6 @@ void tl_gemm_bf16_batched2(int batch0, int batch1, int transA, int transB, int M
                            const uint16_t *B, long ldb, long strideB0, long strideB1,
                            uint16_t *C, long ldc, long strideC0, long strideC1);
 
-// Threads used by later calls; n <= 0 restores the default (TINYLLM_THREADS
-// from the environment, else every core this process may run on).
-void tl_set_num_threads(int n);
-int tl_get_num_threads(void);
-
 // The micro-tile and cache blocks of cpu.h's `path`: out[0..4] = MR, NR, KC, MC, NC (KC, MC, NC derived from
 // the cache sizes the OS reports: see plan_blocking in sgemm.c).
 void tl_sgemm_plan(int path, int *out);

@@ -568,6 +568,8 @@ from tinyllm.runtime import get
 rng = np.random.default_rng(0)
 a = tl.tensor(rng.standard_normal((256, 320)).astype(np.float32), device="c")
 b = tl.tensor(rng.standard_normal((320, 288)).astype(np.float32), device="c")
+v = tl.tensor(rng.standard_normal((1, 768)).astype(np.float32), device="c")
+w = tl.tensor(rng.standard_normal((768, 1024)).astype(np.float32), device="c")
 outs = {
     "elementwise": ((a * 1.3).exp().tanh() + a).numpy(),
     "rows": (a.exp() * a).sum(-1).numpy(),
@@ -576,6 +578,7 @@ outs = {
     "softmax": a.softmax(-1).numpy(),
     "matmul": (a @ b).numpy(),
     "matmul_t": (a.T @ a).numpy(),
+    "gemv_rows": (v @ w).numpy(),  # a row times a K x N weight: sums split along K (gemv.c)
 }
 ffi = cffi.FFI()
 ffi.cdef("int omp_get_max_threads(void);")

@@ -12,11 +12,12 @@ def debug_level():
 
 
 def threads():
-    """TINYLLM_THREADS: how many threads the C runtime's kernels use; 0 or unset: one per core."""
+    """TINYLLM_THREADS: how many threads the C runtime's kernels use; 0 or unset: automatic, the cores other
+    processes leave free (runtime_c/threads.h)."""
     value = os.environ.get("TINYLLM_THREADS", "").strip()
     if value == "":
         return 0
     if not value.isdigit():
         raise ValueError(f"TINYLLM_THREADS={value!r}: give a whole number of threads, e.g. TINYLLM_THREADS=2 "
-                         "(0 or unset: one per core)")
+                         "(0 or unset: automatic)")
     return int(value)

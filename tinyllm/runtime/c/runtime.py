@@ -60,10 +60,10 @@ class CRuntime(NumpyRuntime):
         self._local = threading.local()  # .recorder, .observed (below)
         self.arena_lock = threading.Lock()  # one replay at a time uses the arena (program.execute)
         self._arena = None  # scratch memory of replayed schedules (program.py)
-        threads = env_threads()
+        threads = env_threads()  # 0: automatic, the cores other processes leave free (runtime_c/threads.h)
         if self.lib is not None:
             self.lib.tl_set_num_threads(threads)
-        if threads > 0:
+        elif threads > 0:
             _set_omp_threads(threads)
 
     def execute(self, schedule, feeds=(), donate=()):
@@ -72,6 +72,8 @@ class CRuntime(NumpyRuntime):
             schedule.prepared[self.name] = self._compile([n for n in schedule.kernels if n.op == "FUSED"], cpu)
             schedule.prepared["c path"] = cpu
         self._fns = schedule.prepared[self.name]
+        if self.lib is not None:  # re-measures the free cores when due; sets this thread's OpenMP default to them
+            self.lib.tl_get_num_threads()
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them, without warnings
             vals = self.input_values(schedule, feeds)
             if not self.replays or debug_level():  # TINYLLM_DEBUG times each kernel: no replay then
