@@ -3,21 +3,11 @@
 padded last group: it quantizes, the file it saves holds the padded storage and loads back to the same logits, and a
 bad --group-size is a one-line usage error before any model is read."""
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from helpers import small_corpus
-
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-
-
-def run(script, *flags, cwd):
-    cmd = [sys.executable, os.path.join(EXAMPLES, script), "--runtime", "numpy", *flags]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+from helpers import run_example as run, small_corpus
 
 
 @pytest.fixture(scope="module")

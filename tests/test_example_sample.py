@@ -1,23 +1,14 @@
 """examples/sample.py as a user runs it, on checkpoint files of examples/gpt.py --tiny (numpy runtime): streamed
 text, reproducible seeds, speculative decoding with a draft, and one-line errors with exit code 2."""
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from helpers import small_corpus
+from helpers import run_example as run, small_corpus
 
 pytest.importorskip("safetensors")
 
 NUM = r"\d+\.\d+"
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-
-
-def run(script, *flags, cwd):
-    cmd = [sys.executable, os.path.join(EXAMPLES, script), "--runtime", "numpy", *flags]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -330,7 +330,8 @@ def test_bad_group_sizes_are_errors_before_anything_changes():
         Q.quantize_(model, "int4", 1)
     with pytest.raises(ValueError, match="quantize_: unknown format 'int3'"):
         Q.quantize_(model, "int3")
-    for what, call in (("QuantizedLinear.from_linear", lambda: Q.QuantizedLinear.from_linear(tl.nn.Linear(8, 2), "int8", 0)),
+    for what, call in (("QuantizedLinear.from_linear",
+                        lambda: Q.QuantizedLinear.from_linear(tl.nn.Linear(8, 2), "int8", 0)),
                        ("quantize", lambda: Q.quantize(np.ones((2, 8), np.float32), "int4", -2))):
         with pytest.raises(ValueError, match=f"{what}: group_size must be a positive int"):
             call()
