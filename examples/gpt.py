@@ -286,8 +286,9 @@ def parse_args(argv=None):
 def new_config(args, vocab_size):
     """The config of a new --model of these flags. A Llama's SwiGLU width is the multiple of 64 that gives it the
     parameter count nearest the GPT's of the same flags (its three matrices against the GPT's two of 4·n_embd), so
-    the two models compare at about equal size and its down projection quantizes at any group size up to 64
-    (tinyllm.quantize_); its embedding is tied to its head, as the GPT's."""
+    the two models compare at about equal size and its down projection holds whole quantization groups of up to 64
+    (tinyllm.quantize_ pads a partial last group of any other width); its embedding is tied to its head, as the
+    GPT's."""
     gpt = GPTConfig(block_size=args.block_size, vocab_size=vocab_size, n_layer=args.n_layer, n_head=args.n_head,
                     n_embd=args.n_embd, dropout=args.dropout, bias=True)
     if args.model == "gpt":

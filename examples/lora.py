@@ -85,7 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--quantize", choices=("int8", "int4"), help="QLoRA: quantize the base model's linear layers "
                    "(tinyllm.quantize_) before LoRA; the adapters train in float32 beside them")
     p.add_argument("--group-size", type=int, default=32, help="input features per quantization scale, for "
-                   "--quantize (default: 32; it must divide every linear layer's input width)")
+                   "--quantize (default: 32; a layer whose input width is not a multiple of it gets a padded "
+                   "last group)")
     p.add_argument("--full", action="store_true", help="also fine-tune every parameter from the same base for the "
                                                        "same steps, and print the three losses side by side")
     p.add_argument("--seed", type=int, help=f"seed of initialization and batches (default: {d['seed']})")
@@ -113,6 +114,11 @@ def parse_args(argv=None):
         args.n_kv_head = args.n_head // 2 if args.n_head % 2 == 0 else args.n_head
     if args.n_head % args.n_kv_head:
         p.error(f"--n-kv-head {args.n_kv_head} must divide --n-head {args.n_head}")
+    if args.quantize:  # before pretraining
+        try:
+            tinyllm.quantization.check_format(args.quantize, args.group_size, "--group-size")
+        except ValueError as e:
+            p.error(str(e).replace("group_size=", "--group-size "))
     return args
 
 
@@ -235,7 +241,7 @@ def main(argv=None):
         try:
             tinyllm.quantize_(model, args.quantize, group_size=args.group_size)
         except ValueError as e:
-            raise UsageError(f"--group-size {args.group_size}: {e}") from None
+            raise UsageError(f"--quantize {args.quantize}: {e}") from None
         start = val_loss(model, val, device)
         print(f"quantized base ({args.quantize}, group {args.group_size}): held-out val loss {start:.4f}")
 

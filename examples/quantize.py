@@ -87,7 +87,8 @@ def main(argv=None):
     p.add_argument("--ckpt-dir", help=f"directory of examples/gpt.py's {CKPT_NAME} (default: {DEFAULT_DIR}; if it "
                                       f"has none, a tiny model is trained in {TINY_DIR})")
     p.add_argument("--format", choices=quantization.FORMATS, default="int8")
-    p.add_argument("--group-size", type=int, default=32, help="input features per float16 scale (default: 32)")
+    p.add_argument("--group-size", type=int, default=32, help="input features per float16 scale (default: 32; a "
+                   "layer whose input width is not a multiple of it gets a padded last group)")
     p.add_argument("--embedding", action="store_true", help="also quantize the lm_head tied to the token embedding")
     p.add_argument("--eval-iters", type=int, default=10, help="held-out batches of the loss (default: 10)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -97,6 +98,10 @@ def main(argv=None):
     p.add_argument("--out", help="the quantized checkpoint file (default: quantized-FORMAT-gGROUP.safetensors "
                                  "in --ckpt-dir)")
     args = p.parse_args(argv)
+    try:  # before any model is loaded or trained
+        quantization.check_format(args.format, args.group_size, "--group-size")
+    except ValueError as e:
+        p.error(str(e).replace("group_size=", "--group-size "))
     ckpt_dir = args.ckpt_dir or DEFAULT_DIR
     if args.ckpt_dir is None and not os.path.isfile(os.path.join(ckpt_dir, CKPT_NAME)):
         ckpt_dir = TINY_DIR

@@ -53,33 +53,36 @@ static inline float qgemv_weight(int fmt, const uint8_t *qg, long half, long t) 
     return (float)((t < half ? qg[t] & 15 : qg[t - half] >> 4) - 8);
 }
 
-// Portable: a group widened QGEMV_CHUNK weights at a time into w, dotted with each row of x (8 partial sums, so the
-// compiler vectorises without reassociating), the group's sums scaled and added.
+// Group G of row j (its first `len` weights: all of them but in a last partial group): total[i] += scale * (x_i .
+// whole numbers), the group widened QGEMV_CHUNK weights at a time into w, dotted with each row of x (8 partial
+// sums, so the compiler vectorises without reassociating).
+static void qgemv_group_portable(const qgemv_args *v, long j, long G, long len, float *total) {
+    const long group = v->group, half = group / 2, gbytes = v->fmt == TL_Q8 ? group : half;
+    const uint8_t *qg = v->q + j * v->ldq + G * gbytes;
+    float w[QGEMV_CHUNK], sum[GEMV_M] = {0};
+    for (long t0 = 0; t0 < len; t0 += QGEMV_CHUNK) {
+        const long c = tl_min(QGEMV_CHUNK, len - t0);
+        for (long t = 0; t < c; t++) w[t] = qgemv_weight(v->fmt, qg, half, t0 + t);
+        for (int i = 0; i < v->m; i++) {
+            const float *x = v->x + i * v->ldx + G * group + t0;
+            float s[8] = {0};
+            long t = 0;
+            for (; t + 8 <= c; t += 8)
+                for (int l = 0; l < 8; l++) s[l] += x[t + l] * w[t + l];
+            for (; t < c; t++) s[0] += x[t] * w[t];
+            sum[i] += ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        }
+    }
+    const float scale = tl_f16_to_f32(v->s[j * v->lds + G]);
+    for (int i = 0; i < v->m; i++) total[i] += scale * sum[i];
+}
+
+// Portable: every group, the last one partial where K is not a multiple of the group.
 static void qgemv_portable(const qgemv_args *v, long j0, long j1) {
-    const long group = v->group, half = group / 2, groups = v->k / group;
-    const long gbytes = v->fmt == TL_Q8 ? group : half;
-    float w[QGEMV_CHUNK];
+    const long group = v->group, groups = (v->k + group - 1) / group;
     for (long j = j0; j < j1; j++) {
         float total[GEMV_M] = {0};
-        for (long G = 0; G < groups; G++) {
-            const uint8_t *qg = v->q + j * v->ldq + G * gbytes;
-            float sum[GEMV_M] = {0};
-            for (long t0 = 0; t0 < group; t0 += QGEMV_CHUNK) {
-                const long c = tl_min(QGEMV_CHUNK, group - t0);
-                for (long t = 0; t < c; t++) w[t] = qgemv_weight(v->fmt, qg, half, t0 + t);
-                for (int i = 0; i < v->m; i++) {
-                    const float *x = v->x + i * v->ldx + G * group + t0;
-                    float s[8] = {0};
-                    long t = 0;
-                    for (; t + 8 <= c; t += 8)
-                        for (int l = 0; l < 8; l++) s[l] += x[t + l] * w[t + l];
-                    for (; t < c; t++) s[0] += x[t] * w[t];
-                    sum[i] += ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-                }
-            }
-            const float scale = tl_f16_to_f32(v->s[j * v->lds + G]);
-            for (int i = 0; i < v->m; i++) total[i] += scale * sum[i];
-        }
+        for (long G = 0; G < groups; G++) qgemv_group_portable(v, j, G, tl_min(group, v->k - G * group), total);
         for (int i = 0; i < v->m; i++) v->y[i * v->ldy + j] = total[i];
     }
 }
@@ -146,7 +149,7 @@ qgemv_group_avx2(const int M, const int F, const int PA, const int GS, const qge
 
 // Outputs [j0, j1) for M rows of x; group % 16 == 0. A row's scales are widened 8 at a time (F16C) into sc;
 // even and odd groups add into separate totals, so the one scaling FMA per group is not one chain of 4-cycle
-// latencies.
+// latencies. A last partial group (K not a multiple of the group) is the portable kernel's, added at the end.
 AVX2H static inline __attribute__((always_inline)) void
 qgemv_avx2_m(const int M, const int F, const int PA, const int GS, const qgemv_args *v, long j0, long j1) {
     const long group = GS ? GS : v->group, groups = v->k / group, gbytes = F == TL_Q8 ? group : group / 2;
@@ -168,7 +171,9 @@ qgemv_avx2_m(const int M, const int F, const int PA, const int GS, const qgemv_a
             }
             if (G < n) qgemv_group_avx2(M, F, PA, GS, v, row + (G0 + G) * gbytes, (G0 + G) * group, sc + G, tot[0]);
         }
-        for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = qgemv_hsum(_mm256_add_ps(tot[0][i], tot[1][i]));
+        float total[GEMV_M] = {0};
+        if (groups * group < v->k) qgemv_group_portable(v, j, groups, v->k - groups * group, total);
+        for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = qgemv_hsum(_mm256_add_ps(tot[0][i], tot[1][i])) + total[i];
     }
 }
 
@@ -223,7 +228,8 @@ static void qgemv(const qgemv_args *v, int nt) {
 static void qmatmul(int fmt, int M, int N, int K, int group, const float *x, long ldx, const void *q,
                     const uint16_t *scales, float *out, long ldo) {
     if (M <= 0 || N <= 0) return;
-    const long ldq = fmt == TL_Q8 ? K : K / 2, lds = K / group;
+    const long kp = ((long)K + group - 1) / group * group;  // the columns stored: whole groups
+    const long ldq = fmt == TL_Q8 ? kp : kp / 2, lds = kp / group;
     if (M > GEMV_M) {
         tl_gemm_quantized(fmt, M, N, K, group, x, ldx, q, ldq, scales, lds, out, ldo, tl_gemm_threads());
         return;

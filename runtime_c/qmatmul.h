@@ -6,8 +6,10 @@ scale per group (runtime_c/formats.h gives the layouts):
     q4: q uint8, N rows of K/2 bytes, two int4 per byte (formats.h): W(j, k) = (nibble - 8) * scales[j, k / group]
 
 x is float32, row i at x + i*ldx; out is float32, row i at out + i*ldo; scales are N rows of K / group, stored
-as float16 bits. K must be a multiple of group, and group even for q4 (the caller checks). The sums are float32,
-taken group by group and scaled once per group: the float32 product with the dequantized W up to the order of
+as float16 bits. group must be even for q4 (the caller checks). K need not be a multiple of group: W is then
+stored padded to Kp = ceil(K / group) * group columns (tinyllm/ops/qmatmul.py), so the rows above are Kp, Kp / 2
+bytes and Kp / group scales long, and only the first K columns are read (x has K). The sums are float32, taken
+group by group and scaled once per group: the float32 product with the dequantized W up to the order of
 summation.
 
 M <= 4 (decoding) runs as a GEMV that streams W once, widening it to float32 in registers; more rows run as the

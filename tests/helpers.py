@@ -35,6 +35,16 @@ def usable_path(path):
     return compiler.supports(path)
 
 
+def run_example(script, *flags, cwd):
+    """examples/SCRIPT with these flags on the numpy runtime (which compiles nothing), as a user runs it: a
+    subprocess's CompletedProcess, its output captured as text."""
+    import subprocess
+    import sys
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    cmd = [sys.executable, os.path.join(examples, script), "--runtime", "numpy", *flags]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
 def small_corpus(root):
     """A 13 kB text of 300 lines of random words from a 15-word list under `root`: enough for examples/gpt.py --tiny."""
     import random

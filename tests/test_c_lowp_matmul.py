@@ -10,7 +10,8 @@ Gradients (of sum(C * W), W fixed) go through the same kernel and get the same b
 
 QMATMUL (int8, int4) against an independent NumPy dequantization in float64: the kernels sum a group on the
 whole-number weights and scale it once, so they differ from x dequant(W)^T by summation order only:
-|y - y_ref| <= 1e-5 (|x| |W'|^T)."""
+|y - y_ref| <= 1e-5 (|x| |W'|^T). A K that is not a multiple of the group has its storage padded to whole groups;
+the kernels must read the first K columns only, so there the padding holds random values, which would show."""
 import numpy as np
 import pytest
 import torch
@@ -110,16 +111,18 @@ def test_low_matmul_rounds_once_to_nearest_even(cpu_path, name):
 # -- QMATMUL ----------------------------------------------------------------------------------------------------
 
 def _quantize(rng, n, k, fmt, g):
-    """(qweight, scales, W') of a random weight, with W' dequantized in float64 by the layout's definition
-    (tinyllm/ops/qmatmul.py), written out independently of the library's own code."""
-    q = rng.integers(-127, 128, (n, k)) if fmt == "int8" else rng.integers(-8, 8, (n, k))
-    scales = (rng.random((n, k // g)) * 0.02 + 1e-3).astype(np.float16)
-    w = q * np.repeat(scales.astype(np.float64), g, axis=1)
+    """(qweight, scales, W') of a random weight, with W' (n, k) dequantized in float64 by the layout's definition
+    (tinyllm/ops/qmatmul.py), written out independently of the library's own code. The storage holds kp columns,
+    k rounded up to whole groups; the padding is random (not the zeros quantize writes): no kernel may read it."""
+    kp = -(-k // g) * g
+    q = rng.integers(-127, 128, (n, kp)) if fmt == "int8" else rng.integers(-8, 8, (n, kp))
+    scales = (rng.random((n, kp // g)) * 0.02 + 1e-3).astype(np.float16)
+    w = (q * np.repeat(scales.astype(np.float64), g, axis=1))[:, :k]
     if fmt == "int8":
         return q.astype(np.int8), scales, w
-    nib = (q + 8).astype(np.uint8).reshape(n, k // g, g)
+    nib = (q + 8).astype(np.uint8).reshape(n, kp // g, g)
     packed = nib[..., : g // 2] | (nib[..., g // 2:] << 4)
-    return packed.reshape(n, k // 2), scales, w
+    return packed.reshape(n, kp // 2), scales, w
 
 
 def _qmatmul_c(fmt, x, q, s, g):
@@ -131,9 +134,12 @@ def _qmatmul_c(fmt, x, q, s, g):
 
 
 # (M, N, K, group): M = 1..4 on the GEMV (520 x 256: big enough for two threads), more on the sgemm; groups 8
-# and 24 (not multiples of 16) on the portable kernels of every path, 48 on the vector ones with an odd step
+# and 24 (not multiples of 16) on the portable kernels of every path, 48 on the vector ones with an odd step. The
+# second line's K are not multiples of the group: a partial last group (on the vector GEMV, its portable tail)
 QCASES = [(1, 7, 64, 32), (2, 33, 96, 32), (3, 17, 256, 128), (4, 50, 384, 32), (1, 520, 256, 32), (1, 24, 48, 48),
-          (3, 9, 24, 8), (2, 5, 72, 24), (5, 40, 64, 32), (13, 70, 384, 32), (37, 130, 256, 128), (9, 10, 24, 8)]
+          (3, 9, 24, 8), (2, 5, 72, 24), (5, 40, 64, 32), (13, 70, 384, 32), (37, 130, 256, 128), (9, 10, 24, 8),
+          (1, 7, 37, 32), (2, 33, 100, 32), (4, 9, 75, 16), (3, 6, 5, 8), (1, 520, 250, 32), (1, 12, 301, 128),
+          (2, 5, 70, 24), (5, 40, 70, 32), (13, 70, 390, 32), (37, 130, 200, 128), (9, 10, 21, 8)]
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -142,7 +148,7 @@ def test_qmatmul_kernel(cpu_path, fmt, case):
     M, N, K, g = case
     rng = np.random.default_rng(M * 1000 + N + K + g)
     q, s, w = _quantize(rng, N, K, fmt, g)
-    x = rng.standard_normal((M, K + 3)).astype(np.float32)[:, :K]  # rows K + 3 apart: ldx > K
+    x = rng.standard_normal((M, K + 3)).astype(np.float32)[:, :K]  # rows K + 3 apart: ldx > K (not read)
     got = _qmatmul_c(fmt, x, q, s, g)
     want = x.astype(np.float64) @ w.T
     np.testing.assert_array_less(np.abs(got - want), 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-30)

@@ -405,8 +405,8 @@ def test_bfloat16_training_runs_under_autocast(work, tmp_path):
                                                 (["--n-layer", "2", "--n-embd", "96", "--n-head", "6"], [])])
 def test_llama_of_the_gpts_size(flags, llama_flags):
     """--model llama counts its parameters from the config's shapes (no weights made): the count must be the built
-    model's, and its SwiGLU width, a multiple of 64 (so it quantizes), must bring it within half of 64 width steps of
-    the GPT of the same flags."""
+    model's, and its SwiGLU width, a multiple of 64 (whole quantization groups), must bring it within half of 64 width
+    steps of the GPT of the same flags."""
     sys.path.insert(0, os.path.dirname(EXAMPLE))
     import gpt as example
     from gpt_files import build_model

@@ -39,14 +39,16 @@ def test_tiny_run_prints_every_figure(tmp_path):
 
 
 def test_qlora_on_the_examples_llama(tmp_path):
-    """The examples' Llama has a SwiGLU width that is a multiple of 64, so QLoRA runs on it (it was 105 wide and
-    refused every group size); --group-size sets the quantization group, and one that does not divide a layer's
-    input width is a one-line usage error."""
+    """QLoRA runs on the examples' Llama (its SwiGLU width a multiple of 64) and on one of a width that is no
+    multiple of the group (42: q_proj, v_proj, up_proj read 42 features, a padded last group of 10); --group-size
+    sets the group, and a bad one is a one-line usage error before any pretraining."""
     base = [sys.executable, EXAMPLE, "--tiny", "--model", "llama", "--quantize", "int4", "--runtime", "numpy"]
-    r = subprocess.run([*base, "--group-size", "32", "--out-dir", str(tmp_path / "a")], cwd=tmp_path,
+    for name, flags in (("a", ["--group-size", "32"]), ("odd", ["--n-embd", "42", "--n-head", "3"])):
+        r = subprocess.run([*base, *flags, "--out-dir", str(tmp_path / name)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert re.search(rf"int4 base {NUM}  QLoRA {NUM}", r.stdout) and "group 32" in r.stdout, r.stdout
+    r = subprocess.run([*base, "--group-size", "0", "--out-dir", str(tmp_path / "b")], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert re.search(rf"int4 base {NUM}  QLoRA {NUM}", r.stdout) and "group 32" in r.stdout, r.stdout
-    r = subprocess.run([*base, "--group-size", "48", "--out-dir", str(tmp_path / "b")], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "--group-size 48" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "--group-size" in r.stderr and "positive int" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "pretraining" not in r.stdout, r.stderr

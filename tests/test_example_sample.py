@@ -1,21 +1,14 @@
 """examples/sample.py as a user runs it, on checkpoint files of examples/gpt.py --tiny (numpy runtime): streamed
 text, reproducible seeds, speculative decoding with a draft, and one-line errors with exit code 2."""
-import os
-import subprocess
-import sys
+import re
 
 import pytest
 
-from helpers import small_corpus
+from helpers import run_example as run, small_corpus
 
 pytest.importorskip("safetensors")
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-
-
-def run(script, *flags, cwd):
-    cmd = [sys.executable, os.path.join(EXAMPLES, script), "--runtime", "numpy", *flags]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+NUM = r"\d+\.\d+"
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +44,36 @@ def test_a_seed_makes_samples_reproducible(trained):
 
 
 def test_speculative_sampling_with_a_draft(trained):
+    """Greedy speculative decoding prints the target's own tokens; stderr has the draft's acceptance rate (its
+    counts agreeing) and the speed of both runs: speculative, and the model alone on the same prompt and length."""
     r = run("sample.py", "--ckpt", str(trained / "char"), "--draft", str(trained / "draft"), "--max-new-tokens", "9",
             "--temperature", "0", cwd=trained)
     plain = run("sample.py", "--ckpt", str(trained / "char"), "--max-new-tokens", "9", "--temperature", "0",
                 cwd=trained)
     assert r.returncode == plain.returncode == 0, r.stderr + plain.stderr
     assert r.stdout == plain.stdout  # greedy: speculative decoding gives the target's own tokens
+    speeds = re.findall(rf"sample.py: (speculative decoding|the model alone): 9 tokens in {NUM} s, ({NUM}) tokens/s",
+                        r.stderr)
+    assert [s[0] for s in speeds] == ["speculative decoding", "the model alone"], r.stderr
+    m = re.search(rf"draft acceptance rate ({NUM}) \((\d+) of (\d+) draft tokens accepted, up to 4 proposed per "
+                  r"round, (\d+) rounds\)", r.stderr)
+    assert m, r.stderr
+    rate, accepted, proposed, rounds = float(m.group(1)), *map(int, m.group(2, 3, 4))
+    assert 0 < proposed <= 4 * rounds and abs(rate - accepted / proposed) <= 0.005
+    m = re.search(rf"speculative decoding ran at ({NUM})x the speed of the model alone", r.stderr)
+    assert m and abs(float(m.group(1)) - float(speeds[0][1]) / float(speeds[1][1])) <= 0.01 + 0.01 * float(m.group(1))
+
+
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_a_draft_that_is_the_model_has_acceptance_rate_one(trained, temperature):
+    """The model drafting for itself: every draft is accepted, greedy or sampled; --no-compare skips the run of the
+    model alone."""
+    r = run("sample.py", "--ckpt", str(trained / "char"), "--draft", str(trained / "char"), "--max-new-tokens", "11",
+            "--temperature", temperature, "--seed", "2", "--no-compare", cwd=trained)
+    assert r.returncode == 0, r.stderr
+    assert "draft acceptance rate 1.00 (8 of 8 draft tokens accepted, up to 4 proposed per round, 2 rounds)" \
+        in r.stderr, r.stderr
+    assert "the model alone" not in r.stderr and r.stderr.count("tokens/s") == 1, r.stderr
 
 
 @pytest.mark.parametrize("flags, words", [

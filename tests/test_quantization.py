@@ -4,6 +4,9 @@ against the error law it follows; quantize_ on a GPT; save / load; and the error
 
 Tolerances: QMATMUL against torch in float32 at rtol 1e-5 relative to the row's Σ|x·w| (the same products summed in
 another order: a few ulp of that sum); dequantize is exact (q·d is exact in float32 for |q| <= 127 and a float16 d).
+In-features that are not a multiple of the group (a padded last group) are drawn alongside whole groups, and checked
+the same way: against torch's matmul of the weight torch reads from the bytes, and against NumPy's float64 matmul
+of tinyllm's dequantize, both at that tolerance.
 """
 import math
 import os
@@ -17,7 +20,7 @@ import tinyllm as tl
 from tinyllm import quantization as Q
 from tinyllm.graph import build
 from tinyllm.models.gpt import GPT, GPTConfig
-from conftest import wgsl_skip_reason
+from conftest import RUNTIMES, wgsl_skip_reason
 from helpers import rel, spread_weights, reference_runtime  # noqa: F401 (autouse: numpy by default)
 
 def runtime_or_skip(name):
@@ -26,57 +29,65 @@ def runtime_or_skip(name):
     return name
 
 
-def torch_dequant(q, s, fmt, g):
+def torch_dequant(q, s, fmt, g, k=None):
     """The weight (N, K) as torch reads the format from the bytes (independently of tinyllm's dequantize): int8
-    values as they are; int4 bytes split into the group's first half (low nibbles) and second half (high)."""
-    q, s = torch.from_numpy(q), torch.from_numpy(s).float()
+    values as they are; int4 bytes split into the group's first half (low nibbles) and second half (high); of a
+    storage padded to whole groups, the first k columns."""
+    q, s = torch.from_numpy(np.array(q)), torch.from_numpy(np.array(s)).float()  # (copies: writable)
     if fmt == "int4":
         n, kb = q.shape
         b = q.to(torch.int32).reshape(n, kb * 2 // g, g // 2)
         q = (torch.cat([b & 15, b >> 4], dim=-1) - 8).reshape(n, kb * 2)
-    return q.float() * s.repeat_interleave(g, dim=1)
+    return (q.float() * s.repeat_interleave(g, dim=1))[:, :k]
 
 
-def qmatmul(x, qw, s, fmt, g):
-    return x._make(build("QMATMUL", x.node, qw.node, s.node, arg=(fmt, g)))
+def qmatmul(x, qw, s, fmt, g, k=None):
+    return x._make(build("QMATMUL", x.node, qw.node, s.node, arg=(fmt, g) if k is None else (fmt, g, k)))
 
 
+# K = groups·g − short % g: a padded last group unless short % g = 0
 QMATMUL_CASES = dict(fmt=st.sampled_from(["int8", "int4"]), m=st.integers(1, 5), n=st.integers(1, 6),
-                     groups=st.integers(1, 3), g=st.sampled_from([2, 4, 8, 32]), seed=st.integers(0, 2**32 - 1))
+                     groups=st.integers(1, 3), g=st.sampled_from([2, 4, 8, 32]), short=st.integers(0, 31),
+                     seed=st.integers(0, 2**32 - 1))
 
 
 @pytest.mark.parametrize("device", ["numpy", "c"])
 @settings(max_examples=12)
 @given(**QMATMUL_CASES)
-def test_qmatmul_value_and_input_gradient_match_torch(device, fmt, m, n, groups, g, seed):
-    check_qmatmul(device, fmt, m, n, groups, g, seed)
+def test_qmatmul_value_and_input_gradient_match_torch(device, fmt, m, n, groups, g, short, seed):
+    check_qmatmul(device, fmt, m, n, groups, g, short, seed)
 
 
 @pytest.mark.wgsl
 @settings(max_examples=3)  # (each shape compiles its shaders: slow on a software adapter)
 @given(**QMATMUL_CASES)
-def test_qmatmul_value_and_input_gradient_match_torch_on_wgsl(fmt, m, n, groups, g, seed):
-    check_qmatmul(runtime_or_skip("wgsl"), fmt, m, n, groups, g, seed)
+def test_qmatmul_value_and_input_gradient_match_torch_on_wgsl(fmt, m, n, groups, g, short, seed):
+    check_qmatmul(runtime_or_skip("wgsl"), fmt, m, n, groups, g, short, seed)
 
 
-def check_qmatmul(device, fmt, m, n, groups, g, seed):
+def check_qmatmul(device, fmt, m, n, groups, g, short, seed):
     rng = np.random.default_rng(seed)
-    k = groups * g
+    k = groups * g - short % g
     w = rng.standard_normal((n, k)).astype(np.float32)
     w[rng.random((n, k)) < 0.1] = 0.0  # zeros, and now and then a whole group of them (d = 0)
     x, v = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
     q, s = Q.quantize(w, fmt, g)
+    assert q.shape == (n, groups * g // (1 if fmt == "int8" else 2)) and s.shape == (n, groups)  # whole groups
+    W = torch_dequant(q, s, fmt, g, k)
 
     tx = torch.from_numpy(x).requires_grad_(True)
-    ty = tx @ torch_dequant(q, s, fmt, g).T
+    ty = tx @ W.T
     ty.backward(torch.from_numpy(v))
 
     X = tl.tensor(x, device=device, requires_grad=True)
-    y = qmatmul(X, tl.Tensor(q, device=device), tl.Tensor(s, device=device), fmt, g)
+    # (fmt, g) where nothing is padded, as before; (fmt, g, K) where something is
+    y = qmatmul(X, tl.Tensor(q, device=device), tl.Tensor(s, device=device), fmt, g, k if k % g else None)
     y.backward(tl.tensor(v, device=device))
-    scale = np.abs(x) @ np.abs(torch_dequant(q, s, fmt, g).numpy()).T + 1e-30
+    scale = np.abs(x) @ np.abs(W.numpy()).T + 1e-30
     assert np.all(np.abs(y.numpy() - ty.detach().numpy()) <= 1e-5 * scale)
-    dscale = np.abs(v) @ np.abs(torch_dequant(q, s, fmt, g).numpy()) + 1e-30
+    reference = x.astype(np.float64) @ Q.dequantize(q, s, fmt, g, k).astype(np.float64).T  # dequantize, then matmul
+    assert np.all(np.abs(y.numpy() - reference) <= 1e-5 * scale)
+    dscale = np.abs(v) @ np.abs(W.numpy()) + 1e-30
     assert np.all(np.abs(X.grad.numpy() - tx.grad.numpy()) <= 1e-5 * dscale)
 
 
@@ -123,6 +134,69 @@ def test_int4_packing_puts_a_groups_halves_in_low_and_high_nibbles():
     np.testing.assert_array_equal(q, [[0x80, 0xF4]])
     q8, s8 = Q.quantize(np.array([[0.0, 0.0]], np.float32), "int8", 2)  # a group of zeros: d = 0, q = 0
     assert s8[0, 0] == 0 and not q8.any()
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_a_partial_last_group_is_padded_and_scaled_over_its_real_columns(fmt):
+    """37 input features in groups of 16: the storage is that of the weight zero-padded to 48 columns, the last
+    group's scale is its 5 real columns' (the zeros never set it), the padding holds the value 0, and dequantize
+    gives back the 37 columns within half a step (int4: a step where the extreme's far side clips)."""
+    rng = np.random.default_rng(4)
+    w = rng.uniform(-3, 3, (6, 37)).astype(np.float32)
+    w[0, 32:] = 0.0  # a last group of zeros: d = 0
+    q, s = Q.quantize(w, fmt, 16)
+    for got, want in zip((q, s), Q.quantize(np.pad(w, ((0, 0), (0, 11))), fmt, 16)):
+        np.testing.assert_array_equal(got, want)
+    assert q.shape == ((6, 48) if fmt == "int8" else (6, 24)) and s.shape == (6, 3)
+    last = w[:, 32:]
+    if fmt == "int8":
+        np.testing.assert_array_equal(s[:, 2], (np.abs(last).max(-1) / np.float32(127)).astype(np.float16))
+    else:
+        extreme = np.take_along_axis(last, np.abs(last).argmax(-1)[:, None], -1)[:, 0]
+        np.testing.assert_array_equal(s[:, 2], (extreme / np.float32(-8)).astype(np.float16))
+    assert not torch_dequant(q, np.ones_like(s), fmt, 16).numpy()[:, 37:].any()  # the padding's values: 0
+    assert s[0, 2] == 0
+    back = Q.dequantize(q, s, fmt, 16, 37)
+    assert back.shape == (6, 37)
+    np.testing.assert_array_equal(back, torch_dequant(q, s, fmt, 16, 37).numpy())
+    step = np.abs(s.astype(np.float32)).repeat(16, axis=1)[:, :37]
+    assert np.all(np.abs(back - w) <= (0.5 if fmt == "int8" else 1.0) * step * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("device", RUNTIMES)
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_quantize_takes_layers_whose_width_is_not_a_multiple_of_the_group(device, fmt, tmp_path):
+    """Linear(37, 21) and Linear(21, 6) in groups of 16 (both padded): the output is torch's float64 matmuls of
+    the dequantized weights (within 1e-5 of Σ|x·w|, a float32 sum's order), the gradient reaches x as torch's does,
+    and save / load gives back the same outputs."""
+    runtime_or_skip(device)
+    tl.manual_seed(0)
+    model = tl.nn.Sequential(tl.nn.Linear(37, 21), tl.nn.Linear(21, 6)).to(device)
+    Q.quantize_(model, fmt, 16)
+    assert [repr(m) for m in model] == [f"QuantizedLinear(in_features={k}, out_features={n}, {fmt}, group_size=16, "
+                                        "bias=True)" for k, n in ((37, 21), (21, 6))]
+    x = np.random.default_rng(5).standard_normal((3, 4, 37)).astype(np.float32)  # 12 rows: the matmul paths
+    X = tl.tensor(x, device=device, requires_grad=True)
+    y = model(X)
+    y.sum().backward()
+
+    tx = torch.from_numpy(x).double().requires_grad_(True)
+    h, bound = tx, torch.from_numpy(np.abs(x)).double()
+    for layer in model:
+        w = torch_dequant(layer.weight.numpy(), layer.weight_scale.numpy(), fmt, 16, layer.in_features).double()
+        np.testing.assert_array_equal(layer.dequantized_weight(), w.numpy())
+        b = torch.from_numpy(np.array(layer.bias.numpy())).double()
+        h, bound = h @ w.T + b, bound @ w.abs().T + b.abs()
+    h.sum().backward()
+    assert y.shape == (3, 4, 6)
+    assert np.all(np.abs(y.numpy() - h.detach().numpy()) <= 1e-5 * bound.numpy())
+    np.testing.assert_allclose(X.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+    Q.save(model, tmp_path / "odd.safetensors")
+    tl.manual_seed(1)
+    again = Q.load(tl.nn.Sequential(tl.nn.Linear(37, 21), tl.nn.Linear(21, 6)).to(device), tmp_path / "odd.safetensors")
+    with tl.no_grad():
+        np.testing.assert_array_equal(again(tl.tensor(x, device=device)).numpy(), y.detach().numpy())
 
 
 @pytest.mark.parametrize("fmt,g", [("int8", 32), ("int4", 32), ("int4", 128)])
@@ -246,14 +320,31 @@ def test_quantizing_twice_is_an_error():
 
 
 def test_bad_group_sizes_are_errors_before_anything_changes():
+    """Each names the function and the fix. A group that does not divide the width is not an error (padded)."""
     model = tiny_gpt()
-    with pytest.raises(ValueError, match="group_size 48 does not divide in_features 64.*layer transformer.h.0"):
-        Q.quantize_(model, "int8", 48)
-    with pytest.raises(ValueError, match="int4 .*group_size must be even, got 1"):
+    for bad in (0, -32, 2.5, "32", True, None):
+        with pytest.raises(ValueError, match=f"quantize_: group_size must be a positive int .*got {bad!r}: pass e.g. "
+                                             "group_size=32"):
+            Q.quantize_(model, "int8", bad)
+    with pytest.raises(ValueError, match="quantize_: int4 .*group_size must be even, got 1"):
         Q.quantize_(model, "int4", 1)
-    with pytest.raises(ValueError, match="unknown format 'int3'"):
+    with pytest.raises(ValueError, match="quantize_: unknown format 'int3'"):
         Q.quantize_(model, "int3")
+    for what, call in (("QuantizedLinear.from_linear",
+                        lambda: Q.QuantizedLinear.from_linear(tl.nn.Linear(8, 2), "int8", 0)),
+                       ("quantize", lambda: Q.quantize(np.ones((2, 8), np.float32), "int4", -2))):
+        with pytest.raises(ValueError, match=f"{what}: group_size must be a positive int"):
+            call()
     assert not Q.quantized_layers(model)  # all or nothing
+    w = model.transformer.h[0].attn.c_attn.weight.numpy().copy()
+    with tl.no_grad():  # a later layer holding a NaN: no layer changes either
+        model.transformer.h[1].mlp.c_proj.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="inf or NaN.*layer transformer.h.1.mlp.c_proj"):
+        Q.quantize_(model, "int8")
+    assert not Q.quantized_layers(model)
+    np.testing.assert_array_equal(model.transformer.h[0].attn.c_attn.weight.numpy(), w)
+    Q.quantize_(model.transformer.h[0], "int8", 48)  # 64 = 48 + 16: a padded last group
+    assert model.transformer.h[0].mlp.c_fc.weight.shape == (256, 96)
 
 
 def test_training_a_quantized_weight_is_an_error():
@@ -276,6 +367,10 @@ def test_qmatmul_refuses_bad_operands_by_name():
         qmatmul(tl.zeros(2, 8), qw, sc, "int4", 2)
     with pytest.raises(TypeError, match="QMATMUL: x must be float32, got int64"):
         qmatmul(tl.zeros(2, 8, dtype=tl.int64), qw, sc, "int4", 4)
+    qmatmul(tl.zeros(2, 5), qw, sc, "int4", 4, 5)  # K = 5 of a storage of 8: a padded last group
+    for k in (4, 9, -1, 5.0):  # the storage holds 2 groups of 4: K in (4, 8]
+        with pytest.raises(ValueError, match=f"QMATMUL: in_features {k!r} does not fit a storage of 8 columns"):
+            qmatmul(tl.zeros(2, 5), qw, sc, "int4", 4, k)
 
 
 # ---- the WGSL runtime: bytes packed in words, the kernels, bfloat16 refused --------------------------------------

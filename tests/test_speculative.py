@@ -3,6 +3,7 @@ full forward, rolled-back caches forget the rejected tokens, greedy output is th
 runtime, and sampled sequences follow the target's joint law (chi-squared against exact probabilities from the
 target's forward, on a 3-token vocabulary)."""
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -61,20 +62,46 @@ def test_greedy_speculative_output_is_the_targets_greedy_output(each_runtime, k)
     target = spread_model(2, n_layer=2, n_head=2, n_embd=16, device=each_runtime)
     draft = spread_model(1, n_layer=1, n_head=1, n_embd=8, device=each_runtime)
     idx = tl.tensor([[1, 2, 3]], device=target.lm_head.weight.device)
-    plain = target.generate(idx, 18, temperature=0).numpy()
-    spec = target.generate(idx, 18, temperature=0, draft_model=draft, num_speculative_tokens=k).numpy()
+    plain_stats, stats = {"stale": 1}, {}
+    plain = target.generate(idx, 18, temperature=0, stats=plain_stats).numpy()
+    spec = target.generate(idx, 18, temperature=0, draft_model=draft, num_speculative_tokens=k, stats=stats).numpy()
     np.testing.assert_array_equal(spec, plain)
     assert len(set(plain[0, 3:].tolist())) > 2  # a sequence, not one token repeated
-    stats = target.speculative_stats
-    assert stats["rounds"] > 0 and 0 <= stats["accepted"] < stats["proposed"]
+    assert plain_stats == {"emitted": 18} and stats["emitted"] == 18
+    assert stats is target.speculative_stats
+    assert stats["rounds"] > 0 and 0 <= stats["accepted"] < stats["proposed"] <= k * stats["rounds"]
+    assert stats["draft_acceptance_rate"] == stats["accepted"] / stats["proposed"]
 
 
-def test_a_draft_equal_to_the_target_is_always_accepted():
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 1.5])
+def test_a_draft_equal_to_the_target_is_always_accepted(temperature):
+    """The same model drafting: q = p (up to the rounding of its one-position step against its chunked forward),
+    so every draft is accepted, greedy or sampled: a rate of 1.0. Rounds of 3 drafts + 1 bonus token: 12 tokens
+    take 3 rounds of 4 (the last token is the target's alone where fewer than 2 remain)."""
     target = spread_model(0, n_layer=1, n_head=2, n_embd=16)
-    target.generate(tl.tensor([[1, 2]]), 12, draft_model=target, num_speculative_tokens=3,
-                    generator=tl.Generator().manual_seed(0))
-    stats = target.speculative_stats
-    assert stats["accepted"] == stats["proposed"] > 0
+    stats = {}
+    stream = target.generate(tl.tensor([[1, 2]]), 12, temperature=temperature, draft_model=target,
+                             num_speculative_tokens=3, generator=tl.Generator().manual_seed(0), stream=True,
+                             stats=stats)
+    assert stats["proposed"] == 0 and math.isnan(stats["draft_acceptance_rate"])  # nothing proposed yet
+    assert len(list(stream)) == 12 == stats["emitted"]
+    assert stats["accepted"] == stats["proposed"] == 9 and stats["rounds"] == 3
+    assert stats["draft_acceptance_rate"] == 1.0
+
+
+def test_acceptance_rate_of_another_draft_is_below_one_and_counts_add_up():
+    """A different model drafting, sampled: some drafts rejected. Every round emits its accepted drafts and one
+    token of the target's, so emitted = accepted + rounds (+ the tokens past the last round, target alone)."""
+    target = spread_model(0, n_layer=1, n_head=2, n_embd=16)
+    draft = spread_model(1, n_layer=1, n_head=1, n_embd=8)
+    stats = {}
+    target.generate(tl.tensor([[4, 5]]), 13, temperature=1.0, draft_model=draft, num_speculative_tokens=4,
+                    generator=tl.Generator().manual_seed(3), stats=stats)
+    assert 0 < stats["draft_acceptance_rate"] < 1
+    assert stats["draft_acceptance_rate"] == stats["accepted"] / stats["proposed"]
+    assert stats["emitted"] == 13 and 0 <= 13 - stats["accepted"] - stats["rounds"] <= 1
+    with pytest.raises(TypeError, match="generate: stats must be a dict"):
+        target.generate(tl.tensor([[4, 5]]), 2, draft_model=draft, stats=[])
 
 
 def test_stream_and_seed():

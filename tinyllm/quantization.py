@@ -42,10 +42,14 @@ class QuantizedLinear(Module):
     """nn.Linear with a quantized weight: y = x · dequant(W)ᵀ + b through one QMATMUL. Buffers `weight` (int8
     (out, in), or uint8 (out, in/2) for int4) and `weight_scale` (float16 (out, in/group_size)); `bias` is the
     float32 Parameter of the layer it replaced. Inputs (..., in_features) of any float dtype are computed in
-    float32 (QMATMUL's contract) and the output is float32."""
+    float32 (QMATMUL's contract) and the output is float32.
+
+    in_features need not be a multiple of group_size: the weight is stored zero-padded to whole groups (`in` above
+    is then in_features rounded up to a multiple of group_size), the last group's scale is computed over its real
+    columns only, and the matmul reads the real columns only (tinyllm/ops/qmatmul.py)."""
 
     def __init__(self, in_features, out_features, qweight, scales, fmt, group_size, bias=None):
-        check_format(fmt, group_size, in_features, "QuantizedLinear")
+        check_format(fmt, group_size, "QuantizedLinear")
         qshape, qdtype, sshape = storage_shapes(fmt, out_features, in_features, group_size)
         qweight, scales = np.asarray(qweight), np.asarray(scales)
         if qweight.shape != qshape or qweight.dtype != qdtype.np or scales.shape != sshape or \
@@ -61,6 +65,7 @@ class QuantizedLinear(Module):
 
     @classmethod
     def from_linear(cls, linear, fmt, group_size=32):
+        check_format(fmt, group_size, "QuantizedLinear.from_linear")
         with no_grad():
             w = linear.weight.detach().float().numpy()
         q, s = quantize(w, fmt, group_size)
@@ -70,7 +75,7 @@ class QuantizedLinear(Module):
 
     def dequantized_weight(self):
         """The float32 (out, in) weight the layer computes with (for checks and export)."""
-        return dequantize(self.weight.numpy(), self.weight_scale.numpy(), self.fmt, self.group_size)
+        return dequantize(self.weight.numpy(), self.weight_scale.numpy(), self.fmt, self.group_size, self.in_features)
 
     def nbytes(self):
         """Bytes of the weight's storage (values and scales)."""
@@ -96,7 +101,8 @@ class QuantizedLinear(Module):
         self._follow(x.device)
         lead = x.shape[:-1]
         x2 = x.float().reshape(-1, self.in_features)
-        node = build("QMATMUL", x2.node, self.weight.node, self.weight_scale.node, arg=(self.fmt, self.group_size))
+        node = build("QMATMUL", x2.node, self.weight.node, self.weight_scale.node,
+                     arg=(self.fmt, self.group_size, self.in_features))
         y = x2._make(node).reshape(*lead, self.out_features)
         return y if self.bias is None else y + self.bias
 
@@ -134,12 +140,13 @@ def _swap(parent, attr, new):
 
 def quantize_(model, fmt, group_size=32, embedding=False):
     """Replace, in place, every nn.Linear of `model` by a QuantizedLinear of format `fmt` ("int8" or "int4")
-    with one scale per `group_size` input features. A Linear whose weight is tied to an Embedding's (GPT's
-    lm_head) is quantized only with embedding=True: then the logits' matmul reads a quantized copy while the
-    embedding lookup keeps the float32 table (the tie is cut: the two no longer share updates). All or nothing:
-    every layer is checked before any changes. Returns the model."""
-    if fmt not in FORMATS:
-        raise ValueError(f"quantize_: unknown format {fmt!r}: use 'int8' or 'int4'")
+    with one scale per `group_size` input features (a positive int; int4 needs it even). A layer whose in_features
+    is not a multiple of group_size is stored padded: its weight zero-padded to a whole number of groups, the last
+    group's scale computed over its real columns only (QuantizedLinear). A Linear whose weight is tied to an
+    Embedding's (GPT's lm_head) is quantized only with embedding=True: then the logits' matmul reads a quantized
+    copy while the embedding lookup keeps the float32 table (the tie is cut: the two no longer share updates). All
+    or nothing: the arguments and the model are checked before any layer changes. Returns the model."""
+    check_format(fmt, group_size, "quantize_")
     _refuse_adapters(model, "quantize_")
     slots = list(_linear_slots(model))
     done = [name for parent, attr, name in slots if isinstance(getattr(parent, attr), QuantizedLinear)]
@@ -156,17 +163,16 @@ def quantize_(model, fmt, group_size=32, embedding=False):
     if not todo:
         raise ValueError(f"quantize_: {type(model).__name__}'s only Linear layers are tied to an embedding: pass "
                          "embedding=True to quantize them too")
-    for parent, attr, name in todo:
-        try:
-            check_format(fmt, group_size, getattr(parent, attr).in_features, "quantize_")
-        except ValueError as e:
-            raise ValueError(f"{e} (layer {name}, {getattr(parent, attr).weight.shape})") from None
     made = {}  # id(Linear) -> its QuantizedLinear: a layer held twice stays one layer
-    for parent, attr, name in todo:
+    for parent, attr, name in todo:  # every layer quantized (which can fail: inf or NaN) before any is swapped
         linear = getattr(parent, attr)
         if id(linear) not in made:
-            made[id(linear)] = QuantizedLinear.from_linear(linear, fmt, group_size)
-        _swap(parent, attr, made[id(linear)])
+            try:
+                made[id(linear)] = QuantizedLinear.from_linear(linear, fmt, group_size)
+            except ValueError as e:
+                raise ValueError(f"{e} (layer {name}, {linear.weight.shape})") from None
+    for parent, attr, name in todo:
+        _swap(parent, attr, made[id(getattr(parent, attr))])
     return model
 
 

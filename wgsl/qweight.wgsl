@@ -3,6 +3,7 @@
 // as u32 words and unpacked here: q holds the values as bytes, 4 to a word, little-endian (int8: one signed
 // byte per value; int4: two nibbles per byte, value j of a group of {{G}} in the low nibble of the group's byte
 // j, value j + {{G}}/2 in the high nibble of the same byte), s the float16 scales, 2 to a word, one per group.
+// Rows hold whole groups ({{GROUPS}}): where K is not a multiple of {{G}} they are padded, and only k < K is read.
 @group(0) @binding({{Q_BINDING}}) var<storage, read> q: array<u32>;
 @group(0) @binding({{S_BINDING}}) var<storage, read> s: array<u32>;
 

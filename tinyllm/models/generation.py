@@ -67,7 +67,7 @@ class GenerationMixin:
 
     @no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, *, top_p=None, min_p=None, generator=None,
-                 use_cache=True, draft_model=None, num_speculative_tokens=4, stream=False):
+                 use_cache=True, draft_model=None, num_speculative_tokens=4, stream=False, stats=None):
         """Extend idx (B, T) by max_new_tokens tokens, each sampled from the model's next-token distribution given
         the last max_positions tokens (nanoGPT's crop) and fed back in. Returns the (B, T + max_new_tokens) int64
         tensor; with stream=True, an iterator that yields each step's new tokens as a (B, 1) int64 tensor as soon
@@ -83,8 +83,14 @@ class GenerationMixin:
 
         draft_model (a smaller model on the same tokens): speculative decoding, one sequence (B = 1). The draft
         proposes num_speculative_tokens tokens per round and this model verifies them in one forward; the tokens
-        follow this model's own distribution exactly, faster when the draft guesses well.
-        self.speculative_stats then holds the rounds and the proposed and accepted draft tokens."""
+        follow this model's own distribution exactly, faster when the draft is much cheaper than this model and
+        guesses well (a high acceptance rate).
+
+        stats (a dict, optional) is cleared and filled in place as the tokens are generated: "emitted", the new
+        tokens so far, and with a draft model its acceptance counts, named as vLLM's speculative-decoding metrics
+        name them: "rounds" (verifications), "proposed" (draft tokens proposed), "accepted" (of them, accepted) and
+        "draft_acceptance_rate" = accepted / proposed (nan until a draft is proposed). With a draft model the same
+        dict is also self.speculative_stats (a new one per call when stats is not given)."""
         name = type(self).__name__
         if idx.ndim != 2:
             raise ValueError(f"{name}.generate: idx must be (B, T) token ids, got shape {idx.shape}")
@@ -101,12 +107,21 @@ class GenerationMixin:
             bad = ids.min() if ids.min() < 0 else ids.max()
             raise IndexError(f"{name}.generate: token id {int(bad)} is out of range for the vocabulary of "
                              f"{vocab} tokens (ids are 0..{vocab - 1})")
+        if stats is None:
+            stats = {}
+        elif not isinstance(stats, dict):
+            raise TypeError(f"{name}.generate: stats must be a dict to fill in (or None), got "
+                            f"{type(stats).__name__}")
+        stats.clear()
+        stats["emitted"] = 0
         sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
         if draft_model is None:
-            steps = self._generate_steps(idx, max_new_tokens, sampling, generator, use_cache)
+            steps = self._generate_steps(idx, max_new_tokens, sampling, generator, use_cache, stats)
         else:
+            stats.update(rounds=0, proposed=0, accepted=0, draft_acceptance_rate=math.nan)
+            self.speculative_stats = stats
             steps = self._speculative_steps(draft_model, idx, max_new_tokens, num_speculative_tokens, sampling,
-                                            generator)
+                                            generator, stats)
         if stream:
             return steps
         from ..tensor import Tensor
@@ -114,7 +129,7 @@ class GenerationMixin:
         new = [t.numpy() for t in steps]
         return Tensor(np.concatenate([ids] + new, axis=1).astype(np.int64), device=idx.device)
 
-    def _generate_steps(self, idx, max_new_tokens, sampling, generator, use_cache):
+    def _generate_steps(self, idx, max_new_tokens, sampling, generator, use_cache, stats):
         """The generator behind generate(): no_grad around each step's work (a generator's body runs while its
         caller's code runs, so a no_grad spanning a yield would leak into the caller)."""
         from ..tensor import Tensor
@@ -127,16 +142,18 @@ class GenerationMixin:
                     logits = decoder.logits(ids)
                     nxt = sample(logits, **sampling, generator=generator).numpy().astype(np.int64)
                     ids = np.concatenate([ids, nxt], axis=1)
+                stats["emitted"] += 1
                 yield Tensor(nxt, device=idx.device)
         finally:
             decoder.busy = False
 
-    def _speculative_steps(self, draft, idx, max_new_tokens, k, sampling, generator):
+    def _speculative_steps(self, draft, idx, max_new_tokens, k, sampling, generator, stats):
         """generate() with a draft model (Leviathan et al. 2023; Chen et al. 2023). Each round the draft proposes
         up to k tokens, one cached step each; the target scores them all in one forward of k + 1 positions against
         its cache (Decoder.extend) and speculative_accept keeps a prefix of them and adds one token of its own
         (its docstring has the proof that the target's distribution is kept). Both caches then forget the rejected
-        positions (Decoder.sync). Near max_positions, where no draft fits, the target goes on alone."""
+        positions (Decoder.sync). Near max_positions, where no draft fits, the target goes on alone. `stats`
+        counts the rounds and the proposed and accepted drafts (generate's docstring)."""
         from ..sampling import draw, probs, speculative_accept
         from ..tensor import Tensor
         name = type(self).__name__
@@ -149,7 +166,6 @@ class GenerationMixin:
         if k < 1:
             raise ValueError(f"{name}.generate: num_speculative_tokens must be at least 1, got {k}")
         block = min(self.max_positions, draft.max_positions)
-        stats = self.speculative_stats = {"rounds": 0, "proposed": 0, "accepted": 0}
         with no_grad():
             ids = idx.numpy().astype(np.int64)
             target, drafter = self._decoder(1, idx.device, True), draft._decoder(1, idx.device, True)
@@ -174,9 +190,11 @@ class GenerationMixin:
                         stats["rounds"] += 1
                         stats["proposed"] += n
                         stats["accepted"] += int(accepted[0])
+                        stats["draft_acceptance_rate"] = stats["accepted"] / stats["proposed"]
                     ids = np.concatenate([ids, new[None].astype(np.int64)], axis=1)
                     produced += len(new)
                 for token in new:
+                    stats["emitted"] += 1
                     yield Tensor(np.array([[token]], dtype=np.int64), device=idx.device)
         finally:
             target.busy = drafter.busy = False

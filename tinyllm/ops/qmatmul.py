@@ -13,6 +13,12 @@ input features of one output row) are defined here, beside the op that reads the
 A group of zeros has d = 0 and stores q = 0. The division w / d is in float32 (d widened from float16), so
 quantizing is the same on every machine. int4 divides by m/-8 rather than by max|w|/7: the extreme element then
 lands on -8 exactly, and the side of zero it is on gets the one more level the signed nibble has.
+
+K need not be a multiple of g: the weight is then zero-padded on the right to Kp = ⌈K/g⌉·g columns, a whole number
+of groups, and the shapes above hold with Kp for K (qweight int8 (N, Kp) or uint8 (N, Kp/2), scales (N, Kp/g)).
+The zeros set no group's extreme, so the last group's scale is that of its K - (Kp - g) real columns, and the
+padding stores q = 0 (int4: nibble 8). The ops read the first K columns only: their arg (fmt, g, K) names K, and
+(fmt, g) means K = Kp. With K a multiple of g nothing is padded: the storage is what it always was.
 """
 import numpy as np
 
@@ -23,23 +29,29 @@ from .base import Op, register
 FORMATS = ("int8", "int4")
 
 
-def check_format(fmt, group_size, in_features, what="quantize"):
-    """Raise a clear error unless (fmt, group_size) can quantize a weight with `in_features` columns."""
+def check_format(fmt, group_size, what="quantize"):
+    """Raise a clear error, naming `what`, unless (fmt, group_size) is a format. Any number of input features
+    quantizes: a last partial group is padded (module docstring)."""
     if fmt not in FORMATS:
         raise ValueError(f"{what}: unknown format {fmt!r}: use 'int8' or 'int4'")
     if not isinstance(group_size, (int, np.integer)) or isinstance(group_size, bool) or group_size <= 0:
-        raise ValueError(f"{what}: group_size must be a positive int, got {group_size!r}")
-    if in_features % group_size:
-        raise ValueError(f"{what}: group_size {group_size} does not divide in_features {in_features}: pick a "
-                         f"divisor of {in_features} (32 and 128 are usual)")
+        raise ValueError(f"{what}: group_size must be a positive int (the input features that share one scale), "
+                         f"got {group_size!r}: pass e.g. group_size=32 (llama.cpp's) or 128")
     if fmt == "int4" and group_size % 2:
         raise ValueError(f"{what}: int4 packs two values per byte within a group, so group_size must be even, "
                          f"got {group_size}")
 
 
+def padded_features(k, group_size):
+    """Kp: k input features rounded up to whole groups, the columns the storage holds (module docstring)."""
+    return -(-k // group_size) * group_size
+
+
 def storage_shapes(fmt, n, k, group_size):
-    """(qweight shape, its dtype, scales shape) of an (n, k) weight."""
-    return ((n, k) if fmt == "int8" else (n, k // 2)), (dt.int8 if fmt == "int8" else dt.uint8), (n, k // group_size)
+    """(qweight shape, its dtype, scales shape) of an (n, k) weight, padded to whole groups."""
+    kp = padded_features(k, group_size)
+    return ((n, kp) if fmt == "int8" else (n, kp // 2)), (dt.int8 if fmt == "int8" else dt.uint8), \
+        (n, kp // group_size)
 
 
 def quantize(weight, fmt, group_size=32):
@@ -49,8 +61,9 @@ def quantize(weight, fmt, group_size=32):
         raise ValueError(f"quantize: needs a 2-D float weight (out_features, in_features), got {w.dtype} "
                          f"{w.shape}")
     n, k = w.shape
-    check_format(fmt, group_size, k)
-    groups = w.astype(np.float32).reshape(n, k // group_size, group_size)
+    check_format(fmt, group_size)
+    kp = padded_features(k, group_size)
+    groups = np.pad(w.astype(np.float32), ((0, 0), (0, kp - k))).reshape(n, kp // group_size, group_size)
     if not np.isfinite(groups).all():
         raise ValueError("quantize: the weight holds inf or NaN, which no scale represents")
     if fmt == "int8":
@@ -69,10 +82,10 @@ def quantize(weight, fmt, group_size=32):
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(d32 == 0, 0, np.clip(np.rint(groups / d32), lo, hi)).astype(np.int8)
     if fmt == "int8":
-        return q.reshape(n, k), d
+        return q.reshape(n, kp), d
     nib = (q + 8).astype(np.uint8)
     half = group_size // 2
-    return (nib[..., :half] | (nib[..., half:] << 4)).reshape(n, k // 2), d
+    return (nib[..., :half] | (nib[..., half:] << 4)).reshape(n, kp // 2), d
 
 
 def unpack_int4(qweight, group_size):
@@ -83,27 +96,33 @@ def unpack_int4(qweight, group_size):
     return q.reshape(n, kb * 2)
 
 
-def dequantize(qweight, scales, fmt, group_size=32):
-    """The float32 (N, K) weight w' = q·d that (qweight, scales) stand for."""
+def dequantize(qweight, scales, fmt, group_size=32, in_features=None):
+    """The float32 (N, K) weight w' = q·d that (qweight, scales) stand for: its first `in_features` columns
+    (default: all the storage holds, Kp)."""
     q = np.asarray(qweight, np.int8) if fmt == "int8" else unpack_int4(qweight, group_size)
-    n, k = q.shape
+    n, kp = q.shape
     d = np.asarray(scales).astype(np.float32)[..., None]
-    return (q.reshape(n, k // group_size, group_size).astype(np.float32) * d).reshape(n, k)
+    w = (q.reshape(n, kp // group_size, group_size).astype(np.float32) * d).reshape(n, kp)
+    return w if in_features is None or in_features == kp else w[:, :in_features].copy()
 
 
 def _check_weight(src, arg, op):
     """(fmt, group_size, N, K) from a node's weight sources and arg, raising a clear error on a mismatch."""
     qweight, scales = src
-    if not (isinstance(arg, tuple) and len(arg) == 2):
-        raise TypeError(f"arg must be (fmt, group_size), got {arg!r}")
-    fmt, g = arg
+    if not (isinstance(arg, tuple) and len(arg) in (2, 3)):
+        raise TypeError(f"arg must be (fmt, group_size) or (fmt, group_size, in_features), got {arg!r}")
+    fmt, g = arg[:2]
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use 'int8' or 'int4'")
     if len(qweight.shape) != 2 or len(scales.shape) != 2:
         raise ValueError(f"qweight {qweight.shape} and scales {scales.shape} must be 2-D")
     n = qweight.shape[0]
-    k = qweight.shape[1] * (1 if fmt == "int8" else 2)
-    check_format(fmt, g, k, op)
+    kp = qweight.shape[1] * (1 if fmt == "int8" else 2)
+    check_format(fmt, g, op)
+    k = arg[2] if len(arg) == 3 else kp
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0 or padded_features(k, g) != kp:
+        raise ValueError(f"{op}: in_features {k!r} does not fit a storage of {kp} columns: with group {g} it must "
+                         f"be in ({kp - g}, {kp}] (the storage holds whole groups)")
     qshape, qdtype, sshape = storage_shapes(fmt, n, k, g)
     if qweight.dtype is not qdtype or scales.dtype is not dt.float16 or tuple(scales.shape) != sshape:
         raise TypeError(f"{fmt} with group {g} stores qweight as {qdtype.name} {qshape} and scales as float16 "
@@ -115,7 +134,8 @@ def _check_weight(src, arg, op):
 @register
 class QMATMUL(Op):
     """y = x · dequant(W)ᵀ for x (M, K) float32, W (N, K) quantized as `arg` = (fmt, group_size) says (module
-    docstring); y (M, N) float32, accumulated in float32.
+    docstring); y (M, N) float32, accumulated in float32. `arg` = (fmt, group_size, K) for a K that is not a
+    multiple of group_size: the storage is padded to whole groups and only its first K columns are read.
     ⇒  dx = dy · dequant(W), a DEQUANT node and a MATMUL. The weight gets no gradient: quantized weights are
     frozen (what a LoRA adapter on a quantized base needs). float64 x is accepted too (computed in float64), only
     so gradcheck can difference it."""
@@ -142,8 +162,9 @@ class QMATMUL(Op):
 
 @register
 class DEQUANT(Op):
-    """W' = dequant(qweight, scales) as float32 (N, K), `arg` = (fmt, group_size) (module docstring). What
-    QMATMUL's gradient reads; no gradient of its own (the quantized storage is frozen)."""
+    """W' = dequant(qweight, scales) as float32 (N, K), `arg` = (fmt, group_size) or (fmt, group_size, K) as for
+    QMATMUL (module docstring: the first K columns of a padded storage). What QMATMUL's gradient reads; no
+    gradient of its own (the quantized storage is frozen)."""
     quantized = True
     def infer(src, arg):
         if len(src) != 2:

@@ -1,7 +1,8 @@
 """QMATMUL on the C runtime: runtime_c/qmatmul.c through the prebuilt module (a GEMV streaming the quantized weight
 for at most 4 rows of x, the sgemm dequantizing while it packs for more; None back for float64 x or without the
 module). x is read in place when its rows are contiguous; the weight and scales are the quantized storage as
-tinyllm/ops/qmatmul.py defines it."""
+tinyllm/ops/qmatmul.py defines it, padded to whole groups where x's K is not a multiple of the group (the kernel
+reads x's K columns and finds the padded row strides itself)."""
 import numpy as np
 
 from ..base import kernels
@@ -13,7 +14,7 @@ FUNCTIONS = {"int8": "tl_qmatmul_q8", "int4": "tl_qmatmul_q4"}
 @KERNELS.register("QMATMUL")
 def qmatmul(runtime, node, ins):
     x, qweight, scales = ins
-    fmt, group = node.arg
+    fmt, group = node.arg[:2]  # (K, where the arg has it, is x's)
     if runtime.lib is None or x.dtype != np.float32:
         return None
     M, K = x.shape

@@ -313,10 +313,13 @@ QWEIGHT_DECODE = {
 
 
 def qweight(fmt, group_size, n, k, q_binding, s_binding):
-    """wgsl/qweight.wgsl for an (n, k) weight of format `fmt`, its buffers at the given bindings."""
-    decode = QWEIGHT_DECODE[fmt].format(K=k, G=group_size, H=group_size // 2, KB=k // 2)
-    return template("qweight", N=n, K=k, G=group_size, GROUPS=k // group_size, DECODE=decode, Q_BINDING=q_binding,
-                    S_BINDING=s_binding)
+    """wgsl/qweight.wgsl for an (n, k) weight of format `fmt`, its buffers at the given bindings. The storage holds
+    whole groups: where k is not a multiple of group_size its rows are padded to Kp columns (tinyllm/ops/qmatmul.py),
+    and the strides are Kp's."""
+    kp = -(-k // group_size) * group_size
+    decode = QWEIGHT_DECODE[fmt].format(K=kp, G=group_size, H=group_size // 2, KB=kp // 2)
+    return template("qweight", N=n, K=k, G=group_size, GROUPS=kp // group_size, DECODE=decode,
+                    Q_BINDING=q_binding, S_BINDING=s_binding)
 
 
 QMATMUL_ROWS = 4  # rows of x one workgroup multiplies: each weight dequantized once serves as many

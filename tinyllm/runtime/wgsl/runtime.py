@@ -480,7 +480,7 @@ def _qmatmul(rt, node, ins):
         return out
     if -(-m // render.QMATMUL_ROWS) > render.MAX_GROUPS:
         raise ValueError(f"QMATMUL of x {x.shape}: more row blocks than this device dispatches at once: split x's rows")
-    source, groups = render.render_qmatmul(m, n, k, *node.arg, workgroup=rt.workgroup)
+    source, groups = render.render_qmatmul(m, n, k, *node.arg[:2], workgroup=rt.workgroup)  # (K: x's)
     rt.dispatch(source, [out, x, qweight, scales], groups)
     return out
 
@@ -490,7 +490,7 @@ def _dequant(rt, node, ins):
     qweight, scales = (rt.contiguous(v) for v in ins)
     out = rt.empty(node.shape, node.dtype)
     if math.prod(node.shape):
-        source, groups = render.render_dequant(*node.shape, *node.arg, workgroup=rt.workgroup)
+        source, groups = render.render_dequant(*node.shape, *node.arg[:2], workgroup=rt.workgroup)
         rt.dispatch(source, [out, qweight, scales], groups)
     return out
 
