@@ -1,6 +1,7 @@
-"""tinyllm.save / tinyllm.load (torch's names, safetensors files underneath): round trips (tinyllm's and torch's
-state dicts, an optimizer's nested one), the file format read byte by byte as the safetensors spec lays it out, and
-the errors."""
+"""tinyllm.save / tinyllm.load (torch's names, safetensors files underneath) and the checkpoint directories of
+GPT.from_pretrained / Llama.from_pretrained / model.save_pretrained: round trips (tinyllm's and torch's state
+dicts, an optimizer's nested one), the file format read byte by byte as the safetensors spec lays it out, files
+written before, and the errors."""
 import io
 import json
 import math
@@ -13,12 +14,16 @@ import torch
 
 import tinyllm as tl
 from tinyllm import nn, optim
-from tinyllm.models.gpt import GPT, GPTConfig
+from tinyllm.models import AutoModelForCausalLM, CheckpointError, GPT, GPTConfig, Llama, LlamaConfig
+from tinyllm.models import pretrained
 from tinyllm.utils import safetensors as S
 
 from helpers import reference_runtime  # noqa: F401  (the module runs on the NumPy runtime)
 
 GPT_CONFIG = dict(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=8)
+LLAMA_CONFIG = dict(vocab_size=11, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                    num_key_value_heads=1, max_position_embeddings=8)
+CHARS = {"kind": "char", "vocab": "abcdefghijk"}  # a tokenizer record of 11 characters
 
 
 def spec_read(path):
@@ -192,3 +197,129 @@ def test_load_errors_name_the_file_and_the_fix(tmp_path):
         tl.load(tmp_path / "w.safetensors", map_location={"cuda:0": "cpu"})
     with pytest.raises(ValueError, match="map_location='tpu'"):
         tl.load(tmp_path / "w.safetensors", map_location="tpu")
+
+
+# ---- checkpoint directories: from_pretrained / save_pretrained -------------------------------------------------
+def make(kind, seed=0):
+    tl.manual_seed(seed)
+    return GPT(GPTConfig(**GPT_CONFIG)) if kind == "gpt" else Llama(LlamaConfig(**LLAMA_CONFIG))
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+def test_save_pretrained_then_from_pretrained_is_the_same_model(tmp_path, kind):
+    model = make(kind)
+    path = model.save_pretrained(tmp_path / "ckpt", tokenizer=CHARS)
+    assert path == os.path.join(tmp_path, "ckpt", "ckpt.safetensors") and os.listdir(tmp_path / "ckpt") == [
+        "ckpt.safetensors"]
+    cls = type(model)
+    loaded = cls.from_pretrained(tmp_path / "ckpt")
+    assert type(loaded) is cls and not loaded.training and loaded.config == model.config
+    assert loaded.tokenizer_record == CHARS and loaded.name_or_path == str(tmp_path / "ckpt")
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(loaded.state_dict()[k].numpy(), v.numpy(), err_msg=k)
+    idx = tl.tensor(np.array([[1, 2, 3]]))
+    model.eval()
+    np.testing.assert_array_equal(loaded(idx)[0].numpy(), model(idx)[0].numpy())
+    auto = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", device="numpy", dtype=tl.float64)
+    assert type(auto) is cls and next(auto.parameters()).dtype is tl.float64
+    assert cls.from_pretrained(path).config == model.config  # the file itself names the checkpoint too
+    assert cls.from_pretrained(tmp_path / "ckpt", **{"dropout" if kind == "gpt" else "attention_dropout": 0.1}) \
+        .config != model.config
+
+
+def test_the_format_is_examples_gpt_pys(tmp_path):
+    """The tensors under model.NAME (tied weights under both names), optimizer moments under optim.NAME, and the
+    metadata gpt.py writes; written with an optimizer, its state restores into another through load_state_dict."""
+    model = make("gpt")
+    opt = model.configure_optimizers(0.1, 1e-2)
+    params = list(model.parameters())
+    adamw_steps(opt, params, 2, seed=0)
+    model.save_pretrained(tmp_path, tokenizer=CHARS, optimizer=opt, step=2)
+    header, metadata, _ = spec_read(tmp_path / "ckpt.safetensors")
+    names = dict(model.named_parameters())
+    assert set(header) == {f"model.{k}" for k in model.state_dict()} | {
+        f"optim.{n}.{m}" for n in names for m in ("exp_avg", "exp_avg_sq")}
+    assert "model.lm_head.weight" in header and "model.transformer.wte.weight" in header
+    assert metadata["format"] == "tinyllm-gpt/2" and metadata["model"] == "gpt" and metadata["step"] == "2"
+    assert json.loads(metadata["config"]) == {**GPT_CONFIG, "dropout": 0.0, "bias": True, "checkpoint": False,
+                                              "gelu": "exact"}
+    assert json.loads(metadata["adam_steps"]) == {n: 2 for n in names}
+    assert json.loads(metadata["tokenizer"]) == CHARS
+    ckpt = pretrained.read_checkpoint(tmp_path / "ckpt.safetensors")
+    model2 = make("gpt", seed=1)
+    opt2 = model2.configure_optimizers(0.1, 1e-2)
+    model2.load_state_dict({k[6:]: v for k, v in ckpt["tensors"].items() if k.startswith("model.")})
+    pretrained.restore_optimizer(opt2, model2, ckpt["tensors"], ckpt["adam_steps"])
+    adamw_steps(opt, params, 2, seed=1)
+    adamw_steps(opt2, list(model2.parameters()), 2, seed=1)
+    for p, p2 in zip(params, model2.parameters()):
+        np.testing.assert_array_equal(p.numpy(), p2.numpy())
+
+
+def test_checkpoints_written_before_still_load(tmp_path):
+    """A file as examples/gpt.py wrote it before the library did (through the safetensors package: the same bytes
+    but for the order of the metadata keys), and one of the first format (tinyllm-char-gpt/1: the vocabulary in
+    "vocab", GPT-2's tanh GELU before GPTConfig had a gelu field)."""
+    model = make("gpt")
+    tensors = {f"model.{k}": np.ascontiguousarray(v.numpy()) for k, v in model.state_dict().items()}
+    config = dict(GPT_CONFIG, dropout=0.0, bias=True, checkpoint=False)
+    old = {"format": "tinyllm-gpt/2", "step": "7", "config": json.dumps({**config, "gelu": "exact"}),
+           "tokenizer": json.dumps(CHARS), "adam_steps": "{}", "args": "{}", "val_loss": "1.5",
+           "rng": json.dumps({"data": np.random.default_rng(0).bit_generator.state,
+                              "tinyllm": np.random.default_rng(1).bit_generator.state})}
+    S.save_file(tensors, tmp_path / "v2" / "ckpt.safetensors", metadata=old)
+    loaded = GPT.from_pretrained(tmp_path / "v2")
+    assert loaded.config.gelu == "exact" and pretrained.read_checkpoint(tmp_path / "v2" / "ckpt.safetensors")["step"] == 7
+    np.testing.assert_array_equal(loaded.lm_head.weight.numpy(), model.lm_head.weight.numpy())
+    first = {k: v for k, v in old.items() if k not in ("tokenizer", "model")}
+    first.update(format="tinyllm-char-gpt/1", vocab=json.dumps(CHARS["vocab"]), config=json.dumps(config))
+    S.save_file(tensors, tmp_path / "v1" / "ckpt.safetensors", metadata=first)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "v1")
+    assert type(loaded) is GPT and loaded.config.gelu == "tanh" and loaded.tokenizer_record == CHARS
+
+
+def test_a_loaded_model_saves_with_its_tokenizer(tmp_path):
+    """from_pretrained then save_pretrained without a tokenizer keeps the directory's: the record, and a BPE's
+    tokenizer.json copied beside the new file (the record holds its sha256)."""
+    from tinyllm.tokenizer import Tokenizer
+    tok = Tokenizer.train("the quick brown fox jumps over the lazy dog " * 20, 260)
+    model = GPT(GPTConfig(**{**GPT_CONFIG, "vocab_size": tok.n_vocab}))
+    model.save_pretrained(tmp_path / "a", tokenizer=tok)
+    assert sorted(os.listdir(tmp_path / "a")) == ["ckpt.safetensors", "tokenizer.json"]
+    record = GPT.from_pretrained(tmp_path / "a").tokenizer_record
+    assert record == {"kind": "bpe", "file": "tokenizer.json", "sha256": pretrained.file_sha256(tmp_path / "a" /
+                                                                                                  "tokenizer.json")}
+    GPT.from_pretrained(tmp_path / "a").save_pretrained(tmp_path / "b")
+    assert (tmp_path / "b" / "tokenizer.json").read_bytes() == (tmp_path / "a" / "tokenizer.json").read_bytes()
+    assert GPT.from_pretrained(tmp_path / "b").tokenizer_record == record
+
+
+def test_from_pretrained_errors(tmp_path):
+    make("llama").save_pretrained(tmp_path / "llama")
+    with pytest.raises(CheckpointError) as e:
+        GPT.from_pretrained(tmp_path / "llama")
+    assert "GPT.from_pretrained" in str(e.value) and "use Llama.from_pretrained" in str(e.value)
+    make("gpt").save_pretrained(tmp_path / "gpt")
+    with pytest.raises(CheckpointError, match="use GPT.from_pretrained"):
+        Llama.from_pretrained(tmp_path / "gpt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError) as e:
+        GPT.from_pretrained(tmp_path / "empty")
+    assert str(tmp_path / "empty") in str(e.value) and "has no ckpt.safetensors" in str(e.value)
+    with pytest.raises(FileNotFoundError, match="no directory 'gpt2'.*GPT.from_nanogpt_checkpoint"):
+        GPT.from_pretrained("gpt2")
+    with pytest.raises(FileNotFoundError, match="Llama.from_hf"):
+        Llama.from_pretrained(tmp_path / "nope")
+    with pytest.raises(TypeError, match="unexpected keyword argument.*'n_layers'.*n_layer"):
+        GPT.from_pretrained(tmp_path / "gpt", n_layers=2)
+    path = tmp_path / "gpt" / "ckpt.safetensors"
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(CheckpointError, match=f"GPT.from_pretrained: {path}: .*truncated"):
+        GPT.from_pretrained(tmp_path / "gpt")
+    tl.save({"w": tl.ones(1)}, tmp_path / "sd" / "ckpt.safetensors")
+    with pytest.raises(CheckpointError, match="no format tinyllm-gpt.*tinyllm.load"):
+        GPT.from_pretrained(tmp_path / "sd")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        make("gpt").save_pretrained(path)
+    with pytest.raises(TypeError, match="tokenizer must be"):
+        make("gpt").save_pretrained(tmp_path / "t", tokenizer=42)
