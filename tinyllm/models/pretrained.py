@@ -293,6 +293,7 @@ class PreTrainedModel:
     _pretrained_hint = ""  # where else the class's weights come from, said when a path is not a checkpoint
 
     def __init_subclass__(cls, **kwargs):
+        """Register a class that names its model_type, so checkpoint files of that type find it."""
         super().__init_subclass__(**kwargs)
         if "model_type" in vars(cls):
             MODEL_TYPES[cls.model_type] = cls
