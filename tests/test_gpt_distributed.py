@@ -37,7 +37,7 @@ def run(args, ranks=None, timeout=180):
 
 
 def checkpoint(ckpt_dir):
-    from safetensors.numpy import load_file
+    from tinyllm.utils.safetensors import load_file
     return load_file(os.path.join(ckpt_dir, "ckpt.safetensors"))
 
 

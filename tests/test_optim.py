@@ -394,3 +394,112 @@ def test_clip_grad_norm_error_if_nonfinite(bad, each_runtime):
     tnorm = torch.nn.utils.clip_grad_norm_(tparams, 1.0)
     np.testing.assert_equal(norm.item(), tnorm.item())
     np.testing.assert_equal(params[0].grad.numpy(), tparams[0].grad.numpy())
+
+
+# ---- state dicts, in torch's layout ------------------------------------------------------------------------
+STATE_CASES = [("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.1)), ("SGD", dict(lr=0.05)),
+               ("Adam", dict(lr=1e-2, weight_decay=0.1)), ("AdamW", dict(lr=1e-2, betas=(0.8, 0.9)))]
+SAME = dict(rtol=1e-6, atol=1e-7)
+
+
+def feed(opt, params, steps, start=0, torch_side=False):
+    """`steps` optimizer steps with grads_for(start), grads_for(start + 1), ..."""
+    for step in range(start, start + steps):
+        for p, g in zip(params, grads_for(step, [tuple(p.shape) for p in params])):
+            p.grad = torch.tensor(g) if torch_side else tl.tensor(g)
+        opt.step()
+
+
+def grouped(name, ps, kw):
+    """Two param groups, the second with its own weight decay (torch's optimizer or tinyllm's)."""
+    lib = torch.optim if isinstance(ps[0], torch.Tensor) else optim
+    return getattr(lib, name)([{"params": ps[:2]}, {"params": ps[2:], "weight_decay": 0.0}], **kw)
+
+
+@pytest.mark.parametrize("name, kw", STATE_CASES)
+def test_state_dict_is_torchs(name, kw):
+    """The same keys, nesting and values as torch's state_dict after the same steps: state by parameter index (none
+    for a parameter without state), the step a 0-d float32 tensor, the groups' options (torch's groups hold more
+    options, implementation choices that tinyllm has no use for) with params as indices."""
+    params, tparams = make_params()
+    opt, topt = grouped(name, params, kw), grouped(name, tparams, kw)
+    feed(opt, params, 3)
+    feed(topt, tparams, 3, torch_side=True)
+    sd, tsd = opt.state_dict(), topt.state_dict()
+    assert list(sd) == list(tsd) == ["state", "param_groups"]
+    assert list(sd["state"]) == list(tsd["state"])
+    for i, entry in tsd["state"].items():
+        assert list(sd["state"][i]) == list(entry), i
+        for key, value in entry.items():
+            got = sd["state"][i][key]
+            assert isinstance(got, tl.Tensor) and got.shape == tuple(value.shape) and got.dtype.name == \
+                str(value.dtype).removeprefix("torch."), (i, key)
+            np.testing.assert_allclose(got.numpy(), value.numpy(), **SAME, err_msg=f"{i} {key}")
+    for group, tgroup in zip(sd["param_groups"], tsd["param_groups"]):
+        assert set(group) <= set(tgroup) and {k: tgroup[k] for k in group} == group
+    before = {i: {k: v.numpy().copy() for k, v in e.items()} for i, e in sd["state"].items()}
+    feed(opt, params, 1, start=3)  # a state dict holds the values of when it was taken
+    assert all(np.array_equal(sd["state"][i][k].numpy(), v) for i, e in before.items() for k, v in e.items())
+
+
+@pytest.mark.parametrize("name, kw", STATE_CASES)
+def test_torchs_state_dict_loads_and_training_goes_on_as_torchs(name, kw):
+    """torch's state dict (its tensors as NumPy arrays) loaded into a fresh tinyllm optimizer over the same values:
+    the steps after it equal torch's; and tinyllm's state dict (as torch tensors) loads into torch's the same."""
+    params, tparams = make_params()
+    topt = grouped(name, tparams, kw)
+    feed(topt, tparams, 3, torch_side=True)
+    for p, tp in zip(params, tparams):
+        p.copy_(tp.detach().numpy())
+    opt = grouped(name, params, {**kw, "lr": 0.5})  # other options to begin with: the state dict's win
+    tsd = topt.state_dict()
+    opt.load_state_dict({"state": {i: {k: v.numpy() for k, v in e.items()} for i, e in tsd["state"].items()},
+                         "param_groups": tsd["param_groups"]})
+    assert opt.param_groups[0]["lr"] == kw["lr"] and "foreach" not in opt.param_groups[0]
+    feed(opt, params, 3, start=3)
+    feed(topt, tparams, 3, start=3, torch_side=True)
+    for p, tp in zip(params, tparams):
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), **SAME)
+
+    topt2 = grouped(name, [torch.nn.Parameter(torch.tensor(p.numpy())) for p in params], kw)
+    tparams2 = [p for g in topt2.param_groups for p in g["params"]]
+    sd = opt.state_dict()
+    topt2.load_state_dict({"state": {i: {k: torch.tensor(v.numpy()) for k, v in e.items()}
+                                     for i, e in sd["state"].items()}, "param_groups": sd["param_groups"]})
+    feed(opt, params, 2, start=6)
+    feed(topt2, tparams2, 2, start=6, torch_side=True)
+    for p, tp in zip(params, tparams2):
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), **SAME)
+
+
+def test_load_state_dict_errors_name_the_problem():
+    params, _ = make_params()
+    opt = optim.AdamW(params)
+    feed(opt, params, 1)
+    sd = opt.state_dict()
+
+    def refused(edit, *words):
+        bad = {"state": {i: dict(e) for i, e in sd["state"].items()},
+               "param_groups": [dict(g) for g in sd["param_groups"]]}
+        edit(bad)
+        with pytest.raises(ValueError) as e:
+            optim.AdamW(params).load_state_dict(bad)
+        assert "AdamW.load_state_dict" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+
+    refused(lambda sd: sd["param_groups"].append({**sd["param_groups"][0], "params": []}), "2 parameter group(s)", "1")
+    refused(lambda sd: sd["param_groups"][0].update(params=[0, 1]), "[2]", "[3]")
+    refused(lambda sd: sd["state"][1].update(exp_avg=np.zeros((2, 2), np.float32)), "parameter 1", "'exp_avg'",
+            "(2, 2)", "(3,)")
+    refused(lambda sd: sd["state"][0].update(max_exp_avg_sq=sd["state"][0]["exp_avg"]), "max_exp_avg_sq",
+            "step, exp_avg, exp_avg_sq")
+    refused(lambda sd: sd["state"][0].pop("exp_avg_sq"), "parameter 0", "'exp_avg_sq'")
+    refused(lambda sd: sd["state"][0].update(step=2.5), "'step' is 2.5")
+    refused(lambda sd: sd["state"].update({7: sd["state"][0]}), "parameter 7")
+    refused(lambda sd: sd["param_groups"][0].update(amsgrad=True), "amsgrad=True", "does not implement")
+    refused(lambda sd: sd["param_groups"][0].pop("betas"), "no 'betas'")
+    with pytest.raises(ValueError, match="expected a dict with 'state' and 'param_groups'"):
+        opt.load_state_dict({"exp_avg": 1})
+    with pytest.raises(ValueError, match="decoupled_weight_decay=True"):  # torch's AdamW state into an Adam
+        optim.Adam(params).load_state_dict({**sd, "param_groups": [{**sd["param_groups"][0],
+                                                                    "decoupled_weight_decay": True}]})
+    assert opt.state_dict()["state"][0]["step"].item() == 1  # nothing changed by a refused load

@@ -21,6 +21,7 @@ from . import sampling  # noqa: F401,E402
 from .autocast_mode import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: F401,E402
 from . import amp  # noqa: F401,E402
 from .quantization import quantize_  # noqa: F401,E402
+from .utils.serialization import save, load  # noqa: F401,E402
 
 half = float16  # torch.half
 bf16 = bfloat16
@@ -36,7 +37,7 @@ def realize(*tensors):
     return tensors[0] if len(tensors) == 1 else tensors
 
 
-__all__ = ["Tensor", "tensor", "no_grad", "realize", "jit", "nn", "optim"]
+__all__ = ["Tensor", "tensor", "no_grad", "realize", "jit", "nn", "optim", "save", "load"]
 
 from .functions import function_forms as _function_forms  # noqa: E402
 globals().update(_function_forms(taken=set(globals())))  # tinyllm.exp(x), tinyllm.add(x, y), ... (torch's forms)

@@ -3,12 +3,14 @@ parameter as graph and realizes it in a few chunks (C runtime: one kernel per pa
 import math
 import numbers
 
+import numpy as np
+
 from . import realizer
 from .factory import zeros_like
 from .graph import Node, bulk
 from .replay.jit import host_values
 from .realizer import assign
-from .tensor import Tensor
+from .tensor import Tensor, host_array
 
 
 class Optimizer:
@@ -36,6 +38,105 @@ class Optimizer:
                 seen.add(id(p))
             self.param_groups.append(group)
         self.defaults, self.state = defaults, {}
+
+    # options torch's optimizers keep in their param groups that choose how to compute, not what: a state dict
+    # loaded from torch may hold them, with any value (tinyllm's one implementation computes the same thing)
+    _IMPLEMENTATION_OPTIONS = ("foreach", "fused", "capturable", "differentiable")
+    # torch options that change the result, which this optimizer does not implement, and the value meaning "off"
+    _UNSUPPORTED_OPTIONS = {"maximize": False}
+    _STATE_KEYS = ()  # what the state of one parameter holds, in torch's names
+
+    def state_dict(self):
+        """The state in torch's layout, so one saved by either library loads into the other:
+        {"state": {index: {name: value}}, "param_groups": [{option: value, ..., "params": [index, ...]}]}, the
+        parameters numbered in order through the param groups (parameters with no state yet are left out). The
+        tensors are this step's values (later steps do not change them), a step count is a 0-d float32 tensor as
+        torch's; save it with tinyllm.save(optimizer.state_dict(), path)."""
+        ids, state, groups, n = {}, {}, [], 0
+        for g in self.param_groups:
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": list(range(n, n + len(g["params"])))})
+            for p in g["params"]:
+                ids[id(p)], n = n, n + 1
+                if self.state.get(p):
+                    state[ids[id(p)]] = export_state(self.state[p])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Load a state dict in torch's layout (this optimizer's state_dict(), torch's optimizer.state_dict() with
+        its tensors as tinyllm Tensors, NumPy arrays or torch tensors, or what tinyllm.load gives back): the
+        groups' options and each parameter's state, cast to the parameter's dtype and device as torch casts them.
+        The param groups must hold as many parameters as this optimizer's, in the same order. All or nothing:
+        everything is checked before anything changes."""
+        name = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
+            got = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise ValueError(f"{name}: expected a dict with 'state' and 'param_groups' (what optimizer.state_dict() "
+                             f"returns), got {got}")
+        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"{name}: loaded state dict has {len(saved_groups)} parameter group(s), this optimizer "
+                             f"has {len(self.param_groups)}")
+        sizes = [len(g["params"]) for g in saved_groups]
+        own_sizes = [len(g["params"]) for g in self.param_groups]
+        if sizes != own_sizes:
+            raise ValueError(f"{name}: loaded state dict contains parameter groups of {sizes} parameters, which do "
+                             f"not match the size of this optimizer's groups {own_sizes}")
+        options = [self._options(saved, i, name) for i, saved in enumerate(saved_groups)]
+        params = {}  # saved index -> parameter: the saved groups' indices, matched to ours in order
+        for saved, g in zip(saved_groups, self.param_groups):
+            params.update(zip(saved["params"], g["params"]))
+        state = {}
+        for index, entry in saved_state.items():
+            p = params.get(int(index)) if isinstance(index, (int, str)) and str(index).isdigit() else None
+            if p is None:
+                raise ValueError(f"{name}: the state dict has state for parameter {index!r}, which is in none of its "
+                                 f"param groups (they hold {sorted(params)})")
+            if entry:
+                state[p] = self._import_state(entry, p, f"{name}: parameter {index}")
+        for g, opts in zip(self.param_groups, options):
+            g.update(opts)
+        self.state = state
+
+    def _options(self, saved, i, name):
+        """The options of saved param group i to apply (lists as tuples, torch's implementation choices left out),
+        refusing options that would change the result in a way this optimizer does not implement."""
+        opts = {}
+        for key, value in saved.items():
+            if key == "params" or key in self._IMPLEMENTATION_OPTIONS:
+                continue
+            if key in self._UNSUPPORTED_OPTIONS:
+                if value != self._UNSUPPORTED_OPTIONS[key]:
+                    raise ValueError(f"{name}: param group {i} has {key}={value!r}, which tinyllm's "
+                                     f"{type(self).__name__} does not implement (only {key}="
+                                     f"{self._UNSUPPORTED_OPTIONS[key]!r})")
+                continue
+            opts[key] = tuple(value) if isinstance(value, list) else value
+        missing = [k for k in self.defaults if k not in opts]
+        if missing:
+            raise ValueError(f"{name}: param group {i} has no {', '.join(map(repr, missing))}: not a state dict of "
+                             f"{type(self).__name__}?")
+        return opts
+
+    def _import_state(self, entry, p, where):
+        """One parameter's saved state as this optimizer keeps it: step an int, tensors p's dtype and device."""
+        unknown = sorted(set(entry) - set(self._STATE_KEYS))
+        if unknown:
+            raise ValueError(f"{where} has state {unknown}, which {type(self).__name__} does not keep (it keeps "
+                             f"{', '.join(self._STATE_KEYS)}): a state dict of another optimizer?")
+        out = {}
+        for key, value in entry.items():
+            if key == "step":
+                out[key] = import_step(value, where)
+            elif value is not None:
+                array = host_array(value)
+                if array.shape != tuple(p.shape):
+                    raise ValueError(f"{where}: {key!r} has shape {array.shape}, but the parameter has shape "
+                                     f"{tuple(p.shape)}")
+                out[key] = Tensor(array, dtype=p.dtype, device=p.device)
+        missing = [k for k in self._STATE_KEYS if k not in out]
+        if out and missing:
+            raise ValueError(f"{where} has {sorted(out)} but no {', '.join(map(repr, missing))}")
+        return out
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
@@ -136,6 +237,30 @@ class Optimizer:
         return tuple(parts)
 
 
+def export_state(entry):
+    """One parameter's state as state_dict() gives it: tensors as they are now (detached: later steps, which
+    rebind the state's tensors, leave them alone), an int step as torch's 0-d float32 tensor."""
+    out = {}
+    for key, value in entry.items():
+        if isinstance(value, Tensor):
+            value = value.detach()
+        elif key == "step":
+            value = Tensor(np.float32(value))
+        out[key] = value
+    return out
+
+
+def import_step(value, where):
+    """A saved step count (a number, or a one-element tensor or array as torch saves it) as an int."""
+    try:
+        step = float(host_array(value).reshape(()))
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: 'step' must be a number or a one-element tensor, got {value!r:.60}") from None
+    if not step.is_integer() or step < 0:
+        raise ValueError(f"{where}: 'step' is {step}, not a whole number of steps >= 0")
+    return int(step)
+
+
 _HOST_OPTIONS = ("params", "lr")  # group entries no built-in update bakes into its graph (lr is a host value)
 
 
@@ -173,6 +298,8 @@ def _check_adam(lr, betas, eps, weight_decay):
 
 
 class SGD(Optimizer):
+    _STATE_KEYS = ("momentum_buffer",)
+
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
         _check_lr(lr)
         if momentum < 0.0:
@@ -204,6 +331,9 @@ class SGD(Optimizer):
 
 
 class AdamW(Optimizer):
+    _STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
+    _UNSUPPORTED_OPTIONS = {"maximize": False, "amsgrad": False, "decoupled_weight_decay": True}
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         _check_adam(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -233,6 +363,8 @@ class AdamW(Optimizer):
 
 class Adam(AdamW):
     """Adam is AdamW without decoupled decay (and, as torch, L2 decay added to the gradient)."""
+    _UNSUPPORTED_OPTIONS = {**AdamW._UNSUPPORTED_OPTIONS, "decoupled_weight_decay": False}
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, lr, betas, eps, weight_decay)
 

@@ -68,6 +68,28 @@ def is_grad_enabled():
     return _grad_enabled[-1]
 
 
+def to_args(args, device=None, dtype=None):
+    """(device, dtype) of .to()'s positional arguments (a dtype, a device, or both) and keywords, as torch tells
+    them apart: a DType, a type or "float"/"double"/"long" is a dtype, anything else a device."""
+    for a in args:
+        if isinstance(a, (dt.DType, type)) or (isinstance(a, str) and a in ("float", "double", "long")):
+            dtype = a
+        else:
+            device = a
+    return device, dtype
+
+
+def host_array(value):
+    """A NumPy array of a tinyllm Tensor (its values), a torch tensor (read without importing torch; bfloat16 as
+    float32, which NumPy lacks), a NumPy array, or anything np.asarray takes."""
+    if isinstance(value, Tensor):
+        return value.detach().numpy()
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        value = value.detach().cpu()
+        return (value.float() if "bfloat16" in str(value.dtype) else value).numpy()
+    return np.asarray(value)
+
+
 def _device_name(device):
     return get_runtime(device).name
 
@@ -279,11 +301,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
 
     def to(self, *args, dtype=None, device=None):
         """.to(dtype), .to(device) or both, as torch."""
-        for a in args:
-            if isinstance(a, (dt.DType, type)) or (isinstance(a, str) and a in ("float", "double", "long")):
-                dtype = a
-            else:
-                device = a
+        device, dtype = to_args(args, device, dtype)
         out = self
         if dtype is not None and dt.to_dtype(dtype) is not self.dtype:
             out = out._unary("CAST", dt.to_dtype(dtype))

@@ -211,7 +211,10 @@ def test_state_dict_round_trip(dist, runtime):
         plain = opt.consolidated()  # the unsharded AdamW a checkpoint writer reads optimizer.state[p] of
         assert type(plain) is optim.AdamW and [g["weight_decay"] for g in plain.param_groups] == [0.1, 0.0]
         ps = [p for g in opt.param_groups for p in g["params"]]
-        assert all(plain.state[p] is not sd["state"][i] and plain.state[p] == sd["state"][i] for i, p in enumerate(ps))
+        for i, p in enumerate(ps):  # its own copy of the state, the step an int again
+            assert plain.state[p] is not sd["state"][i] and plain.state[p]["step"] == sd["state"][i]["step"].item() == 3
+            for k in ("exp_avg", "exp_avg_sq"):
+                np.testing.assert_array_equal(plain.state[p][k].numpy(), sd["state"][i][k].numpy())
     agree(dist, consolidated)
     sd = saved[0] if saved else None
     sd = pg.comm().bcast(sd, root=0)
@@ -222,7 +225,7 @@ def test_state_dict_round_trip(dist, runtime):
         assert sorted(sd["state"]) == list(range(len(ps)))
         for i, p in enumerate(ids):
             want = ref_opt.state[p]
-            assert sd["state"][i]["step"] == want["step"] == 3
+            assert sd["state"][i]["step"] == want["step"] == 3  # (a 0-d float32 as torch's: equal to 3)
             for k in ("exp_avg", "exp_avg_sq"):
                 np.testing.assert_allclose(sd["state"][i][k], want[k].numpy(), **TOL, err_msg=f"param {i} {k}")
         assert [g["weight_decay"] for g in sd["param_groups"]] == [0.1, 0.0]

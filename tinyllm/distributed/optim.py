@@ -33,7 +33,7 @@ import numpy as np
 from .. import realizer
 from ..factory import cat, zeros
 from ..graph import bulk
-from ..optim import AdamW, Optimizer
+from ..optim import AdamW, Optimizer, export_state, import_step
 from ..replay.jit import host_values
 from ..tensor import Tensor, no_grad
 from . import functional as F
@@ -275,7 +275,7 @@ class ZeroRedundancyOptimizer(Optimizer):
             for p, *parts in zip(b.params, *(b.unflatten(full[k]) for k in keys)):
                 entry = {k: v for k, v in shard_state.items() if not isinstance(v, Tensor)}
                 entry.update(zip(keys, parts))
-                state[index[id(p)]] = entry
+                state[index[id(p)]] = export_state(entry)  # (the step as torch's tensor, as Optimizer.state_dict)
                 pending += parts
         _realize(pending)
         groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": ids}
@@ -295,9 +295,8 @@ class ZeroRedundancyOptimizer(Optimizer):
         """On the rank consolidate_state_dict gathered to: an unsharded optimizer_class over the same parameters
         and groups, holding the whole state (what a checkpoint writer that reads optimizer.state[p] wants)."""
         full = self.state_dict()
-        params = [p for g in self.param_groups for p in g["params"]]
         plain = type(self.optim)([dict(g, params=list(g["params"])) for g in self.param_groups])
-        plain.state = {params[i]: dict(entry) for i, entry in full["state"].items()}
+        plain.load_state_dict(full)
         return plain
 
     def load_consolidated(self, optimizer):
@@ -309,10 +308,7 @@ class ZeroRedundancyOptimizer(Optimizer):
             raise ValueError(f"{NAME}.load_consolidated: the optimizer's param groups hold other parameters (or in "
                              f"another order): {[len(g) for g in theirs]} parameters per group, this optimizer's "
                              f"{[len(g) for g in mine]}")
-        params = [p for g in self.param_groups for p in g["params"]]
-        self.load_state_dict({"state": {i: optimizer.state[p] for i, p in enumerate(params) if optimizer.state.get(p)},
-                              "param_groups": [{**g, "params": ids} for g, ids in
-                                               zip(optimizer.param_groups, self._param_ids())]})
+        self.load_state_dict(optimizer.state_dict())
 
     def load_state_dict(self, state_dict):
         """Load a whole state dict (state_dict()'s, or a plain optimizer's in the same format) on every rank: each
@@ -364,6 +360,8 @@ class ZeroRedundancyOptimizer(Optimizer):
         if key not in entry:
             raise ValueError(f"{NAME}.load_state_dict: parameter {i} has no '{key}' where others of its group do")
         v = entry[key]
+        if key == "step":
+            return import_step(v, f"{NAME}.load_state_dict: parameter {i}")
         if isinstance(v, (np.ndarray, np.generic)):
             if v.ndim == 0:
                 return v.item()

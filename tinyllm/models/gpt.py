@@ -9,6 +9,7 @@ from .. import factory, nn
 from ..nn import functional as F
 from ..utils.checkpoint import checkpoint
 from .generation import GenerationMixin, attend_cached, decode_layers, positions
+from .pretrained import PreTrainedModel
 
 
 @dataclass
@@ -94,7 +95,14 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x)), k, v
 
 
-class GPT(GenerationMixin, nn.Module):
+class GPT(PreTrainedModel, GenerationMixin, nn.Module):
+    """nanoGPT's GPT. Weights come from a checkpoint directory, `GPT.from_pretrained(dir)` (examples/gpt.py's
+    --ckpt-dir, or `model.save_pretrained(dir)`'s: tinyllm/models/pretrained.py), or from nanoGPT's ckpt.pt,
+    `GPT.from_nanogpt_checkpoint(path)`. (nanoGPT's own `GPT.from_pretrained('gpt2')` downloads Hugging Face's
+    GPT-2 weights; tinyllm's reads local directories only and downloads nothing.)"""
+    model_type, config_class = "gpt", GPTConfig
+    _pretrained_hint = ("; nanoGPT's ckpt.pt loads with GPT.from_nanogpt_checkpoint(path) (nanoGPT's "
+                        "GPT.from_pretrained('gpt2') downloads GPT-2's weights, which tinyllm does not)")
     # Megatron's tensor-parallel split, by module name as HF's base_model_tp_plan (tinyllm.distributed.tensor_parallel
     # applies it): name pattern -> (style, groups). c_attn's columns hold q, k and v: a rank takes its heads of each.
     tp_plan = {"transformer.h.*.attn.c_attn": ("colwise", 3), "transformer.h.*.attn.c_proj": ("rowwise", 1),

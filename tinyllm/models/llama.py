@@ -18,6 +18,7 @@ from ..nn import functional as F
 from ..utils.checkpoint import checkpoint
 from .generation import GenerationMixin, attend_cached, decode_layers, positions
 from .gpt import GPT
+from .pretrained import PreTrainedModel
 
 
 @dataclass
@@ -147,11 +148,15 @@ class LlamaModel(nn.Module):
                                              interleaved=config.rope_interleaved)
 
 
-class Llama(GenerationMixin, nn.Module):
+class Llama(PreTrainedModel, GenerationMixin, nn.Module):
     """Hugging Face's LlamaForCausalLM: `model` (LlamaModel) and `lm_head`, tied to model.embed_tokens when
     config.tie_word_embeddings. model(idx) gives the logits at every position (B, T, V), as HF's;
     model(idx, targets) also the mean cross-entropy against targets (B, T) (the next tokens: unlike HF's
-    `labels`, not shifted here, as GPT's), positions whose target is -100 left out."""
+    `labels`, not shifted here, as GPT's), positions whose target is -100 left out. `Llama.from_pretrained(dir)`
+    loads a tinyllm checkpoint directory (examples/gpt.py --model llama, or save_pretrained's); a transformers
+    model converts with `Llama.from_hf(hf_model)`."""
+    model_type, config_class = "llama", LlamaConfig
+    _pretrained_hint = "; a Hugging Face LlamaForCausalLM converts with Llama.from_hf(hf_model)"
 
     # Megatron's tensor-parallel split (tinyllm.distributed.tensor_parallel applies it), HF's base_model_tp_plan
     tp_plan = {"model.layers.*.self_attn.q_proj": ("colwise", 1), "model.layers.*.self_attn.k_proj": ("colwise", 1),

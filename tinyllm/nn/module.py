@@ -3,9 +3,10 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import dtype as dt
 from ..factory import zeros_like
 from ..realizer import realize
-from ..tensor import Tensor
+from ..tensor import Tensor, host_array, to_args
 
 
 class Parameter(Tensor):
@@ -61,6 +62,55 @@ class Module:
         """An iterator over the parameters, each once, as torch's (`list(model.parameters())` for a list)."""
         return (p for _, p in self.named_parameters())
 
+    def register_buffer(self, name, tensor, persistent=True):
+        """Keep `tensor` (a Tensor, or None for a slot filled later) as the attribute `name`, as torch's: a buffer is
+        state that is not trained: not in parameters(), but moved and cast by to()/half()/... with the parameters
+        (floating-point buffers take a new dtype, others keep theirs) and, when persistent, saved by state_dict()
+        and restored by load_state_dict(). persistent=False keeps it out of the state dict (a cache that can be
+        recomputed, as Hugging Face's rotary inv_freq). Assigning `self.name = t` later replaces the buffer."""
+        where = f"{type(self).__name__}.register_buffer"
+        if not isinstance(name, str):
+            raise TypeError(f"{where}: buffer name should be a string, got {type(name).__name__}")
+        if not name or "." in name:
+            raise KeyError(f"{where}: buffer name {name!r} must be non-empty and have no '.' (dots separate modules "
+                           "in state_dict names)")
+        buffers = vars(self).get("_buffer_names", {})
+        if name not in buffers and hasattr(self, name):
+            raise KeyError(f"{where}: attribute {name!r} already exists: pick another name, or delete it first")
+        if isinstance(tensor, Parameter):
+            raise TypeError(f"{where}: {name!r} is a Parameter: assign it as an attribute (self.{name} = p) to "
+                            "register a parameter; a buffer is a plain Tensor (use p.detach())")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"{where}: cannot assign {type(tensor).__name__} object to buffer {name!r} (a tinyllm "
+                            "Tensor or None required): wrap it, e.g. tinyllm.tensor(array)")
+        self._buffer_names = {**buffers, name: bool(persistent)}  # name -> persistent; the value is the attribute
+        setattr(self, name, tensor)
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        """(dotted name, tensor) of every buffer (registered with register_buffer, persistent or not, and not None)
+        of this module and, with recurse, every module under it, as torch's; a tensor held twice is listed once
+        unless remove_duplicate=False."""
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        seen = set()
+        for mod_name, mod in mods:
+            for name, value in mod._own_buffers():
+                if remove_duplicate:
+                    if id(value) in seen:
+                        continue
+                    seen.add(id(value))
+                yield (f"{mod_name}.{name}" if mod_name else name), value
+
+    def buffers(self, recurse=True):
+        """An iterator over the buffers (named_buffers' tensors), as torch's."""
+        return (b for _, b in self.named_buffers(recurse=recurse))
+
+    def _own_buffers(self, persistent_only=False):
+        """(name, tensor) of this module's own buffers that are set (not None), in the order they were registered."""
+        for name, persistent in vars(self).get("_buffer_names", {}).items():
+            value = vars(self).get(name)
+            if isinstance(value, Tensor) and (persistent or not persistent_only):
+                yield name, value
+
     def apply(self, fn):
         """fn(module) for every module under this one, children first, then this one (torch's order); returns self."""
         stack = [(self, False)]
@@ -99,21 +149,23 @@ class Module:
         return f"{type(self).__name__}(\n  " + "\n  ".join(head + lines) + "\n)"
 
     def state_dict(self):
-        """Every parameter by dotted name (tied weights under each of their names, as torch)."""
+        """Every parameter and persistent buffer by dotted name, a module's parameters before its buffers, as torch
+        orders them (tied weights under each of their names, as torch)."""
         out = OrderedDict()
         for mod_name, mod in self.named_modules(remove_duplicate=False):
-            for name, value in vars(mod).items():
-                if isinstance(value, Parameter):
-                    out[f"{mod_name}.{name}" if mod_name else name] = value
+            own = [(n, v) for n, v in vars(mod).items() if isinstance(v, Parameter)]
+            for name, value in own + list(mod._own_buffers(persistent_only=True)):
+                out[f"{mod_name}.{name}" if mod_name else name] = value
         return out
 
     def load_state_dict(self, state, strict=True):
-        """Copy values (Tensors, NumPy arrays or anything with .numpy()/.detach()) into the parameters.
-        All or nothing, as torch: every key and shape is checked before any parameter changes."""
+        """Copy values (Tensors, NumPy arrays or anything with .numpy()/.detach()) into the parameters and
+        persistent buffers (each keeps its dtype and device). All or nothing, as torch: every key and shape is
+        checked before any of them changes."""
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
-        arrays = {name: _to_numpy(value) for name, value in state.items() if name in own}
+        arrays = {name: host_array(value) for name, value in state.items() if name in own}
         problems = []  # every problem in one error, as torch lists them (shapes are checked even when not strict)
         if strict and missing:
             problems.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
@@ -144,15 +196,26 @@ class Module:
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter (and its gradient) in place, as torch: model.to("cpu"),
         model.to(tinyllm.float64), model.to(device=..., dtype=...). The Parameter objects stay the same, so an
-        optimizer built before still holds them. Only floating-point dtypes, as torch."""
+        optimizer built before still holds them. Only floating-point dtypes, as torch. Buffers move too, and take
+        the dtype when they are floating-point (an int64 buffer stays int64), as torch's: each becomes a new
+        tensor (torch's buffers are replaced, not updated in place)."""
+        device, dtype = to_args(args, device, dtype)
+        if dtype is not None and not dt.to_dtype(dtype).is_float:
+            raise TypeError(f"Module.to: parameters can only take floating-point dtypes, got {dt.to_dtype(dtype).name}")
         for p in self.parameters():
-            moved = p.detach().to(*args, device=device, dtype=dtype)
-            if not moved.dtype.is_float:
-                raise TypeError(f"Module.to: parameters can only take floating-point dtypes, got {moved.dtype.name}")
+            moved = p.detach().to(device=device, dtype=dtype)
             realize(moved)
             p.device, p.node = moved.device, moved.node  # the new buffer, keeping identity and requires_grad
             if p.grad is not None:
-                p.grad = p.grad.to(*args, device=device, dtype=dtype)
+                p.grad = p.grad.to(device=device, dtype=dtype)
+        moved = {}  # id of a buffer -> its moved tensor: a buffer shared by two modules stays shared
+        for mod in self.modules():
+            for name, buf in list(mod._own_buffers()):
+                if id(buf) not in moved:
+                    out = buf.detach().to(dtype=dtype if buf.dtype.is_float else None, device=device)
+                    realize(out)
+                    moved[id(buf)] = out
+                setattr(mod, name, moved[id(buf)])
         return self
 
     def num_parameters(self):
@@ -164,14 +227,6 @@ class Module:
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
-
-
-def _to_numpy(value):
-    if isinstance(value, Tensor):
-        return value.numpy()
-    if hasattr(value, "detach"):  # a torch tensor, without importing torch
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
 
 
 class ModuleList(Module):

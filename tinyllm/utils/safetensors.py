@@ -147,14 +147,20 @@ def _read(path):
 
 def deserialize(blob, path="<bytes>"):
     """name -> NumPy array (native byte order, its own memory) of a safetensors file's bytes."""
-    header, _, start = _parse(path, blob)
+    return deserialize_all(blob, path)[0]
+
+
+def deserialize_all(blob, path="<bytes>"):
+    """(name -> NumPy array, name -> dtype name in the file, metadata) of a safetensors file's bytes, the tensors in
+    the header's order (BF16 as its uint16 storage)."""
+    header, metadata, start = _parse(path, blob)
     out = {}
     for name, entry in header.items():
         begin, end = entry["data_offsets"]
         array = np.frombuffer(blob, DTYPES[entry["dtype"]], count=(end - begin) // np.dtype(DTYPES[entry["dtype"]])
                               .itemsize, offset=start + begin)
         out[name] = array.astype(array.dtype.newbyteorder("="), copy=True).reshape(entry["shape"])
-    return out
+    return out, {name: entry["dtype"] for name, entry in header.items()}, metadata
 
 
 def load_file(path):
