@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..graph import build
+from ..utils.checks import whole_number
 from .base import Op, register
 
 FORMATS = ("int8", "int4")
@@ -27,8 +28,7 @@ def check_format(fmt, group_size, in_features, what="quantize"):
     """Raise a clear error unless (fmt, group_size) can quantize a weight with `in_features` columns."""
     if fmt not in FORMATS:
         raise ValueError(f"{what}: unknown format {fmt!r}: use 'int8' or 'int4'")
-    if not isinstance(group_size, (int, np.integer)) or isinstance(group_size, bool) or group_size <= 0:
-        raise ValueError(f"{what}: group_size must be a positive int, got {group_size!r}")
+    whole_number(what, "group_size", group_size, 1)
     if in_features % group_size:
         raise ValueError(f"{what}: group_size {group_size} does not divide in_features {in_features}: pick a "
                          f"divisor of {in_features} (32 and 128 are usual)")
