@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package `tinyllm` itself (its __init__, what `import tinyllm` gives) is the top.
 LAYERS = [
     ("base", ["tinyllm._kernels", "tinyllm.env", "tinyllm.dtype", "tinyllm.weak", "tinyllm.process_group",
-              "tinyllm.autocast_mode", "tinyllm.utils.files", "tinyllm.utils.progress"]),
+              "tinyllm.autocast_mode", "tinyllm.utils.files", "tinyllm.utils.progress",
+              "tinyllm.utils.checks"]),
     ("graph", ["tinyllm.graph"]),
     ("ops", ["tinyllm.ops", "tinyllm.views"]),
     ("autograd", ["tinyllm.autograd"]),

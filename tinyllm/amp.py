@@ -21,6 +21,7 @@ import numpy as np
 from . import dtype as dt
 from .realizer import realize
 from .tensor import Tensor, no_grad
+from .utils.checks import whole_number
 
 __all__ = ["GradScaler", "OptState"]
 
@@ -33,6 +34,22 @@ class OptState(Enum):
 
 def _refresh_per_optimizer_state():
     return {"stage": OptState.READY, "found_inf_per_device": {}}
+
+
+def _check_settings(init_scale, growth_factor, backoff_factor, growth_interval):
+    """torch's two checks (its exception type and messages), and of what torch takes silently though it breaks
+    training: a scale of 0 (every gradient 0, unscaled to NaN), a backoff to 0, a growth_interval never reached."""
+    if growth_factor <= 1.0:
+        raise AssertionError(f"The growth factor must be > 1.0. (GradScaler got growth_factor={growth_factor})")
+    if backoff_factor >= 1.0:
+        raise AssertionError(f"The backoff factor must be < 1.0. (GradScaler got backoff_factor={backoff_factor})")
+    if not backoff_factor > 0.0:
+        raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}: the scale would drop "
+                         "to 0 or below at the first inf")
+    if isinstance(init_scale, bool) or not isinstance(init_scale, numbers.Real) or not 0.0 < init_scale < math.inf:
+        raise ValueError(f"GradScaler: init_scale must be a finite number > 0, got {init_scale!r}: 2.0 ** 16 is "
+                         "torch's default")
+    whole_number("GradScaler", "growth_interval", growth_interval, 1)
 
 
 def _f32(x):
@@ -59,11 +76,7 @@ class GradScaler:
                  growth_interval=2000, enabled=True):
         self._device, self._enabled = device, enabled
         if self._enabled:
-            if growth_factor <= 1.0:  # (torch's exception type and message)
-                raise AssertionError(f"The growth factor must be > 1.0. (GradScaler got growth_factor={growth_factor})")
-            if backoff_factor >= 1.0:
-                raise AssertionError(f"The backoff factor must be < 1.0. (GradScaler got "
-                                     f"backoff_factor={backoff_factor})")
+            _check_settings(init_scale, growth_factor, backoff_factor, growth_interval)
             self._init_scale = init_scale
             self._scale = None  # a 0-d float32 Tensor, made by the first scale() on that tensor's device
             self._scale_value = None  # its value on the host: update() computes the next one here

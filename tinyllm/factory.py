@@ -82,7 +82,10 @@ def numpy_generator(generator=None):
         return generator._np
     if isinstance(generator, np.random.Generator):
         return generator
-    raise TypeError(f"generator: expected a tinyllm.Generator, got {type(generator).__name__}")
+    kind = type(generator)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    raise TypeError(f"generator: expected a tinyllm.Generator (or a numpy.random.Generator), got {name}: make one "
+                    "with tinyllm.Generator().manual_seed(seed)")
 
 
 def _shape(size):

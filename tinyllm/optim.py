@@ -21,6 +21,9 @@ class Optimizer:
         if isinstance(params, Tensor):  # iterating it would hand over its rows, which are not the parameter
             raise TypeError(f"{name}: params must be an iterable of tensors or of dicts, got one Tensor: "
                             "wrap it in a list")
+        if hasattr(params, "parameters") and hasattr(params, "named_modules"):
+            raise TypeError(f"{name}: params must be an iterable of tensors or of dicts, got a "
+                            f"{type(params).__name__} model: pass model.parameters()")
         params = list(params)
         if not params:
             raise ValueError(f"{name}: got an empty parameter list")
@@ -29,6 +32,7 @@ class Optimizer:
         for g in groups:
             ps = g["params"]
             group = {**defaults, **g, "params": [ps] if isinstance(ps, Tensor) else list(ps)}
+            self._check(group)
             for p in group["params"]:
                 if not isinstance(p, Tensor) or not p.requires_grad or not p.is_leaf:
                     raise TypeError(f"{name}: can only optimize leaf tensors that require grad, got {p!r:.80}")
@@ -82,6 +86,8 @@ class Optimizer:
             raise ValueError(f"{name}: loaded state dict contains parameter groups of {sizes} parameters, which do "
                              f"not match the size of this optimizer's groups {own_sizes}")
         options = [self._options(saved, i, name) for i, saved in enumerate(saved_groups)]
+        for g, opts in zip(self.param_groups, options):
+            self._check({**g, **opts})
         params = {}  # saved index -> parameter: the saved groups' indices, matched to ours in order
         for saved, g in zip(saved_groups, self.param_groups):
             params.update(zip(saved["params"], g["params"]))
@@ -137,6 +143,10 @@ class Optimizer:
         if out and missing:
             raise ValueError(f"{where} has {sorted(out)} but no {', '.join(map(repr, missing))}")
         return out
+
+    def _check(self, group):
+        """Raise for an impossible option of a param group (the defaults filled in, so they are checked too): each
+        optimizer its own, with torch's messages. torch checks the defaults only; a group's lr=-1 is checked too."""
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
@@ -277,7 +287,9 @@ def _frozen(value):
 
 
 def _check_lr(lr):
-    """torch's check (so a NaN learning rate is refused too)."""
+    """torch's check (so a NaN learning rate is refused too); a tensor lr is taken, as torch does."""
+    if isinstance(lr, bool) or not isinstance(lr, (numbers.Real, Tensor)):
+        raise TypeError(f"Invalid learning rate: {lr!r}: lr must be a number (or a tensor)")
     if isinstance(lr, numbers.Real) and not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate: {lr}")
 
@@ -287,7 +299,7 @@ def _check_adam(lr, betas, eps, weight_decay):
     _check_lr(lr)
     if not 0.0 <= eps:
         raise ValueError(f"Invalid epsilon value: {eps}")
-    if len(betas) != 2:
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
     if not 0.0 <= betas[0] < 1.0:
         raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
@@ -301,15 +313,17 @@ class SGD(Optimizer):
     _STATE_KEYS = ("momentum_buffer",)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
-        _check_lr(lr)
-        if momentum < 0.0:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov))
+
+    def _check(self, g):
+        _check_lr(g["lr"])
+        if g["momentum"] < 0.0:
+            raise ValueError(f"Invalid momentum value: {g['momentum']}")
+        if g["weight_decay"] < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
+        if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _host_step(self, group, state):
         return {"lr": group["lr"]}
@@ -335,8 +349,10 @@ class AdamW(Optimizer):
     _UNSUPPORTED_OPTIONS = {"maximize": False, "amsgrad": False, "decoupled_weight_decay": True}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        _check_adam(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def _check(self, g):
+        _check_adam(g["lr"], g["betas"], g["eps"], g["weight_decay"])
 
     def _host_step(self, group, state):
         state["step"] = t = state.get("step", 0) + 1

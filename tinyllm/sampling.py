@@ -14,6 +14,7 @@ import numpy as np
 
 from . import factory
 from .tensor import Tensor
+from .utils.checks import whole_number
 
 
 def _array(x, fn, what="logits"):
@@ -31,8 +32,8 @@ def check_options(fn, temperature, top_k, top_p, min_p):
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)) \
             or not math.isfinite(temperature) or temperature < 0:
         raise ValueError(f"{fn}: temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
-        raise ValueError(f"{fn}: top_k must be an int >= 1 (None turns it off), got {top_k!r}")
+    if top_k is not None:
+        whole_number(fn, "top_k", top_k, 1, " (None turns it off)")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.integer, np.floating))
                               or not 0 < top_p <= 1):
         raise ValueError(f"{fn}: top_p must be in (0, 1] (None turns it off), got {top_p!r}")
@@ -137,6 +138,19 @@ def probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
     return out.reshape(shape)
 
 
+def _check_probs(P, fn, what, mass=True):
+    """A ValueError naming what is wrong with probabilities P (..., V), and the first row it is wrong in: a NaN or
+    inf, a negative value (logits passed for probabilities, most often) or, with `mass`, a row summing to 0."""
+    checks = ((~np.isfinite(P).all(-1), "has a NaN or inf"),
+              ((P < 0).any(-1), "has a negative value (logits? pass probs(logits))"),
+              (P.sum(-1) <= 0 if mass else False, "sums to 0: it has no mass"))
+    for rows, why in checks:
+        if np.any(rows):
+            row = tuple(int(i) for i in np.argwhere(rows)[0])
+            raise ValueError(f"{fn}: {what} must hold probabilities, but its row {row[0] if len(row) == 1 else row} "
+                             f"{why}")
+
+
 def _race(p, rng):
     """One draw from p (1-D, ∝ the distribution: scaling p does not change the winner) by the exponential race:
     the index of max p_i / E_i, E_i ~ Exp(1)."""
@@ -151,9 +165,9 @@ def draw(p, generator=None):
     """One token per row of probabilities p (B, V), such as `probs` gives, by the exponential race (see `sample`):
     a (B,) int64 NumPy array."""
     P = _array(p, "draw", "p")
-    if P.ndim != 2 or not (np.isfinite(P).all() and (P >= 0).all() and (P.sum(-1) > 0).all()):
-        raise ValueError(f"draw: expected probabilities (B, V), finite, >= 0, each row with some mass; got shape "
-                         f"{tuple(P.shape)}")
+    if P.ndim != 2:
+        raise ValueError(f"draw: expected probabilities p (B, V), got shape {tuple(P.shape)}")
+    _check_probs(P, "draw", "p")
     rng = factory.numpy_generator(generator)
     return np.array([_race(row, rng) for row in P], dtype=np.int64)
 
@@ -205,12 +219,12 @@ def speculative_accept(p, q, draft_tokens, generator=None):
         raise ValueError(f"{fn}: expected p (B, k+1, V), q (B, k, V) and draft_tokens (B, k), got shapes "
                          f"{tuple(P.shape)}, {tuple(Q.shape)}, {tuple(d.shape)}")
     B, k, V = Q.shape
-    if d.dtype.kind not in "iu" or ((d < 0) | (d >= V)).any():
+    if d.dtype.kind not in "iu":
         raise ValueError(f"{fn}: draft_tokens must be integers in [0, {V}), got {d.dtype} values")
-    if not ((P >= 0).all() and (Q >= 0).all() and np.isfinite(P).all() and np.isfinite(Q).all()):
-        raise ValueError(f"{fn}: p and q must be probabilities (finite, >= 0)")
-    if not (P.sum(-1) > 0).all():
-        raise ValueError(f"{fn}: every row of p must have some mass (a row sums to 0)")
+    if d.size and (d.min() < 0 or d.max() >= V):
+        raise ValueError(f"{fn}: draft_tokens must be integers in [0, {V}), got {d.min() if d.min() < 0 else d.max()}")
+    _check_probs(P, fn, "p")
+    _check_probs(Q, fn, "q", mass=False)  # (a draft row may sum to 0 where nothing was drafted)
     rng = factory.numpy_generator(generator)
     rows = np.arange(B)
     u = rng.random((B, k))

@@ -17,12 +17,15 @@ import functools
 import heapq
 import importlib.resources
 import json
+import numbers
 import re
 import warnings
 from collections import Counter
+from collections.abc import Hashable, Iterable
 
 import regex
 
+from .utils.checks import whole_number
 from .utils.files import atomic_write
 from .utils.progress import progress_bar
 
@@ -93,13 +96,15 @@ class Tokenizer:
     byte; identity by default, GPT-2 permutes them) and `special_tokens` ({text: id}, ids after the merges)."""
 
     def __init__(self, merges, *, special_tokens=None, pattern="gpt2", byte_ids=None, name="tinyllm"):
-        self.name = name
-        self.pattern = pattern
-        self.merges = [tuple(m) for m in merges]
-        self.byte_ids = list(range(256)) if byte_ids is None else list(byte_ids)
         if special_tokens is not None and not isinstance(special_tokens, dict):
             raise TypeError(f"Tokenizer: special_tokens must be a dict of {{text: id}}, got "
                             f"{type(special_tokens).__name__} {special_tokens!r:.60}: e.g. {{'<|endoftext|>': 50256}}")
+        byte_ids = list(range(256)) if byte_ids is None else byte_ids
+        check_tables(byte_ids, merges, special_tokens or {})
+        self.name = name
+        self.pattern = pattern
+        self.merges = [tuple(m) for m in merges]
+        self.byte_ids = list(byte_ids)
         self._special = dict(special_tokens or {})
         self._split = regex.compile(pattern_regex(pattern)) if pattern is not None else None
         self._split_ascii = re.compile(ASCII_PATTERNS[pattern]) if pattern in ASCII_PATTERNS else self._split
@@ -147,7 +152,7 @@ class Tokenizer:
     # ---- encoding ----
     def encode_ordinary(self, text):
         """Ids of `text`, with special tokens' texts encoded as ordinary text."""
-        text = fix_surrogates(text)
+        text = fix_surrogates(_text(text, "encode_ordinary", "encode_ordinary_batch"))
         if self._split is None:
             return list(bpe(text.encode("utf-8"), self._ranks)) if text else []
         split = self._split_ascii if text.isascii() else self._split
@@ -168,10 +173,12 @@ class Tokenizer:
         """Ids of `text`. Special tokens' texts become their ids only where allowed (a set, or "all"); a
         disallowed one raises ValueError ("all": every special not allowed), as tiktoken does, because text
         from users that contains "<|endoftext|>" should not end a document by accident."""
+        _text(text, "encode", "encode_batch")
+        # a string other than "all" would be taken character by character; disallowed_special=None is none (tiktoken)
         for what, value in (("allowed_special", allowed_special), ("disallowed_special", disallowed_special)):
-            if isinstance(value, str) and value != "all":  # else taken character by character, never matching
-                raise TypeError(f"encode: {what} takes 'all' or a set of special tokens' texts, got the string "
-                                f"{value!r}: write {what}={{{value!r}}}")
+            if value != "all" and (value is not None or what == "allowed_special"):
+                _collection(value, "encode", what, "'all' or a set of special tokens' texts",
+                            f"{what}={{{value!r}}}" if isinstance(value, str) else f"{what}=set() for none")
         if allowed_special == "all":
             allowed_special = self.special_tokens
         if disallowed_special == "all":
@@ -180,9 +187,9 @@ class Tokenizer:
             found = special_regex(disallowed_special).search(text)
             if found:
                 raise ValueError(
-                    f"Encountered text corresponding to disallowed special token {found.group()!r}. Pass it in "
-                    f"allowed_special to encode it as a special token, or disallowed_special=() to encode it "
-                    f"as ordinary text.")
+                    f"Encountered text corresponding to disallowed special token {found.group()!r}. Pass "
+                    f"allowed_special={{{found.group()!r}}} to encode it as a special token, or "
+                    f"disallowed_special=() to encode it as ordinary text.")
         allowed = set(allowed_special) & self.special_tokens
         if not allowed:
             return self.encode_ordinary(text)
@@ -196,11 +203,13 @@ class Tokenizer:
 
     def encode_batch(self, texts, *, allowed_special=frozenset(), disallowed_special="all"):
         """encode() of each text (one thread)."""
+        _collection(texts, "encode_batch", "texts", "a list of strings", "encode(text) for one")
         return [self.encode(t, allowed_special=allowed_special, disallowed_special=disallowed_special)
                 for t in texts]
 
     def encode_ordinary_batch(self, texts):
         """encode_ordinary() of each text."""
+        _collection(texts, "encode_ordinary_batch", "texts", "a list of strings", "encode_ordinary(text) for one")
         return [self.encode_ordinary(t) for t in texts]
 
     # ---- decoding ----
@@ -210,9 +219,13 @@ class Tokenizer:
         try:
             return b"".join(self._decoder[i] for i in ids)
         except (KeyError, TypeError):
-            bad = next(i for i in ids if not isinstance(i, int) or i not in self._decoder)
-            raise IndexError(f"token id {bad!r} is not in this tokenizer's vocabulary (n_vocab={self.n_vocab}: "
-                             f"ids are 0..{self.n_vocab - 1})") from None
+            bad = next(i for i in ids if not isinstance(i, Hashable) or i not in self._decoder)
+            if not isinstance(bad, numbers.Integral):
+                raise TypeError(f"decode: token ids must be ints, got {type(bad).__name__} {bad!r:.40}"
+                                + (": decode one sequence at a time" if isinstance(bad, (list, tuple)) else "")) \
+                    from None
+            raise InvalidToken(f"token id {bad!r} is not in this tokenizer's vocabulary (n_vocab={self.n_vocab}: "
+                               f"ids are 0..{self.n_vocab - 1})") from None
 
     def decode(self, ids):
         """The text of `ids`. Bytes that are not valid UTF-8 (a character split across a cut) become U+FFFD."""
@@ -235,13 +248,15 @@ class Tokenizer:
         when two paths lead to the same string) is skipped: each token's bytes stay unique, as ranks need.
         If the text runs out of pairs before vocab_size, training stops early with a warning. Special tokens' texts
         in the training text are treated as ordinary text."""
-        special_tokens = list(special_tokens)
+        fix = f"[{special_tokens!r}]" if isinstance(special_tokens, str) else "() for none"
+        special_tokens = list(_collection(special_tokens, "Tokenizer.train", "special_tokens", "a list of texts", fix))
+        whole_number("Tokenizer.train", "vocab_size", vocab_size)
         n_merges = vocab_size - 256 - len(special_tokens)
         if n_merges < 0:
             raise ValueError(f"vocab_size={vocab_size} is too small: it must be at least 256 (the bytes) + "
                              f"{len(special_tokens)} (special tokens) = {256 + len(special_tokens)}")
         split = pattern_regex(pattern)
-        texts = [text] if isinstance(text, str) else text
+        texts = text if isinstance(text, Iterable) and not isinstance(text, (str, bytes)) else [text]
         chunk_counts = count_chunks(texts, split)
         merges = BPETrainer(chunk_counts).run(n_merges, progress=n_merges >= 1000 if verbose is None else verbose)
         if len(merges) < n_merges:
@@ -265,11 +280,7 @@ class Tokenizer:
     @classmethod
     def load(cls, path):
         """Read a file written by save(). A newer format version, or a corrupt file, raises ValueError."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a tokenizer file (bad JSON: {e})") from None
+        data = _read_json(path, "a tokenizer file")
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path}: not a tokenizer file (no \"format\": \"{FORMAT}\")")
         version = data.get("version")
@@ -282,7 +293,6 @@ class Tokenizer:
         if missing:
             raise ValueError(f"{path}: corrupt tokenizer file: missing {', '.join(missing)}")
         try:
-            check_tables(data["byte_ids"], data["merges"], data["special_tokens"])
             return cls(data["merges"], special_tokens=data["special_tokens"], pattern=data["pattern"],
                        byte_ids=data["byte_ids"], name=data["name"])
         except (ValueError, TypeError) as e:
@@ -310,8 +320,7 @@ class Tokenizer:
         def to_bytes(s):
             return bytes(unbyte[c] for c in s)
 
-        with open(encoder_json, encoding="utf-8") as f:
-            encoder = json.load(f)
+        encoder = _read_json(encoder_json, "GPT-2's encoder.json")
         with open(vocab_bpe, encoding="utf-8") as f:
             merge_lines = f.read().split("\n")[1:]  # the first line is a version comment
         specials = {t: encoder.pop(t) for t in ("<|endoftext|>", "<|startoftext|>") if t in encoder}
@@ -340,13 +349,13 @@ def build_vocab(byte_ids, merges):
 
 
 def check_tables(byte_ids, merges, special_tokens):
-    """Raise ValueError naming what is wrong with a loaded file's tables."""
-    if not isinstance(byte_ids, list) or sorted(byte_ids) != list(range(256)):
+    """Raise ValueError naming what is wrong with a tokenizer's tables (the constructor's arguments, a file's)."""
+    if not isinstance(byte_ids, (list, tuple)) or sorted(byte_ids) != list(range(256)):
         raise ValueError("\"byte_ids\" must list 256 ids, a permutation of 0..255")
-    if not isinstance(merges, list):
+    if not isinstance(merges, (list, tuple)):
         raise ValueError("\"merges\" must be a list of [left id, right id] pairs")
     for k, m in enumerate(merges):
-        ok = isinstance(m, list) and len(m) == 2 and all(type(i) is int and 0 <= i < 256 + k for i in m)
+        ok = isinstance(m, (list, tuple)) and len(m) == 2 and all(type(i) is int and 0 <= i < 256 + k for i in m)
         if not ok:
             raise ValueError(f"merge {k} is {m!r}: it must be two ids of earlier tokens (below {256 + k})")
     if not isinstance(special_tokens, dict) or not all(
@@ -377,7 +386,7 @@ def count_chunks(texts, split):
     """How often each pre-tokenized chunk (as bytes) occurs in `texts`."""
     counts = Counter()
     for text in texts:
-        text = fix_surrogates(text)
+        text = fix_surrogates(_text(text, "Tokenizer.train"))
         chunks = regex.findall(split, text) if split is not None else ([text] if text else [])
         counts.update(chunks)
     return Counter({c.encode("utf-8"): n for c, n in counts.items()})
@@ -481,4 +490,38 @@ def _id_list(ids, name):
         if "float" in dtype or "bool" in dtype:
             raise TypeError(f"{name}: token ids must be integers, got a {dtype} tensor: use .long()")
         return ids.tolist()
-    return ids
+    return _collection(ids, name, "ids", "a sequence of token ids", "a list of ints (encode(text) makes them)")
+
+
+class InvalidToken(KeyError, IndexError):
+    """A token id outside the vocabulary: a KeyError, as tiktoken raises, and an IndexError, as torch's embedding
+    does, so either `except` catches it."""
+
+    def __str__(self):
+        return str(self.args[0])  # (not KeyError's repr of it)
+
+
+def _text(text, fn, batch=None):
+    """`text` if it is a str, else a TypeError that says what to pass instead (`batch`: fn's function of a list)."""
+    if not isinstance(text, str):
+        fix = (": decode the bytes first, text.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else
+               f": use {batch} for a list of texts" if batch and isinstance(text, (list, tuple)) else "")
+        raise TypeError(f"{fn}: text must be a str, got {type(text).__name__} {text!r:.40}{fix}")
+    return text
+
+
+def _collection(value, fn, what, want, fix):
+    """`value` if it is a collection and not a string (which would be taken character by character), else a
+    TypeError naming fn, what, the value and `fix`."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{fn}: {what} takes {want}, got {type(value).__name__} {value!r:.60}: write {fix}")
+    return value
+
+
+def _read_json(path, what):
+    """A JSON file's value; a file that is not JSON is a ValueError naming it and `what` it should be."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not {what} (bad JSON: {e})") from None

@@ -3,7 +3,8 @@ and speculative decoding, shared through GenerationMixin (docs/architecture.md, 
 
 What a model supplies, and nothing else:
     config.vocab_size                 the tokens
-    max_positions                     the longest context (GPT's block_size, Llama's max_position_embeddings)
+    max_positions_field               the config's field of the longest context, max_positions (GPT's block_size,
+                                      Llama's max_position_embeddings)
     get_input_embeddings()            the token embedding (the caches hold keys and values in its dtype)
     lm_head                           hidden states to logits
     _features(idx, cache=None)        the final norm's output at every position of idx (B, T); with `cache` (a
@@ -19,8 +20,9 @@ import numpy as np
 
 from .. import factory
 from ..nn import functional as F
-from ..sampling import sample
-from ..tensor import no_grad
+from ..sampling import check_options, sample
+from ..tensor import Tensor, no_grad
+from ..utils.checks import whole_number
 
 MASKED = -1e30  # an empty cache slot's score bias: finite (WGSL may assume no infinities); exp(MASKED·scale - max) = 0
 
@@ -91,26 +93,23 @@ class GenerationMixin:
         name them: "rounds" (verifications), "proposed" (draft tokens proposed), "accepted" (of them, accepted) and
         "draft_acceptance_rate" = accepted / proposed (nan until a draft is proposed). With a draft model the same
         dict is also self.speculative_stats (a new one per call when stats is not given)."""
-        name = type(self).__name__
-        if idx.ndim != 2:
-            raise ValueError(f"{name}.generate: idx must be (B, T) token ids, got shape {idx.shape}")
-        if idx.shape[1] == 0:
-            raise ValueError(f"{name}.generate: the prompt is empty: give at least one token per row")
-        if idx.dtype.is_float or idx.dtype.name == "bool":
-            raise TypeError(f"{name}.generate: idx must hold integer token ids, got {idx.dtype.name}: make it with "
-                            "dtype=tinyllm.int64 (or .long()); a float prompt would be truncated silently")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-            raise ValueError(f"{name}.generate: max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
+        name = f"{type(self).__name__}.generate"
+        self._check_ids(idx, name)
+        whole_number(name, "max_new_tokens", max_new_tokens)
+        check_options(name, temperature, top_k, top_p, min_p)
+        factory.numpy_generator(generator)  # (its TypeError now, not at the first token)
+        if draft_model is not None:
+            self._check_draft(draft_model, idx, num_speculative_tokens, name)
         ids = idx.numpy()
         vocab = self.config.vocab_size
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):
             bad = ids.min() if ids.min() < 0 else ids.max()
-            raise IndexError(f"{name}.generate: token id {int(bad)} is out of range for the vocabulary of "
+            raise IndexError(f"{name}: token id {int(bad)} is out of range for the vocabulary of "
                              f"{vocab} tokens (ids are 0..{vocab - 1})")
         if stats is None:
             stats = {}
         elif not isinstance(stats, dict):
-            raise TypeError(f"{name}.generate: stats must be a dict to fill in (or None), got "
+            raise TypeError(f"{name}: stats must be a dict to fill in (or None), got "
                             f"{type(stats).__name__}")
         stats.clear()
         stats["emitted"] = 0
@@ -124,15 +123,59 @@ class GenerationMixin:
                                             generator, stats)
         if stream:
             return steps
-        from ..tensor import Tensor
         ids = idx.numpy()
         new = [t.numpy() for t in steps]
         return Tensor(np.concatenate([ids] + new, axis=1).astype(np.int64), device=idx.device)
 
+    def _check_ids(self, idx, fn):
+        """idx as the model takes it: a (B, T) tensor of integer token ids, T >= 1. O(1): the ids' values are
+        checked where they are read (by generate, and by the embedding where they sit in host memory)."""
+        if not isinstance(idx, Tensor):
+            raise TypeError(f"{fn}: idx must be a tinyllm Tensor of token ids (B, T), got {type(idx).__name__}: "
+                            "make it with tinyllm.tensor(ids)")
+        if idx.ndim != 2:
+            raise ValueError(f"{fn}: idx must be (B, T) token ids, got shape {idx.shape}"
+                             + (": add the batch axis, idx[None]" if idx.ndim == 1 else ""))
+        if idx.shape[1] == 0:
+            raise ValueError(f"{fn}: idx {idx.shape} has no tokens: give at least one token per row")
+        if idx.dtype.is_float or idx.dtype.name == "bool":
+            raise TypeError(f"{fn}: idx must hold integer token ids, got {idx.dtype.name}: make it with "
+                            "dtype=tinyllm.int64 (or .long()); float ids would be truncated silently")
+
+    def _check_forward(self, idx, targets):
+        """forward's idx (at most max_positions tokens: generate crops, forward does not) and targets (idx's shape:
+        the next token at each position)."""
+        fn = f"{type(self).__name__}.forward"
+        self._check_ids(idx, fn)
+        if idx.shape[1] > self.max_positions:
+            raise ValueError(f"{fn}: idx has {idx.shape[1]} tokens, more than {self.max_positions_field} "
+                             f"{self.max_positions}: crop it to the last {self.max_positions} (idx[:, "
+                             f"-{self.max_positions}:]), as generate does")
+        if targets is not None and (not isinstance(targets, Tensor) or targets.shape != idx.shape):
+            got = targets.shape if isinstance(targets, Tensor) else type(targets).__name__
+            raise ValueError(f"{fn}: targets must be a tensor of idx's shape {idx.shape} (the next token at each "
+                             f"position), got {got}")
+
+    @property
+    def max_positions(self):
+        return getattr(self.config, self.max_positions_field)
+
+    def _check_draft(self, draft, idx, k, fn):
+        """generate's speculative arguments, checked when it is called (its steps run later, when streamed)."""
+        if not isinstance(draft, GenerationMixin):
+            raise TypeError(f"{fn}: draft_model must be a model with generate (a GPT or Llama), got "
+                            f"{type(draft).__name__}")
+        if idx.shape[0] != 1:
+            raise ValueError(f"{fn}: speculative decoding takes one sequence (B = 1), got B = {idx.shape[0]}: "
+                             "generate each row on its own")
+        if draft.config.vocab_size != self.config.vocab_size:
+            raise ValueError(f"{fn}: the draft model's vocab_size {draft.config.vocab_size} is not the target's "
+                             f"{self.config.vocab_size}: a draft must share the target's tokens")
+        whole_number(fn, "num_speculative_tokens", k, 1)
+
     def _generate_steps(self, idx, max_new_tokens, sampling, generator, use_cache, stats):
         """The generator behind generate(): no_grad around each step's work (a generator's body runs while its
         caller's code runs, so a no_grad spanning a yield would leak into the caller)."""
-        from ..tensor import Tensor
         with no_grad():
             ids = idx.numpy().astype(np.int64)
             decoder = self._decoder(ids.shape[0], idx.device, use_cache)
@@ -155,16 +198,6 @@ class GenerationMixin:
         positions (Decoder.sync). Near max_positions, where no draft fits, the target goes on alone. `stats`
         counts the rounds and the proposed and accepted drafts (generate's docstring)."""
         from ..sampling import draw, probs, speculative_accept
-        from ..tensor import Tensor
-        name = type(self).__name__
-        if idx.shape[0] != 1:
-            raise ValueError(f"{name}.generate: speculative decoding takes one sequence (B = 1), got "
-                             f"B = {idx.shape[0]}: generate each row on its own")
-        if draft.config.vocab_size != self.config.vocab_size:
-            raise ValueError(f"{name}.generate: the draft model's vocab_size {draft.config.vocab_size} is not the "
-                             f"target's {self.config.vocab_size}: a draft must share the target's tokens")
-        if k < 1:
-            raise ValueError(f"{name}.generate: num_speculative_tokens must be at least 1, got {k}")
         block = min(self.max_positions, draft.max_positions)
         with no_grad():
             ids = idx.numpy().astype(np.int64)
@@ -242,7 +275,6 @@ class Decoder:
             self.slots = factory.arange(self.block, device=device)
 
     def logits(self, ids):
-        from ..tensor import Tensor
         B, L = ids.shape
         if not self.use_cache or L > self.block:
             self.length = None
@@ -261,7 +293,6 @@ class Decoder:
         """Logits (B, T, V), a NumPy array, at each of the T positions of ids (B, L) past the cache's `length`
         (1 <= T, L <= block): one forward over them against the cache, which then holds all of ids. The cache
         must hold ids' first `length` tokens (sync)."""
-        from ..tensor import Tensor
         B, L = ids.shape
         T, pos = L - self.length, Tensor([self.length], device=self.device)
         if T == 1:  # the decode step's own recording
@@ -274,7 +305,6 @@ class Decoder:
     def sync(self, ids, length):
         """Make the cache hold exactly the first `length` tokens of ids (B, L), of which it holds a prefix: forget
         what it holds past them (speculative decoding's rollback of rejected drafts), or add what it lacks."""
-        from ..tensor import Tensor
         if self.length is None:  # a new sequence: emptied, then filled by the recorded chunk steps (a prefill's
             self.cut(Tensor([0], device=self.device))  # graph is built anew for each prompt length)
             self.length = 0

@@ -1,5 +1,6 @@
 """A GPT in nanoGPT's shape and with its parameter names, so its weights load into (and from) nanoGPT."""
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -8,6 +9,7 @@ import numpy as np
 from .. import factory, nn
 from ..nn import functional as F
 from ..utils.checkpoint import checkpoint
+from ..utils.checks import whole_number
 from .generation import GenerationMixin, attend_cached, decode_layers, positions
 from .pretrained import PreTrainedModel
 
@@ -26,6 +28,9 @@ class GPTConfig:
     gelu: str = "exact"
 
     def __post_init__(self):
+        check_config("GPTConfig", self, ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"), "dropout")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GPTConfig: n_embd {self.n_embd} must be divisible by n_head {self.n_head}")
         if self.gelu not in GELU_FORMS:
             raise ValueError(f"GPTConfig: gelu must be one of {sorted(GELU_FORMS)} (\"exact\" is nanoGPT's erf GELU, "
                              f"\"tanh\" GPT-2's approximation), got {self.gelu!r}")
@@ -34,10 +39,19 @@ class GPTConfig:
 GELU_FORMS = {"exact": "none", "tanh": "tanh"}  # GPTConfig.gelu -> F.gelu's approximate=
 
 
+def check_config(name, config, sizes, dropout):
+    """A clear ValueError, naming the config and the field, for a size that is not a positive int or a dropout
+    probability outside [0, 1): nothing would build, or the model would be silently wrong (n_layer=-1 has no
+    layers). The fields' relations (heads dividing widths) are each config's own."""
+    for field in sizes:
+        whole_number(name, field, getattr(config, field), 1)
+    p = getattr(config, dropout)
+    if not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name}: {dropout} must be a probability in [0, 1), got {p!r}")
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config):
-        if config.n_embd % config.n_head:
-            raise ValueError(f"GPTConfig: n_embd {config.n_embd} must be divisible by n_head {config.n_head}")
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -146,6 +160,7 @@ class GPT(PreTrainedModel, GenerationMixin, nn.Module):
             p.copy_(value)
 
     def forward(self, idx, targets=None):
+        self._check_forward(idx, targets)
         x = self._features(idx)
         if targets is None:
             return self.lm_head(x[:, -1:, :]), None  # inference: only the last position is needed
@@ -156,10 +171,7 @@ class GPT(PreTrainedModel, GenerationMixin, nn.Module):
     def _features(self, idx, cache=None):
         """The last layer norm's output at every position of idx (B, T). With `cache` (a list), each layer's keys
         and values (B, nh, T, hs) are appended to it."""
-        B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"GPT: sequence of length {T} is longer than block_size {self.config.block_size}")
-        pos = factory.arange(T, device=idx.device)
+        pos = factory.arange(idx.shape[1], device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = checkpoint(block, x) if self.config.checkpoint and self.training and cache is None else block(x, cache)
@@ -214,9 +226,7 @@ class GPT(PreTrainedModel, GenerationMixin, nn.Module):
                       {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate, betas=betas)
 
     # ---- generation's hooks (tinyllm/models/generation.py) ----
-    @property
-    def max_positions(self):
-        return self.config.block_size
+    max_positions_field = "block_size"
 
     def get_input_embeddings(self):
         return self.transformer.wte

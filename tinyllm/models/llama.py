@@ -17,7 +17,7 @@ from .. import factory, nn
 from ..nn import functional as F
 from ..utils.checkpoint import checkpoint
 from .generation import GenerationMixin, attend_cached, decode_layers, positions
-from .gpt import GPT
+from .gpt import GPT, check_config
 from .pretrained import PreTrainedModel
 
 
@@ -46,6 +46,10 @@ class LlamaConfig:
     def __post_init__(self):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
+        sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "max_position_embeddings")
+        check_config("LlamaConfig", self, sizes + (("head_dim",) if self.head_dim is not None else ()),
+                     "attention_dropout")
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
                 raise ValueError(f"LlamaConfig: hidden_size {self.hidden_size} must be divisible by "
@@ -192,6 +196,7 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
             p.copy_(value)
 
     def forward(self, idx, targets=None):
+        self._check_forward(idx, targets)
         logits = self.lm_head(self._features(idx))
         if targets is None:
             return logits, None
@@ -201,11 +206,7 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
     def _features(self, idx, cache=None):
         """The final norm's output at every position of idx (B, T); with `cache` (a list), each layer's keys and
         values (B, H_kv, T, hd), keys rotated, are appended to it."""
-        B, T = idx.shape
-        if T > self.config.max_position_embeddings:
-            raise ValueError(f"Llama: sequence of length {T} is longer than max_position_embeddings "
-                             f"{self.config.max_position_embeddings}")
-        cos, sin = self.model.rotary_emb(factory.arange(T, device=idx.device))
+        cos, sin = self.model.rotary_emb(factory.arange(idx.shape[1], device=idx.device))
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
             if self.config.checkpoint and self.training and cache is None:
@@ -225,9 +226,7 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
     configure_optimizers = GPT.configure_optimizers  # AdamW, decay on the 2-D weights only
 
     # ---- generation's hooks (tinyllm/models/generation.py) ----
-    @property
-    def max_positions(self):
-        return self.config.max_position_embeddings
+    max_positions_field = "max_position_embeddings"
 
     def get_input_embeddings(self):
         return self.model.embed_tokens

@@ -1,6 +1,9 @@
 """Composite ops, built from primitives in the front end (so every runtime gets them for free), with
 torch.nn.functional's names and arguments."""
 import math
+import numbers
+
+import numpy as np
 
 from .. import autocast_mode as _autocast, dtype as dt
 from ..factory import bernoulli_mask
@@ -67,10 +70,15 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     return y if weight is None else y * weight
 
 
+def check_dropout(p, fn="dropout"):
+    """torch's check of a dropout probability (nn.Dropout makes it when built, F.dropout when called)."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{fn}: probability has to be between 0 and 1, got {p!r}")
+
+
 def dropout(x, p=0.5, training=True):
     """Zero each element with probability p and scale the rest by 1/(1-p), in training only."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: probability has to be between 0 and 1, got {p}")
+    check_dropout(p)
     if not training or p == 0.0:
         return x
     if p == 1.0:
@@ -84,7 +92,10 @@ def embedding(idx, weight):
     if not isinstance(idx, Tensor) or idx.dtype is not dt.int64:
         raise TypeError(f"embedding: indices must be an int64 tensor, got "
                         f"{getattr(idx, 'dtype', type(idx)).__repr__()}: use .long()")
-    return weight[idx]
+    n = weight.shape[0]
+    _check_host_indices(idx, n, lambda i: f"embedding: index {i} is out of range for the {n} rows of the table "
+                                          f"(indices must be in [0, {n}))")
+    return weight[idx]  # (a negative index would wrap, as tensor indexing does; torch's embedding refuses it)
 
 
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -95,6 +106,12 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     logits): -Σ_c target_c log softmax(logits)_c, its 'mean' over the N·d... positions.
     A class index outside [0, C) other than ignore_index raises an IndexError, at the latest when the loss is
     computed (_checked_target)."""
+    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
+        raise TypeError(f"cross_entropy: logits and target must be tinyllm Tensors, got {type(logits).__name__} "
+                        f"and {type(target).__name__}: make them with tinyllm.tensor(...)")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"cross_entropy: ignore_index must be an int (a class index that no target takes, -100 by "
+                        f"default), got {ignore_index!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -105,11 +122,13 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
         raise TypeError(f"cross_entropy: target must hold int64 class indices, got {target.dtype.name}: use .long()")
     if logits.ndim > 2 and logits.shape[:1] + logits.shape[2:] == target.shape:
         logits = logits.permute(0, *range(2, logits.ndim), 1)  # class axis last
-    if logits.shape[:-1] != target.shape:
-        raise RuntimeError(f"cross_entropy: logits {logits.shape} and target {target.shape} don't fit: expected "
-                           "target shape equal to the logits' without the class axis")
+    if logits.shape[:-1] != target.shape:  # (torch: "Expected input batch_size (3) to match target batch_size (2)")
+        raise ValueError(f"cross_entropy: logits {logits.shape} and target {target.shape} don't fit: expected "
+                         "target shape equal to the logits' without the class axis")
     n_classes = logits.shape[-1]
-    _check_loaded_target(target, ignore_index, n_classes)
+    _check_host_indices(target, n_classes, lambda t: f"cross_entropy: Target {t} is out of bounds: the logits have "
+                        f"{n_classes} classes, so targets must be in [0, {n_classes}) or ignore_index ({ignore_index})",
+                        ignore_index)
     logp = logits.log_softmax(-1)
     valid = target != ignore_index
     picked = _checked_target(target, valid, n_classes).unsqueeze(-1) == _classes(n_classes, logits.device)
@@ -126,20 +145,24 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
 
 def _classes(n, device):
     """arange(n) as float32 (exact up to 2**24) or int64 beyond: the values a checked target is compared with."""
-    import numpy as np
     return Tensor(np.arange(n, dtype=np.float32 if n <= 1 << 24 else np.int64), device=device)
 
 
-def _check_loaded_target(target, ignore_index, n):
-    """torch's error for a class index out of range, raised now where the targets already sit in host memory (a
-    batch from the data: a min and a max). Others are checked by _checked_target's GATHER when the loss is computed."""
-    import numpy as np
-    data = target._node.arg.data if target._node.op == "LOAD" else None
-    if isinstance(data, np.ndarray) and data.size:
-        bad = data[(data != ignore_index) & ((data < 0) | (data >= n))]
-        if bad.size:
-            raise IndexError(f"cross_entropy: Target {bad.flat[0]} is out of bounds: the logits have {n} classes, "
-                             f"so targets must be in [0, {n}) or ignore_index ({ignore_index})")
+def _check_host_indices(idx, n, message, ignore_index=None):
+    """torch's IndexError (message(the first bad index)) for an index outside [0, n) other than ignore_index, raised
+    now where the indices already sit in host memory (a batch from the data, on the NumPy and C runtimes, seen
+    through reshapes): a min and a max. Others are checked by GATHER when the values are computed."""
+    node = idx._node
+    while node.op == "RESHAPE":
+        node = node.src[0]
+    data = getattr(node.arg, "data", None) if node.op == "LOAD" else None
+    if not isinstance(data, np.ndarray) or not data.size or (data.min() >= 0 and data.max() < n):
+        return
+    bad = (data < 0) | (data >= n)
+    if ignore_index is not None:
+        bad &= data != ignore_index
+    if bad.any():
+        raise IndexError(message(data[bad].flat[0]))
 
 
 def _checked_target(target, valid, n):
@@ -182,9 +205,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     enable_gqa (grouped-query attention, torch's semantics): k and v may have fewer heads (axis -3) than q, Hkv
     dividing Hq; query head h reads key/value head h // (Hq / Hkv), without copying the keys per group
     (_grouped_attention)."""
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise RuntimeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} don't fit: need "
                            "q (..., L, E), k (..., S, E), v (..., S, Ev)")
+    if attn_mask is not None and not (attn_mask.dtype is dt.bool_ or attn_mask.dtype.is_float):
+        raise RuntimeError(f"scaled_dot_product_attention: attn_mask must be bool (True: attend) or float (added to "
+                           f"the scores), got {attn_mask.dtype.name}: an integer mask would be added as numbers")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if _autocast.current() is not None:  # one lower-precision op, as in torch: q, k and v are its inputs
         q, k, v = q._autocast(), k._autocast(), v._autocast()

@@ -84,6 +84,7 @@ class SwiGLU(Module):
 
 class Dropout(Module):
     def __init__(self, p=0.5):
+        F.check_dropout(p, "Dropout")
         self.p = p
 
     def forward(self, x):

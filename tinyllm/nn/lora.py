@@ -22,6 +22,7 @@ import numpy as np
 from .. import dtype as dt
 from ..tensor import no_grad
 from ..utils import safetensors
+from ..utils.checks import whole_number
 from . import functional as F
 from .layers import Dropout, Linear
 from .module import Module, Parameter
@@ -96,8 +97,7 @@ class QuantizedLoRALinear(LoRALinear, QuantizedLinear):
 
 
 def _check_hyper(r, alpha, dropout, what):
-    if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or r <= 0:
-        raise ValueError(f"{what}: r (the adapters' rank) must be a positive int, got {r!r}: 4 to 64 are usual")
+    whole_number(what, "r (the adapters' rank)", r, 1, ": 4 to 64 are usual")
     if not isinstance(alpha, (int, float, np.integer, np.floating)) or isinstance(alpha, bool) or not alpha > 0:
         raise ValueError(f"{what}: alpha must be a positive number (the update is scaled by alpha / r), got "
                          f"{alpha!r}: 2·r is usual")

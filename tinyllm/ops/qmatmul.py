@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..graph import build
+from ..utils.checks import whole_number
 from .base import Op, register
 
 FORMATS = ("int8", "int4")
@@ -34,9 +35,7 @@ def check_format(fmt, group_size, what="quantize"):
     quantizes: a last partial group is padded (module docstring)."""
     if fmt not in FORMATS:
         raise ValueError(f"{what}: unknown format {fmt!r}: use 'int8' or 'int4'")
-    if not isinstance(group_size, (int, np.integer)) or isinstance(group_size, bool) or group_size <= 0:
-        raise ValueError(f"{what}: group_size must be a positive int (the input features that share one scale), "
-                         f"got {group_size!r}: pass e.g. group_size=32 (llama.cpp's) or 128")
+    whole_number(what, "group_size", group_size, 1, ": pass e.g. group_size=32 (llama.cpp's) or 128")
     if fmt == "int4" and group_size % 2:
         raise ValueError(f"{what}: int4 packs two values per byte within a group, so group_size must be even, "
                          f"got {group_size}")

@@ -49,8 +49,8 @@ def get(name=None):
     if name == "cpu":  # torch's device string: the fastest CPU runtime here; "numpy" names the reference itself
         name = cpu_name()
     if name not in _NAMES:
-        raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(available())} "
-                         "(set TINYLLM_RUNTIME or pass device=...)")
+        raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(available())} or 'cpu' (the fastest "
+                         "CPU one); 'wgsl' is the GPU's, through WebGPU (set TINYLLM_RUNTIME or pass device=...)")
     if name not in _live:
         _live[name] = _make(name)
     return _live[name]
