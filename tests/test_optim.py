@@ -274,7 +274,7 @@ def test_warmup_cosine_old_keyword_names():
     params, _ = make_params()
     sched = optim.WarmupCosineLR(optim.SGD(params, lr=1.0), warmup_steps=3, max_steps=10, min_ratio=0.2)
     assert sched.get_last_lr() == [new(0)]
-    with pytest.raises(TypeError, match=r"WarmupCosineLR.__init__: got both max_iters= and its old name max_steps="):
+    with pytest.raises(TypeError, match=r"WarmupCosineLR: got both max_iters= and its alias max_steps="):
         optim.WarmupCosineLR(optim.SGD(params, lr=1.0), 3, max_iters=10, max_steps=10)
 
 

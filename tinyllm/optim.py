@@ -1,6 +1,5 @@
 """Optimizers with torch.optim's names, defaults and update rules. Each step builds the update of every
 parameter as graph and realizes it in a few chunks (C runtime: one kernel per parameter, see fuse_outputs)."""
-import functools
 import math
 import numbers
 
@@ -11,7 +10,7 @@ from .factory import zeros_like
 from .graph import Node, bulk
 from .replay.jit import host_values
 from .realizer import assign
-from .tensor import Tensor, host_array
+from .tensor import Tensor, host_array, keyword_aliases
 
 
 class Optimizer:
@@ -397,26 +396,11 @@ class LambdaLR:
         return [g["lr"] for g in self.optimizer.param_groups]
 
 
-def _old_keywords(**renamed):
-    """Keep the old keyword names of a function's renamed arguments working: {old: new}. Both given is an error."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            for old, new in renamed.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{fn.__qualname__}: got both {new}= and its old name {old}=; pass {new}=")
-                    kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-        return call
-    return wrap
-
-
 # the names of examples/gpt.py's flags (--warmup-iters, --max-iters, --min-lr-ratio) and nanoGPT's; the old ones work
 _SCHEDULE_NAMES = dict(warmup_steps="warmup_iters", max_steps="max_iters", min_ratio="min_lr_ratio")
 
 
-@_old_keywords(**_SCHEDULE_NAMES)
+@keyword_aliases(**_SCHEDULE_NAMES)
 def warmup_cosine(warmup_iters, max_iters, min_lr_ratio=0.1):
     """The factor for LambdaLR: linear warmup to 1, then a cosine down to min_lr_ratio at max_iters (nanoGPT)."""
     def factor(step):
@@ -432,7 +416,7 @@ def warmup_cosine(warmup_iters, max_iters, min_lr_ratio=0.1):
 class WarmupCosineLR(LambdaLR):
     """LambdaLR of warmup_cosine: lr = base_lr · warmup_cosine(warmup_iters, max_iters, min_lr_ratio)(step). The
     keywords warmup_steps, max_steps and min_ratio are the old names of these arguments."""
-    @_old_keywords(**_SCHEDULE_NAMES)
+    @keyword_aliases(**_SCHEDULE_NAMES)
     def __init__(self, optimizer, warmup_iters, max_iters, min_lr_ratio=0.1):
         super().__init__(optimizer, warmup_cosine(warmup_iters, max_iters, min_lr_ratio))
 
