@@ -4,7 +4,9 @@ here as it would for a reader); and every `python examples/X.py --flag ...` in t
 and in the examples' own usage docstrings names flags that X.py's --help lists, so a renamed flag cannot stay in the
 docs under its old name.
 
-A block whose first line is `# notest` is not run: for the few that truly take minutes (none today)."""
+A block whose first line is `# after python examples/gpt.py ...` reads the checkpoint directory out/gpt of such a
+run: the test makes one first, with a seconds-long tiny run. A block whose first line is `# notest` is not run: for
+the few that truly take minutes (none today)."""
 import ast
 import functools
 import os
@@ -13,6 +15,8 @@ import subprocess
 import sys
 
 import pytest
+
+from helpers import run_example, small_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = ["README.md", "docs/getting-started.md"]  # whose python blocks run
@@ -50,6 +54,10 @@ def test_python_block_runs(path, line, code, tmp_path):
     if code.startswith("# notest"):
         pytest.skip(f"{path}:{line} is marked # notest")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    if code.startswith("# after python examples/gpt.py"):  # the reader has trained a model into out/gpt
+        r = run_example("gpt.py", "--tiny", "--data", str(small_corpus(tmp_path)), "--max-iters", "2",
+                        "--sample-tokens", "0", "--ckpt-dir", "out/gpt", cwd=tmp_path)
+        assert r.returncode == 0, f"{path}:{line}: examples/gpt.py --tiny, to make out/gpt, fails:\n{r.stderr}"
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, f"{path}:{line}: the python block starting here fails:\n{r.stderr[-3000:]}"
