@@ -30,7 +30,7 @@ def workloads(tmp):
     """name -> (command, regex of its speed in the output, speed from the match: higher is faster, unit)."""
     ckpt = os.path.join(tmp, "sample-ckpt")
     return {
-        "sample": (example("sample.py", "--ckpt", ckpt, "--max-new-tokens", "400", "--seed", "1"),
+        "sample": (example("sample.py", "--ckpt-dir", ckpt, "--max-new-tokens", "400", "--seed", "1"),
                    r"([\d.,]+) tokens/s", lambda m: float(m.group(1).replace(",", "")), "tokens/s"),
         "gpt": (example("gpt.py", "--ckpt-dir", os.path.join(tmp, "train"), "--overwrite", "--max-iters", "60",
                         "--eval-interval", "60", "--eval-iters", "2", "--sample-tokens", "0"),

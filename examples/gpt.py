@@ -43,6 +43,7 @@ from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKES
                        TOKENIZER_FILE, TOKENIZERS, Failed, UsageError, build_model, check_tensors, load_checkpoint,
                        make_tokenizer, read_corpus, restore_optimizer, run_cli, save_checkpoint, tokenized_splits,
                        tokenizer_record)
+from flags import add_old_name  # noqa: E402
 from gpt_parallel import Parallel, parse_failure  # noqa: E402
 
 
@@ -156,21 +157,6 @@ class Eta:
         return steps_left * (per_step or 0.0) + evals_left * per_eval
 
 
-class _Alias(argparse.Action):
-    """An old name of a flag: it does what the new one does, after one warning on stderr that names the new one
-    (as argparse's `deprecated=True`, Python 3.13, does)."""
-
-    def __init__(self, option_strings, dest, new, **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.new, self.warned = new, False
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if not self.warned:
-            print(f"{parser.prog}: warning: {option_string} is deprecated, use {self.new}", file=sys.stderr)
-            self.warned = True
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 epilog="--tiny changes the defaults to a tiny model and run: "
@@ -210,7 +196,7 @@ def parse_args(argv=None):
     p.add_argument("--ckpt-dir", help=f"directory of the checkpoint file {CKPT_NAME}, written every "
                                       f"--eval-interval steps and at the end, read by --resume (default: "
                                       f"{d['ckpt_dir']}; old name --out-dir)")
-    p.add_argument("--out-dir", dest="ckpt_dir", action=_Alias, new="--ckpt-dir", help=argparse.SUPPRESS)
+    add_old_name(p, "--out-dir", "--ckpt-dir")
     p.add_argument("--overwrite", action="store_true",
                    help="train from scratch even where --ckpt-dir holds a checkpoint file, replacing it (without "
                         "--resume or --overwrite, an existing checkpoint file is an error: nothing trained is lost)")
@@ -219,8 +205,7 @@ def parse_args(argv=None):
                         "--n-embd, --block-size, --dropout) and vocabulary come from it, over those flags")
     p.add_argument("--sample-tokens", type=int, help=f"tokens to sample at the end (default: {d['sample_tokens']}; "
                                                      "old name --sample-chars)")
-    p.add_argument("--sample-chars", dest="sample_tokens", type=int, action=_Alias, new="--sample-tokens",
-                   help=argparse.SUPPRESS)
+    add_old_name(p, "--sample-chars", "--sample-tokens")
     p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {d['temperature']})")
     p.add_argument("--top-k", type=int, help=f"sample among the k likeliest tokens; 0: all (default: {d['top_k']})")
     p.add_argument("--dtype", choices=DTYPES, help="precision of the matmuls and attention: bfloat16 and float16 run "
@@ -229,8 +214,7 @@ def parse_args(argv=None):
     p.add_argument("--grad-checkpoint", action="store_true",
                    help="gradient checkpointing (tinyllm.checkpoint): recompute each block's activations in the "
                         "backward pass instead of keeping them, less memory for more time (old name --checkpoint)")
-    p.add_argument("--checkpoint", dest="grad_checkpoint", action=_Alias, new="--grad-checkpoint", nargs=0,
-                   const=True, help=argparse.SUPPRESS)
+    add_old_name(p, "--checkpoint", "--grad-checkpoint")
     p.add_argument("--no-flash", action="store_true",
                    help="keep attention as written (T×T scores) instead of the FlashAttention rewrite, which is on "
                         "by default on every runtime (TINYLLM_FLASH=0 does the same)")
@@ -382,8 +366,8 @@ def main(argv=None):
         tl_flash.ENABLED = False  # the rewrite is global: it reads graphs, not models
     model = build_model(args.model, config).to(device)
     optimizer = par.optimizer(model, args.weight_decay, args.lr)
-    scheduler = tinyllm.optim.LambdaLR(optimizer, tinyllm.optim.warmup_cosine(args.warmup_iters, args.max_iters,
-                                                                              args.min_lr_ratio))
+    scheduler = tinyllm.optim.WarmupCosineLR(optimizer, warmup_iters=args.warmup_iters, max_iters=args.max_iters,
+                                             min_lr_ratio=args.min_lr_ratio)
     step, losses = 0, None
     if resumed:
         tensors = resumed["tensors"]

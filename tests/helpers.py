@@ -131,6 +131,22 @@ def compare(name, got, want, rtol, atol):
         np.testing.assert_array_equal(got, want, err_msg=name)
 
 
+def chi2_pvalue(counts, expected):
+    """Pearson's goodness of fit: P(X² >= statistic) for X² with (cells − 1) degrees of freedom, over the cells the
+    expected distribution gives mass; a count in a cell it gives none fails at once."""
+    counts, expected = np.asarray(counts, np.float64), np.asarray(expected, np.float64)
+    cells = expected > 0
+    assert counts[~cells].sum() == 0, f"sampled outside the support: {counts} vs {expected}"
+    e = counts.sum() * expected[cells] / expected[cells].sum()
+    assert e.min() >= 5, "too few expected draws in a cell for the chi-squared approximation"
+    stat = ((counts[cells] - e) ** 2 / e).sum()
+    df = int(cells.sum()) - 1
+    if df == 0:
+        return 1.0
+    return torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                   torch.tensor(stat / 2, dtype=torch.float64)).item()
+
+
 def helper_test_op(shapes, torch_fn, tinyllm_fn=None, *, tol, seed=0, dtype=np.float32, values="any",
                    arrays=None, grad=True):
     """Run `torch_fn` on torch tensors and `tinyllm_fn` (default: the same function, since tinyllm has torch's

@@ -52,3 +52,16 @@ def test_qlora_on_the_examples_llama(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--group-size" in r.stderr and "positive int" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "pretraining" not in r.stdout, r.stderr
+
+
+def test_old_flag_name_ckpt_is_ckpt_dir(capsys, monkeypatch):
+    """--ckpt is the old name of --ckpt-dir (examples/gpt.py's name for the directory): the same value, hidden from
+    --help, with one warning naming the new one."""
+    monkeypatch.syspath_prepend(os.path.dirname(EXAMPLE))
+    import lora
+    assert lora.parse_args(["--ckpt", "out/x"]).ckpt_dir == lora.parse_args(["--ckpt-dir", "out/x"]).ckpt_dir == "out/x"
+    assert capsys.readouterr().err.count("warning: --ckpt is deprecated, use --ckpt-dir") == 1
+    with pytest.raises(SystemExit):
+        lora.parse_args(["--help"])
+    usage = capsys.readouterr().out
+    assert "--ckpt-dir DIR" in usage and "--ckpt " not in usage and "--ckpt," not in usage

@@ -24,7 +24,7 @@ def trained(tmp_path_factory):
 
 
 def test_samples_stream_the_prompt_and_report_tokens_per_second(trained):
-    r = run("sample.py", "--ckpt", str(trained / "char"), "--prompt", "the ", "--max-new-tokens", "12",
+    r = run("sample.py", "--ckpt-dir", str(trained / "char"), "--prompt", "the ", "--max-new-tokens", "12",
             "--num-samples", "2", "--seed", "3", cwd=trained)
     assert r.returncode == 0, r.stderr
     samples = r.stdout.split("\n" + "-" * 40 + "\n")
@@ -35,7 +35,7 @@ def test_samples_stream_the_prompt_and_report_tokens_per_second(trained):
 
 
 def test_a_seed_makes_samples_reproducible(trained):
-    flags = ("--ckpt", str(trained / "bpe"), "--prompt", "the", "--max-new-tokens", "10", "--top-p", "0.9")
+    flags = ("--ckpt-dir", str(trained / "bpe"), "--prompt", "the", "--max-new-tokens", "10", "--top-p", "0.9")
     a, b, c = (run("sample.py", *flags, "--seed", seed, cwd=trained) for seed in ("5", "5", "6"))
     assert a.returncode == b.returncode == c.returncode == 0, a.stderr + c.stderr
     assert a.stdout == b.stdout
@@ -45,9 +45,9 @@ def test_a_seed_makes_samples_reproducible(trained):
 def test_speculative_sampling_with_a_draft(trained):
     """Greedy speculative decoding prints the target's own tokens; stderr has the draft's acceptance rate (its
     counts agreeing) and the speed of both runs: speculative, and the model alone on the same prompt and length."""
-    r = run("sample.py", "--ckpt", str(trained / "char"), "--draft", str(trained / "draft"), "--max-new-tokens", "9",
-            "--temperature", "0", cwd=trained)
-    plain = run("sample.py", "--ckpt", str(trained / "char"), "--max-new-tokens", "9", "--temperature", "0",
+    r = run("sample.py", "--ckpt-dir", str(trained / "char"), "--draft", str(trained / "draft"), "--max-new-tokens",
+            "9", "--temperature", "0", cwd=trained)
+    plain = run("sample.py", "--ckpt-dir", str(trained / "char"), "--max-new-tokens", "9", "--temperature", "0",
                 cwd=trained)
     assert r.returncode == plain.returncode == 0, r.stderr + plain.stderr
     assert r.stdout == plain.stdout  # greedy: speculative decoding gives the target's own tokens
@@ -67,8 +67,8 @@ def test_speculative_sampling_with_a_draft(trained):
 def test_a_draft_that_is_the_model_has_acceptance_rate_one(trained, temperature):
     """The model drafting for itself: every draft is accepted, greedy or sampled; --no-compare skips the run of the
     model alone."""
-    r = run("sample.py", "--ckpt", str(trained / "char"), "--draft", str(trained / "char"), "--max-new-tokens", "11",
-            "--temperature", temperature, "--seed", "2", "--no-compare", cwd=trained)
+    r = run("sample.py", "--ckpt-dir", str(trained / "char"), "--draft", str(trained / "char"), "--max-new-tokens",
+            "11", "--temperature", temperature, "--seed", "2", "--no-compare", cwd=trained)
     assert r.returncode == 0, r.stderr
     assert "draft acceptance rate 1.00 (8 of 8 draft tokens accepted, up to 4 proposed per round, 2 rounds)" \
         in r.stderr, r.stderr
@@ -76,11 +76,11 @@ def test_a_draft_that_is_the_model_has_acceptance_rate_one(trained, temperature)
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--ckpt", "nowhere"], ["nowhere", "no such file"]),
-    (["--ckpt", "{char}", "--prompt", "THE FOX"], ["--prompt", "not in the vocabulary"]),
-    (["--ckpt", "{char}", "--draft", "{bpe}"], ["--draft", "tokenizer"]),
-    (["--ckpt", "{char}", "--prompt", ""], ["--prompt", "empty"]),
-    (["--ckpt", "{char}", "--max-new-tokens", "0"], ["--max-new-tokens"]),
+    (["--ckpt-dir", "nowhere"], ["nowhere", "no such file"]),
+    (["--ckpt-dir", "{char}", "--prompt", "THE FOX"], ["--prompt", "not in the vocabulary"]),
+    (["--ckpt-dir", "{char}", "--draft", "{bpe}"], ["--draft", "tokenizer"]),
+    (["--ckpt-dir", "{char}", "--prompt", ""], ["--prompt", "empty"]),
+    (["--ckpt-dir", "{char}", "--max-new-tokens", "0"], ["--max-new-tokens"]),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(trained, flags, words):
     flags = [f.format(char=trained / "char", bpe=trained / "bpe") for f in flags]
@@ -94,13 +94,13 @@ def test_bad_input_is_one_line_and_exit_code_2(trained, flags, words):
 def test_sampling_flags_are_checked_before_the_model_loads(trained):
     """--top-k 0 means every token (Hugging Face's top_k=0); a negative top-k, temperature or a top-p outside
     (0, 1] is a one-line usage error, named, before any checkpoint is read."""
-    r = run("sample.py", "--ckpt", str(trained / "char"), "--max-new-tokens", "4", "--top-k", "0", "--seed", "1",
+    r = run("sample.py", "--ckpt-dir", str(trained / "char"), "--max-new-tokens", "4", "--top-k", "0", "--seed", "1",
             cwd=trained)
     assert r.returncode == 0, r.stderr
     for flags, words in ((["--temperature", "-1"], "--temperature must be a finite number >= 0"),
                          (["--top-k", "-2"], "--top-k must be at least 1"),
                          (["--top-p", "1.5"], "--top-p must be in (0, 1]")):
-        r = run("sample.py", "--ckpt", str(trained / "missing"), *flags, cwd=trained)
+        r = run("sample.py", "--ckpt-dir", str(trained / "missing"), *flags, cwd=trained)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (flags, r.stderr)
 
 
@@ -116,8 +116,8 @@ def test_from_pretrained_and_save_pretrained_of_a_trained_directory(trained, tmp
         np.testing.assert_array_equal(v.numpy(), saved[f"model.{k}"], err_msg=k)
     model.save_pretrained(tmp_path / "copy")
     flags = ("--prompt", "the", "--max-new-tokens", "10", "--seed", "4")
-    a = run("sample.py", "--ckpt", str(trained / name), *flags, cwd=trained)
-    b = run("sample.py", "--ckpt", str(tmp_path / "copy"), *flags, cwd=trained)
+    a = run("sample.py", "--ckpt-dir", str(trained / name), *flags, cwd=trained)
+    b = run("sample.py", "--ckpt-dir", str(tmp_path / "copy"), *flags, cwd=trained)
     assert a.returncode == b.returncode == 0, a.stderr + b.stderr
     assert a.stdout == b.stdout
 
@@ -125,6 +125,16 @@ def test_from_pretrained_and_save_pretrained_of_a_trained_directory(trained, tmp
 def test_a_model_saved_without_a_tokenizer_is_a_clear_error(trained, tmp_path):
     from tinyllm.models import GPT, GPTConfig
     GPT(GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "bare")
-    r = run("sample.py", "--ckpt", str(tmp_path / "bare"), cwd=trained)
+    r = run("sample.py", "--ckpt-dir", str(tmp_path / "bare"), cwd=trained)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "no 'tokenizer'" in r.stderr and "save_pretrained(dir, tokenizer=...)" in r.stderr, r.stderr
+
+
+def test_old_flag_name_ckpt_still_works(trained):
+    """--ckpt is the old name of --ckpt-dir (the name examples/gpt.py, lora.py and quantize.py use): it works, with
+    one warning that names the new one; --ckpt-dir is required by either name."""
+    r = run("sample.py", "--ckpt", str(trained / "char"), "--max-new-tokens", "4", "--seed", "1", cwd=trained)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("warning: --ckpt is deprecated, use --ckpt-dir") == 1, r.stderr
+    r = run("sample.py", "--max-new-tokens", "4", cwd=trained)
+    assert r.returncode == 2 and "the following arguments are required: --ckpt-dir" in r.stderr, r.stderr

@@ -380,7 +380,7 @@ def test_graph_export_shows_the_collapse(tmp_path):
     """examples/flash_graph.py writes the graph before and after: the softmax's ops in one, FLASH_ATTN in the other."""
     import runpy
     script = runpy.run_path(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "flash_graph.py"))
-    before, after = [path for path in script["main"](["--out", str(tmp_path)]) if path.endswith(".dot")]
+    before, after = [path for path in script["main"](["--out-dir", str(tmp_path)]) if path.endswith(".dot")]
     before, after = open(before).read(), open(after).read()
     assert "EXP" in before and "REDUCE_MAX" in before and "FLASH_ATTN" not in before
     assert "FLASH_ATTN" in after and "EXP" not in after and "MATMUL" not in after
@@ -392,7 +392,7 @@ def test_graph_export_says_when_graphviz_is_missing(tmp_path, monkeypatch, capsy
     import shutil
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
     script = runpy.run_path(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "flash_graph.py"))
-    written = script["main"](["--out", str(tmp_path)])
+    written = script["main"](["--out", str(tmp_path)])  # (--out: the old name of --out-dir)
     assert all(path.endswith(".dot") for path in written)
     assert "Graphviz's `dot` is not installed" in capsys.readouterr().out
 

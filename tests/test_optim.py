@@ -259,12 +259,23 @@ def test_warmup_cosine_shape(warmup, max_steps, min_ratio):
 def test_warmup_cosine_lr_drives_every_group():
     params, _ = make_params()
     opt = optim.AdamW([{"params": params[:1], "lr": 1e-2}, {"params": params[1:]}], lr=1e-3)
-    sched = optim.WarmupCosineLR(opt, warmup_steps=3, max_steps=10, min_ratio=0.1)
+    sched = optim.WarmupCosineLR(opt, warmup_iters=3, max_iters=10, min_lr_ratio=0.1)
     f = optim.warmup_cosine(3, 10, 0.1)
     for step in range(14):
         assert sched.get_last_lr() == pytest.approx([1e-2 * f(step), 1e-3 * f(step)])
         assert [g["lr"] for g in opt.param_groups] == sched.get_last_lr()
         sched.step()
+
+
+def test_warmup_cosine_old_keyword_names():
+    """warmup_steps, max_steps and min_ratio are the old names of warmup_iters, max_iters and min_lr_ratio."""
+    new, old = optim.warmup_cosine(3, 10, 0.2), optim.warmup_cosine(warmup_steps=3, max_steps=10, min_ratio=0.2)
+    assert [new(s) for s in range(12)] == [old(s) for s in range(12)]
+    params, _ = make_params()
+    sched = optim.WarmupCosineLR(optim.SGD(params, lr=1.0), warmup_steps=3, max_steps=10, min_ratio=0.2)
+    assert sched.get_last_lr() == [new(0)]
+    with pytest.raises(TypeError, match=r"WarmupCosineLR: got both max_iters= and its alias max_steps="):
+        optim.WarmupCosineLR(optim.SGD(params, lr=1.0), 3, max_iters=10, max_steps=10)
 
 
 def test_lambda_lr_matches_torch_and_steers_the_updates():

@@ -14,6 +14,8 @@ import tinyllm as tl
 from tinyllm import factory
 from tinyllm.sampling import probs, sample, speculative_accept
 
+from helpers import chi2_pvalue
+
 
 # ---- references ------------------------------------------------------------------------------------------------
 def hf_reference(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
@@ -35,22 +37,6 @@ def hf_reference(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
         p = s.softmax(-1)
         s = s.masked_fill(p < min_p * p.max(), -math.inf)
     return s.softmax(-1).numpy()
-
-
-def chi2_pvalue(counts, expected):
-    """Pearson's goodness of fit: P(X² >= statistic) for X² with (cells − 1) degrees of freedom, over the cells the
-    expected distribution gives mass; a count in a cell it gives none fails at once."""
-    counts, expected = np.asarray(counts, np.float64), np.asarray(expected, np.float64)
-    cells = expected > 0
-    assert counts[~cells].sum() == 0, f"sampled outside the support: {counts} vs {expected}"
-    e = counts.sum() * expected[cells] / expected[cells].sum()
-    assert e.min() >= 5, "too few expected draws in a cell for the chi-squared approximation"
-    stat = ((counts[cells] - e) ** 2 / e).sum()
-    df = int(cells.sum()) - 1
-    if df == 0:
-        return 1.0
-    return torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                   torch.tensor(stat / 2, dtype=torch.float64)).item()
 
 
 LOGITS = np.random.default_rng(20).normal(0.0, 1.0, (2, 12))  # two rows, 12 tokens: no near-ties at any edge

@@ -15,6 +15,8 @@ from .realizer import realize as _realize
 from .runtime import max_memory_allocated, memory_allocated, reset_peak_memory_stats, empty_cache  # noqa: F401
 from . import nn, optim  # noqa: F401,E402
 from .utils.checkpoint import checkpoint  # noqa: F401,E402
+from .utils import data as _data  # noqa: E402  (tinyllm.utils.data.DataLoader after `import tinyllm`, as torch's)
+del _data
 from .einsum import einsum  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402

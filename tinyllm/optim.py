@@ -10,7 +10,7 @@ from .factory import zeros_like
 from .graph import Node, bulk
 from .replay.jit import host_values
 from .realizer import assign
-from .tensor import Tensor, host_array
+from .tensor import Tensor, host_array, keyword_aliases
 
 
 class Optimizer:
@@ -412,21 +412,29 @@ class LambdaLR:
         return [g["lr"] for g in self.optimizer.param_groups]
 
 
-def warmup_cosine(warmup_steps, max_steps, min_ratio=0.1):
-    """The factor for LambdaLR: linear warmup to 1, then a cosine down to min_ratio at max_steps (nanoGPT)."""
+# the names of examples/gpt.py's flags (--warmup-iters, --max-iters, --min-lr-ratio) and nanoGPT's; the old ones work
+_SCHEDULE_NAMES = dict(warmup_steps="warmup_iters", max_steps="max_iters", min_ratio="min_lr_ratio")
+
+
+@keyword_aliases(**_SCHEDULE_NAMES)
+def warmup_cosine(warmup_iters, max_iters, min_lr_ratio=0.1):
+    """The factor for LambdaLR: linear warmup to 1, then a cosine down to min_lr_ratio at max_iters (nanoGPT)."""
     def factor(step):
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        if step >= max_steps:
-            return min_ratio
-        progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
-        return min_ratio + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - min_ratio)
+        if step < warmup_iters:
+            return (step + 1) / (warmup_iters + 1)
+        if step >= max_iters:
+            return min_lr_ratio
+        progress = (step - warmup_iters) / max(1, max_iters - warmup_iters)
+        return min_lr_ratio + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - min_lr_ratio)
     return factor
 
 
 class WarmupCosineLR(LambdaLR):
-    def __init__(self, optimizer, warmup_steps, max_steps, min_ratio=0.1):
-        super().__init__(optimizer, warmup_cosine(warmup_steps, max_steps, min_ratio))
+    """LambdaLR of warmup_cosine: lr = base_lr · warmup_cosine(warmup_iters, max_iters, min_lr_ratio)(step). The
+    keywords warmup_steps, max_steps and min_ratio are the old names of these arguments."""
+    @keyword_aliases(**_SCHEDULE_NAMES)
+    def __init__(self, optimizer, warmup_iters, max_iters, min_lr_ratio=0.1):
+        super().__init__(optimizer, warmup_cosine(warmup_iters, max_iters, min_lr_ratio))
 
 
 _PURE_UPDATES = (SGD._update, AdamW._update, Adam._update)  # their graphs depend on _chunk_key's parts alone

@@ -431,19 +431,29 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
             a, b = b, a
         return a._make(build(op, a._node, b._node), b)
 
-def _numpy_names(method):
-    """torch also takes NumPy's names, axis= for dim= and keepdims= for keepdim=, wherever a method has a dim."""
-    @functools.wraps(method)
-    def accepting(*args, **kwargs):
-        if not kwargs:  # the common call: nothing to rename
-            return method(*args)
-        for numpy_name, name in (("axis", "dim"), ("keepdims", "keepdim")):
-            if numpy_name in kwargs:
-                if name in kwargs:
-                    raise TypeError(f"{method.__name__}: got both {name}= and its alias {numpy_name}=")
-                kwargs[name] = kwargs.pop(numpy_name)
-        return method(*args, **kwargs)
-    return accepting
+
+def keyword_aliases(**aliases):
+    """Decorator: the function also takes alias= for its keyword name=, {alias: name}: torch's habit of taking NumPy's
+    names (axis= for dim=), and an argument's old name kept working after a rename. Both given is an error."""
+    def wrap(fn):
+        label = fn.__qualname__.split(".")[0] if fn.__name__ == "__init__" else fn.__name__
+
+        @functools.wraps(fn)
+        def accepting(*args, **kwargs):
+            if not kwargs:  # the common call: nothing to rename
+                return fn(*args)
+            for alias, name in aliases.items():
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{label}: got both {name}= and its alias {alias}=; pass {name}=")
+                    kwargs[name] = kwargs.pop(alias)
+            return fn(*args, **kwargs)
+        return accepting
+    return wrap
+
+
+# torch also takes NumPy's names, axis= for dim= and keepdims= for keepdim=, wherever a method has a dim
+_numpy_names = keyword_aliases(axis="dim", keepdims="keepdim")
 
 
 TensorLike._Tensor = Tensor
