@@ -1,10 +1,10 @@
 """The examples on a busy machine: tinyllm's default thread count against its own one-thread speed, with a busy loop
-(another process's `while True: pass`) pinned to the last core beside it, and on the quiet machine against two
-threads (issue 42: a busy machine must not make tinyllm slower than one thread; a quiet one keeps its two-thread
-speed).
+(another process's `while True: pass`) pinned to the last core beside it (busy2: one on each of the last two
+cores), and on the quiet machine against two threads (issue 42: a busy machine must not make tinyllm slower than
+one thread; a quiet one keeps its two-thread speed).
 
     python bench/busy.py                         # sample.py, gpt.py and mnist_cnn.py, 3 runs each (median)
-    python bench/busy.py --workloads sample --repeats 5
+    python bench/busy.py --workloads sample --repeats 5 --loads quiet,busy,busy2
 
 Each run is a fresh process of the example, as a user starts it; the threads are not pinned (OMP_PROC_BIND unset),
 as a user's are not: the scheduler places them. Speeds: sample.py's and gpt.py's tokens/s as they print them,
@@ -57,16 +57,23 @@ def run(cmd, pattern, speed, threads):
     return speed(m)
 
 
-class BusyLoop:
-    """Another process spinning on the last core while the block runs."""
+class BusyLoops:
+    """`n` other processes spinning while the block runs, each pinned to a core of its own, the last cores first."""
+    def __init__(self, n):
+        self.cpus = sorted(os.sched_getaffinity(0))[::-1][:n]
+
     def __enter__(self):
-        cpu = max(os.sched_getaffinity(0))
-        self.proc = subprocess.Popen([PY, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+        self.procs = [subprocess.Popen([PY, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+                      for cpu in self.cpus]
         return self
 
     def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+LOADS = {"quiet": 0, "busy": 1, "busy2": 2}  # the busy loops beside the example
 
 
 def cpu_description():
@@ -83,8 +90,12 @@ def cpu_description():
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", default="sample,gpt,mnist", help="comma-separated: sample, gpt, mnist")
+    p.add_argument("--loads", default="quiet,busy", help=f"comma-separated: {', '.join(LOADS)} (busy loops beside)")
     p.add_argument("--repeats", type=int, default=3, help="runs per setting; the table shows the median")
     args = p.parse_args()
+    loads = [w.strip() for w in args.loads.split(",")]
+    if set(loads) - set(LOADS):
+        raise SystemExit(f"busy.py: unknown loads {sorted(set(loads) - set(LOADS))}; choose from {list(LOADS)}")
     tmp = tempfile.mkdtemp(prefix="tinyllm-busy-")
     table = workloads(tmp)
     names = [w.strip() for w in args.workloads.split(",")]
@@ -100,15 +111,13 @@ def main():
           f"{'default/2':>10}  unit")
     for name in names:
         cmd, pattern, speed, unit = table[name]
-        for load in ("quiet", "busy"):
-            settings = (0, 1, 2) if load == "quiet" else (0, 1)
+        for load in loads:
+            loops = LOADS[load]
+            settings = (0, 1) if loops else (0, 1, 2)
             speeds = {t: [] for t in settings}
             for _ in range(args.repeats):  # interleaved, so a drift in the machine's speed hits every setting
                 for t in settings:
-                    if load == "busy":
-                        with BusyLoop():
-                            speeds[t].append(run(cmd, pattern, speed, t))
-                    else:
+                    with BusyLoops(loops):
                         speeds[t].append(run(cmd, pattern, speed, t))
             med = {t: statistics.median(v) for t, v in speeds.items()}
             two = f"{med[2]:10.4g}" if 2 in med else f"{'':10}"

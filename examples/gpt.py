@@ -11,7 +11,8 @@
     mpirun -n 2 python examples/gpt.py --ddp    # data parallel over MPI ranks (also --zero, --tensor-parallel)
 
 The default run trains a 3-layer, 128-wide GPT (0.6M parameters) for 800 steps of 32 x 64 characters and
-reaches a validation loss of 1.82 nats/char (2.63 bits/byte), in about a minute on two CPU cores (C runtime; about 3 on numpy).
+reaches a validation loss of 1.82 nats/char (2.63 bits/byte), in about a minute on two CPU cores (C runtime; about
+6.5 minutes on the NumPy reference runtime, --runtime numpy; bench/RESULTS.md).
 
 Two things are called "checkpoint", as in PyTorch: the checkpoint file (ckpt.safetensors in --ckpt-dir, written
 every --eval-interval steps, read back by --resume) and gradient checkpointing (--grad-checkpoint,

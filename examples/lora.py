@@ -17,9 +17,9 @@ Printed: the held-out validation loss of the base model, after LoRA and (--full)
 same steps; the trainable parameters (count and share); the adapter file's size; the time of each stage.
 
 The default run (a 4-layer, 128-wide GPT of 0.81M parameters pretrained for 1,500 steps of 32 x 64 characters; 300
-fine-tuning steps) takes about 5.5 minutes with --full on two busy CPU cores (C runtime, TINYLLM_THREADS=1): The
-Tempest's validation loss goes from 1.733 nats/char to 1.549 with LoRA (r=3 on c_attn and c_fc: 1.70 % of the
-parameters trainable, a 57 kB adapter file) and to 1.516 with full fine-tuning: LoRA closes 85 % of the gap.
+fine-tuning steps) takes about 2 minutes with --full on two CPU cores (C runtime; 115 s measured, bench/RESULTS.md):
+The Tempest's validation loss goes from 1.733 nats/char to 1.549 with LoRA (r=3 on c_attn and c_fc: 1.70 % of the
+parameters trainable, a 57 kB adapter file) and to 1.516 with full fine-tuning: LoRA closes 84 % of the gap.
 """
 import argparse
 import math

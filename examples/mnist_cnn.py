@@ -1,7 +1,7 @@
 """A small CNN on handwritten digits: conv, pool, linear, trained with AdamW.
 
     pip install scikit-learn       # ships the 8x8 digits (1,797 images) in the wheel: no download
-    python examples/mnist_cnn.py   # about half a minute on two CPU cores (C runtime); ~98 % test accuracy
+    python examples/mnist_cnn.py   # about 2 s on two CPU cores (C runtime; under 1 s of training); ~99 % test accuracy
 
 The data is scikit-learn's bundled `load_digits` (the UCI 8x8 version of the MNIST idea), split 80/20 with a fixed
 seed, and batched by tinyllm.utils.data.DataLoader as torch's would be. The model is LeNet's shape scaled to 8x8
@@ -89,7 +89,7 @@ def main(argv=None):
         print(f"epoch {epoch:2d}  loss {mean:.4f}  test accuracy {accuracy(model, test):.2%}  "
               f"{time.perf_counter() - start:5.1f} s", flush=True)
     acc = accuracy(model, test)
-    print(f"final test accuracy {acc:.2%} in {time.perf_counter() - start:.1f} s")
+    print(f"final test accuracy {acc:.2%} in {time.perf_counter() - start:.2f} s")
     if args.fail_under is not None and acc < args.fail_under:
         sys.exit(f"mnist_cnn.py: test accuracy {acc:.2%} is below --fail-under {args.fail_under:.2%}")
     return acc
