@@ -18,6 +18,7 @@ from .utils.checkpoint import checkpoint  # noqa: F401,E402
 from .utils import data as _data  # noqa: E402  (tinyllm.utils.data.DataLoader after `import tinyllm`, as torch's)
 del _data
 from .einsum import einsum  # noqa: F401,E402
+from . import linalg  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
 from .autocast_mode import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: F401,E402

@@ -1,0 +1,3 @@
+"""tinyllm.linalg: torch.linalg's names, return types and gradients. Decompositions are primitives whose forward runs
+on the host through NumPy's LAPACK on every runtime and whose backward is graph math (tinyllm/ops/linalg.py, each
+derivation in its op's docstring); norms and products are composites of the existing ops."""
