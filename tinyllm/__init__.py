@@ -19,6 +19,7 @@ from .utils import data as _data  # noqa: E402  (tinyllm.utils.data.DataLoader a
 del _data
 from .einsum import einsum  # noqa: F401,E402
 from . import linalg  # noqa: F401,E402
+from .linalg.products import tensordot, cdist, block_diag, cartesian_prod  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
 from .autocast_mode import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: F401,E402
