@@ -94,12 +94,8 @@ def multinomial(probs, num_samples=1, replacement=False, *, generator=None):
         u = rng.random((p2.shape[0], num_samples)) * cum[:, -1:]
         out = np.stack([np.minimum(np.searchsorted(c, row, side="right"), n - 1) for c, row in zip(cum, u)])
     else:
-        if ((p2 > 0).sum(-1) < num_samples).any():
-            raise RuntimeError("multinomial: invalid multinomial distribution (with replacement=False, not enough "
-                               f"non-negative category to sample): a row has fewer than {num_samples} categories "
-                               "of probability > 0")
-        with np.errstate(divide="ignore"):
-            keys = rng.standard_exponential(p2.shape) / p2  # inf where p = 0: drawn never
+        with np.errstate(divide="ignore"):  # p = 0: key inf, drawn only once the others are, lowest index first,
+            keys = rng.standard_exponential(p2.shape) / p2  # as torch's
         out = np.argsort(keys, -1, kind="stable")[:, :num_samples]
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), dtype=dt.int64, device=probs.device)
 

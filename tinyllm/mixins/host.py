@@ -5,7 +5,8 @@ storage_offset, untyped_storage, element_size."""
 import numpy as np
 
 from .. import dtype as dt
-from . import TensorLike, new_tensor
+from ..ops import Group
+from . import TensorLike, from_node, new_tensor
 
 
 class UntypedStorage:
@@ -38,6 +39,11 @@ class HostOps(TensorLike):
 
     # ---- memory ----
     def _storage(self):
+        base = self._node  # the views' base is realized first, so this tensor is realized as a view of it
+        while base.op in Group.VIEW and base.buffer is None:
+            base = base.src[0]
+        if base is not self._node and base.op != "LOAD" and base.buffer is None:
+            from_node(base, self.device).realize()
         self.realize()
         buf = self._node.buffer if self._node.op != "LOAD" else self._node.arg
         return buf.runtime.storage(buf)
@@ -87,7 +93,7 @@ class HostOps(TensorLike):
         if weights.shape != self.shape:
             raise RuntimeError(f"bincount: weights should be 1-d and have the same length as input, got shape "
                                f"{weights.shape} for input {self.shape}")
-        out_dtype = weights.dtype if weights.dtype in (dt.float32, dt.float16, dt.bfloat16) else dt.float64
+        out_dtype = dt.float32 if weights.dtype is dt.float32 else dt.float64  # torch's: float32 stays, the rest double
         return self._out(np.bincount(x, weights.numpy().astype(np.float64), minlength), out_dtype)
 
     def histc(self, bins=100, min=0, max=0):

@@ -30,7 +30,7 @@ class RandomFills(TensorLike):
         """Exponential(λ) values, density λe^(-λx), mean 1/λ."""
         lambd = _number(lambd, "exponential_", "lambd")
         if not lambd > 0:
-            raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+            raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
         return self._fill(self._draw(generator).exponential(1.0 / lambd, self.shape), "exponential_")
 
     def uniform_(self, a=0.0, b=1.0, *, generator=None):
