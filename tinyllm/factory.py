@@ -132,28 +132,28 @@ def eye(n, m=None, dtype=dt.float32, device=None, requires_grad=False):
     return out.requires_grad_() if requires_grad else out
 
 
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
-    """`steps` values from start to end, evenly spaced, as torch: the first half counted up from start, the second
-    down from end, so both ends are exact."""
+def _evenly_spaced(start, end, steps, name):
+    """linspace's values in float64: the first half counted up from start, the second down from end, so both ends
+    are exact (torch's)."""
     if steps < 0:
-        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
-    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
+        raise RuntimeError(f"{name}: number of steps must be non-negative, got {steps}")
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = np.arange(steps, dtype=np.float64)
-    values = np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
+    return np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """`steps` values from start to end, evenly spaced, as torch, both ends exact."""
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
+    values = _evenly_spaced(start, end, steps, "linspace")
     return tensor(values, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
     """`steps` values from base^start to base^end, their exponents evenly spaced (torch.logspace): base raised to
     linspace's exponents, each end exact."""
-    if steps < 0:
-        raise RuntimeError(f"logspace: number of steps must be non-negative, got {steps}")
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
-    step = (end - start) / (steps - 1) if steps > 1 else 0.0
-    i = np.arange(steps, dtype=np.float64)
-    exponents = np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
-    values = np.power(float(base), exponents)
+    values = np.power(float(base), _evenly_spaced(start, end, steps, "logspace"))
     if not dtype.is_float:
         values = np.trunc(values)
     return tensor(values, dtype=dtype, device=device, requires_grad=requires_grad)
