@@ -96,6 +96,20 @@ def test_histc(device, kwargs):
     same(tl.histc(tl.tensor([2.0, 2.0], device=device), bins=4), torch.histc(torch.tensor([2.0, 2.0]), bins=4))
 
 
+def test_histc_on_bin_edges_as_torch():
+    """Values on and beside the bin edges land in torch's bins: its linear interpolation, in the input's type."""
+    rng = np.random.default_rng(0)
+    for it in range(200):
+        bins = int(rng.integers(1, 40))
+        lo = float(rng.integers(-5, 3)) + rng.random() * (it % 2)
+        hi = lo + float(rng.integers(1, 6)) * rng.random()
+        x = np.concatenate([rng.standard_normal(50) * 3, np.linspace(lo, hi, bins + 1)])
+        if it % 5 == 0:
+            x = np.round(x * 4) / 4
+        for dtype in (np.float32, np.float64):
+            same(tl.tensor(x.astype(dtype)).histc(bins, lo, hi), torch.tensor(x.astype(dtype)).histc(bins, lo, hi))
+
+
 def test_searchsorted_and_bucketize(device):
     seq = torch.tensor([1.0, 3.0, 3.0, 5.0, 7.0, float("inf")])
     values = torch.tensor([[0.0, 3.0, 4.0], [7.0, 8.0, float("inf")]])

@@ -103,10 +103,11 @@ class HostOps(TensorLike):
             raise RuntimeError(f"histc: expected a floating-point tensor, got {self.dtype.name}")
         if bins <= 0:
             raise RuntimeError(f"histc: bins must be > 0, but got {bins}")
-        x = self.numpy().astype(np.float64).reshape(-1)
-        lo, hi = float(min), float(max)
+        ftype = np.float64 if self.dtype is dt.float64 else np.float32  # torch's arithmetic, in the input's type
+        x = self.numpy().astype(ftype).reshape(-1)
+        lo, hi = ftype(min), ftype(max)
         if lo == hi and x.size:
-            lo, hi = float(x.min()), float(x.max())
+            lo, hi = x.min(), x.max()
         if lo == hi:
             lo, hi = lo - 1, hi + 1
         if lo > hi:
@@ -114,7 +115,9 @@ class HostOps(TensorLike):
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise RuntimeError(f"histc: range of [{lo}, {hi}] is not finite")
         x = x[(x >= lo) & (x <= hi)]
-        pos = np.minimum(((x - lo) * bins / (hi - lo)).astype(np.int64), bins - 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pos = ((x - lo) * ftype(bins) / (hi - lo)).astype(np.int64)  # torch's linear interpolation, no search
+        pos = np.minimum(pos, bins - 1)
         return self._out(np.bincount(pos, minlength=bins).astype(np.float64), self.dtype)
 
     # ---- searching ----
