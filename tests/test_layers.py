@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = [
     ("base", ["tinyllm._kernels", "tinyllm.env", "tinyllm.dtype", "tinyllm.weak", "tinyllm.process_group",
               "tinyllm.autocast_mode", "tinyllm.utils.files", "tinyllm.utils.progress",
-              "tinyllm.utils.checks"]),
+              "tinyllm.utils.checks", "tinyllm.random"]),
     ("graph", ["tinyllm.graph"]),
     ("ops", ["tinyllm.ops", "tinyllm.views"]),
     ("autograd", ["tinyllm.autograd"]),

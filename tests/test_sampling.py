@@ -311,11 +311,11 @@ def test_generator_argument_leaves_the_default_stream_alone():
     tl.manual_seed(0)
     g = tl.Generator().manual_seed(1)
     drawn = [tl.randn(2, generator=g), tl.rand(2, generator=g), tl.randint(0, 9, (3,), generator=g),
-             tl.multinomial(tl.tensor([[0.2, 0.8]]), 3, generator=g)]
+             tl.multinomial(tl.tensor([[0.2, 0.8]]), 3, replacement=True, generator=g)]
     np.testing.assert_array_equal(tl.randn(5).numpy(), expected)
     g.manual_seed(1)
     again = [tl.randn(2, generator=g), tl.rand(2, generator=g), tl.randint(0, 9, (3,), generator=g),
-             tl.multinomial(tl.tensor([[0.2, 0.8]]), 3, generator=g)]
+             tl.multinomial(tl.tensor([[0.2, 0.8]]), 3, replacement=True, generator=g)]
     for a, b in zip(drawn, again):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 

@@ -6,11 +6,11 @@
     x.grad
 """
 from . import ops  # noqa: F401  (registers the primitives)
-from .dtype import float16, bfloat16, float32, float64, uint8, int8, int64, bool_, DType, finfo  # noqa: F401
+from .dtype import float16, bfloat16, float32, float64, uint8, int8, int64, bool_, DType, finfo, iinfo  # noqa: F401
 from .tensor import Tensor, no_grad, inference_mode, is_grad_enabled, arange  # noqa: F401
 from .factory import (tensor, zeros, ones, full, zeros_like, ones_like, full_like, randn, rand, randint,  # noqa: F401
                       randn_like, rand_like, manual_seed, multinomial, cat, stack, where, eye, linspace,
-                      Generator, default_generator, from_numpy)
+                      logspace, empty, empty_like, Generator, default_generator, from_numpy)
 from .realizer import realize as _realize
 from .runtime import max_memory_allocated, memory_allocated, reset_peak_memory_stats, empty_cache  # noqa: F401
 from . import nn, optim  # noqa: F401,E402

@@ -122,10 +122,25 @@ class finfo:
         else:
             i = np.finfo(dtype.np)
             f = dict(bits=i.bits, eps=float(i.eps), max=float(i.max), tiny=float(i.tiny), nmant=int(i.nmant))
-        self.dtype = dtype
+        self.dtype = dtype.name  # torch's finfo.dtype is the name, 'float32'
         self.bits, self.eps, self.max, self.tiny, self.nmant = f["bits"], f["eps"], f["max"], f["tiny"], f["nmant"]
         self.min, self.smallest_normal = -self.max, self.tiny
         self.resolution = 10.0 ** -int(np.floor(-np.log10(self.eps)))  # noqa: E501 (as torch: 10^-digits)
 
     def __repr__(self):
-        return f"finfo(dtype={self.dtype.name}, eps={self.eps}, max={self.max}, tiny={self.tiny})"
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, "
+                f"smallest_normal={self.smallest_normal}, tiny={self.tiny}, dtype={self.dtype})")
+
+
+class iinfo:
+    """torch.iinfo for the integer dtypes: bits, min, max and dtype (its name)."""
+
+    def __init__(self, dtype):
+        dtype = to_dtype(dtype)
+        if dtype.is_float or dtype is bool_:
+            raise TypeError(f"iinfo: {dtype.name} is not an integer dtype (use finfo for a float dtype)")
+        i = np.iinfo(dtype.np)
+        self.bits, self.min, self.max, self.dtype = int(i.bits), int(i.min), int(i.max), dtype.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"

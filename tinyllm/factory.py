@@ -1,7 +1,5 @@
 """Creating tensors, with torch's names. Random numbers come from a Generator: the default one (seeded by
 manual_seed) or the one passed as `generator=`."""
-import copy
-
 import numpy as np
 
 from . import dtype as dt
@@ -9,83 +7,7 @@ from .graph import const
 from .runtime import get as get_runtime
 from .mixins import arange, cat  # noqa: F401  (torch.arange, torch.cat: the mixins use them too)
 from .tensor import Tensor
-
-
-class Generator:
-    """A source of random numbers, as torch.Generator: `Generator().manual_seed(s)` makes whatever is drawn
-    from it reproducible (`tinyllm.randn(..., generator=g)`, `tinyllm.sampling.sample(..., generator=g)`).
-    It holds a NumPy Generator (PCG64), reseeded in place, so a reference to it stays valid; seed s gives the
-    stream of `np.random.default_rng(s)`. Random numbers are drawn on the host whatever the device (`device`
-    is accepted for torch's signature)."""
-
-    def __init__(self, device=None):
-        self._np = np.random.default_rng(0)
-        self._initial_seed = 0
-
-    def manual_seed(self, seed):
-        """Seed it; returns the generator, as torch. A negative seed is taken modulo 2⁶⁴, as torch does."""
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"Generator.manual_seed: the seed must be an int, got {type(seed).__name__} {seed!r:.40}")
-        seed = int(seed)
-        if not -2 ** 63 <= seed < 2 ** 64:
-            raise ValueError(f"Generator.manual_seed: seed {seed} is out of range [-2**63, 2**64)")
-        seed %= 2 ** 64
-        self._np.bit_generator.state = np.random.PCG64(seed).state
-        self._initial_seed = seed
-        return self
-
-    def seed(self):
-        """Seed it from the operating system's entropy; returns that seed (so it can be reported and reused)."""
-        seed = int(np.random.SeedSequence().entropy) % 2 ** 64
-        self.manual_seed(seed)
-        return seed
-
-    def initial_seed(self):
-        """The seed it was last seeded with (0 for a generator never seeded)."""
-        return self._initial_seed
-
-    def get_state(self):
-        """Its state, to restore later with set_state: NumPy's bit-generator state, a JSON-able dict (torch gives a
-        byte tensor; this one can go into a checkpoint's JSON)."""
-        return copy.deepcopy(self._np.bit_generator.state)
-
-    def set_state(self, state):
-        if not isinstance(state, dict) or state.get("bit_generator") != type(self._np.bit_generator).__name__:
-            raise ValueError("Generator.set_state: expected a state returned by Generator.get_state(), got "
-                             f"{type(state).__name__} {state!r:.60}")
-        self._np.bit_generator.state = state
-        return self
-
-    def __repr__(self):
-        return f"tinyllm.Generator(initial_seed={self._initial_seed})"
-
-
-default_generator = Generator()
-
-
-def manual_seed(seed):
-    """Seed the default generator (what every random function draws from unless given `generator=`); returns it,
-    as torch.manual_seed."""
-    return default_generator.manual_seed(seed)
-
-
-def generator():
-    """The default generator's NumPy Generator (nn's initializers draw from it; a checkpoint saves its state)."""
-    return default_generator._np
-
-
-def numpy_generator(generator=None):
-    """The NumPy Generator to draw from: the default one, a tinyllm.Generator's, or a numpy.random.Generator as is."""
-    if generator is None:
-        return default_generator._np
-    if isinstance(generator, Generator):
-        return generator._np
-    if isinstance(generator, np.random.Generator):
-        return generator
-    kind = type(generator)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    raise TypeError(f"generator: expected a tinyllm.Generator (or a numpy.random.Generator), got {name}: make one "
-                    "with tinyllm.Generator().manual_seed(seed)")
+from .random import Generator, default_generator, manual_seed, generator, numpy_generator  # noqa: F401
 
 
 def _shape(size):
@@ -142,17 +64,49 @@ def bernoulli_mask(shape, keep, device=None, generator=None):
     return Tensor(numpy_generator(generator).random(tuple(shape)) < keep, device=device)
 
 
-def multinomial(probs, num_samples=1, generator=None):
-    """Draw `num_samples` indices per row of `probs` (with replacement), as torch.multinomial. Eager: it reads
-    the probabilities now; sampling has no gradient."""
+def multinomial(probs, num_samples=1, replacement=False, *, generator=None):
+    """`num_samples` category indices per row of `probs` (1-D or 2-D, non-negative weights, not necessarily summing
+    to 1), as torch.multinomial. Without replacement the draws are sequential, each from the categories not yet
+    drawn in proportion to their weights; that is exactly the order of an exponential race (category i's key
+    E_i / p_i, E_i ~ Exponential(1): the smallest keys first), which is how they are drawn. Eager: it reads the
+    probabilities now; sampling has no gradient."""
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise RuntimeError(f"multinomial: cannot sample n_sample <= 0 samples (got num_samples={num_samples})")
+    if probs.ndim not in (1, 2):
+        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got shape {probs.shape}")
+    if not probs.dtype.is_float:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {probs.dtype.name}")
     p = probs.detach().numpy().astype(np.float64)
     p2 = p.reshape(-1, p.shape[-1])
-    if (p2 < 0).any() or not np.isfinite(p2).all() or (p2.sum(-1) <= 0).any():
-        raise RuntimeError("multinomial: probabilities must be finite, non-negative and not all zero in a row")
-    p2 = p2 / p2.sum(-1, keepdims=True)
+    n = p2.shape[-1]
+    if n == 0:
+        raise RuntimeError("multinomial: number of categories cannot be zero")
+    if not replacement and num_samples > n:
+        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement "
+                           f"(n_sample={num_samples}, categories={n})")
+    if (p2 < 0).any() or not np.isfinite(p2).all():
+        raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` or element < 0")
+    if (p2.sum(-1) <= 0).any():
+        raise RuntimeError("multinomial: invalid multinomial distribution (sum of probabilities <= 0)")
     rng = numpy_generator(generator)
-    out = np.stack([rng.choice(p2.shape[-1], size=num_samples, p=row) for row in p2])
-    return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), device=probs.device)
+    if replacement:
+        cum = np.cumsum(p2, -1)
+        u = rng.random((p2.shape[0], num_samples)) * cum[:, -1:]
+        out = np.stack([np.minimum(np.searchsorted(c, row, side="right"), n - 1) for c, row in zip(cum, u)])
+    else:
+        with np.errstate(divide="ignore"):  # p = 0: key inf, drawn only once the others are, lowest index first,
+            keys = rng.standard_exponential(p2.shape) / p2  # as torch's
+        out = np.argsort(keys, -1, kind="stable")[:, :num_samples]
+    return Tensor(out.reshape(p.shape[:-1] + (num_samples,)), dtype=dt.int64, device=probs.device)
+
+
+def empty(*size, dtype=dt.float32, device=None, requires_grad=False, memory_format=None):
+    """torch.empty: torch leaves the values unset; tinyllm's are zeros (a constant, no memory until used)."""
+    return full(_shape(size), 0, dtype, device, requires_grad)
+
+
+def empty_like(x, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return full(x.shape, 0, dtype or x.dtype, device or x.device, requires_grad)
 
 
 def stack(tensors, dim=0):
@@ -178,15 +132,30 @@ def eye(n, m=None, dtype=dt.float32, device=None, requires_grad=False):
     return out.requires_grad_() if requires_grad else out
 
 
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
-    """`steps` values from start to end, evenly spaced, as torch: the first half counted up from start, the second
-    down from end, so both ends are exact."""
+def _evenly_spaced(start, end, steps, name):
+    """linspace's values in float64: the first half counted up from start, the second down from end, so both ends
+    are exact (torch's)."""
     if steps < 0:
-        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
-    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
+        raise RuntimeError(f"{name}: number of steps must be non-negative, got {steps}")
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = np.arange(steps, dtype=np.float64)
-    values = np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
+    return np.where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """`steps` values from start to end, evenly spaced, as torch, both ends exact."""
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
+    values = _evenly_spaced(start, end, steps, "linspace")
+    return tensor(values, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+    """`steps` values from base^start to base^end, their exponents evenly spaced (torch.logspace): base raised to
+    linspace's exponents, each end exact."""
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.float32
+    values = np.power(float(base), _evenly_spaced(start, end, steps, "logspace"))
+    if not dtype.is_float:
+        values = np.trunc(values)
     return tensor(values, dtype=dtype, device=device, requires_grad=requires_grad)
 
 

@@ -13,7 +13,8 @@ from .tensor import Tensor
 
 NOT_FUNCTIONS = {"backward", "item", "numpy", "tolist", "realize", "to", "type_as", "copy_", "requires_grad_",
                  "size", "stride", "dim", "is_contiguous", "contiguous", "expand", "expand_as", "view", "detach_",
-                 "repeat", "type", "unfold"}
+                 "repeat", "type", "unfold", "data_ptr", "storage_offset", "untyped_storage",
+                 "element_size"}
 
 
 def _as_input(x, args):

@@ -18,10 +18,12 @@ from .weak import WeakValues
 from .mixins import MaxResult, TensorLike, arange, broadcast_shape  # noqa: F401  (MaxResult, arange: Tensor's names)
 from .mixins.arithmetic import Arithmetic
 from .mixins.cumulative import Cumulative
+from .mixins.host import HostOps
 from .mixins.indexing import Indexing
 from .mixins.math_ops import MathOps
 from .mixins.movement import Movement
 from .mixins.products import Products
+from .mixins.random import RandomFills
 from .mixins.reduce import Reduce
 from .mixins.scatter import Scatter
 from .mixins.sorting import Sorting
@@ -95,7 +97,8 @@ def _device_name(device):
     return get_runtime(device).name
 
 
-class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, Cumulative, Products):
+class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, Cumulative, Products, HostOps,
+             RandomFills):
     """A lazy tensor: its core is here (the node behind it, values, in-place updates, devices, autograd, building
     ops); its methods by topic come from the mixins (tinyllm/mixins/)."""
     __slots__ = ("_node", "requires_grad", "_grad", "device", "is_leaf", "__weakref__")

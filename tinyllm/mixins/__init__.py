@@ -1,5 +1,6 @@
 """Tensor's methods by topic, as classes that tinyllm.tensor.Tensor inherits (tinygrad's mixins): arithmetic,
-math_ops, reduce, movement, indexing, scatter, sorting, cumulative, products. A mixin builds on the core that tensor.py
+math_ops, reduce, movement, indexing, scatter, sorting, cumulative, products, host (NumPy on the host: bincount,
+unique, ..., data_ptr), random (in-place random fills). A mixin builds on the core that tensor.py
 defines (`_make`, `_as`, `_unary`, `_binary`, `_dim`, ...) and never imports it: the few places that make a tensor
 from scratch go through `from_node` and `new_tensor` below, which tensor.py points at the Tensor class."""
 from collections import namedtuple

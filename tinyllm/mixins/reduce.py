@@ -83,9 +83,18 @@ class Reduce(TensorLike):
         return self + self._as(weight) * (self._as(end) - self)
 
     def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-        """|self - other| <= atol + rtol·|other|, equal infinities close, NaN close to NaN only with equal_nan."""
+        """|self - other| <= atol + rtol·|other| between finite values, as torch.isclose: equal values (equal
+        infinities too) are close, an infinity is close to nothing else, NaN is close to NaN only with equal_nan."""
+        if rtol < 0 or atol < 0:
+            raise RuntimeError(f"isclose: {'rtol' if rtol < 0 else 'atol'} must be greater than or equal to zero, "
+                               f"but got {rtol if rtol < 0 else atol}")
         other = self._as(other)
-        close = ((self - other).abs() <= atol + rtol * other.abs()) | (self == other)
+        close = self == other
+        if self.dtype.is_float or other.dtype.is_float:
+            finite = self.isfinite() & other.isfinite()
+            close = close | (finite & ((self - other).abs() <= atol + rtol * other.abs()))
+        elif self.dtype is not dt.bool_ and (rtol or atol):
+            close = close | ((self - other).abs() <= atol + rtol * other.abs())
         return close | (self.isnan() & other.isnan()) if equal_nan else close
 
     def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):

@@ -15,6 +15,8 @@ import importlib
 import pkgutil
 import sys
 
+import numpy as np
+
 from .. import ops
 
 # Whether sys.getrefcount counts every reference, as the checks before a donation (Runtime.execute) assume:
@@ -85,6 +87,17 @@ class Runtime:
 
     def to_numpy(self, buffer):
         raise NotImplementedError
+
+    def storage(self, buffer):
+        """(address of the storage, offset of the buffer's first element in it in elements, the storage's bytes):
+        what Tensor.data_ptr, storage_offset and untyped_storage report. Here for a NumPy array (the CPU runtimes):
+        the array that owns the memory is the storage, so views of one array share it, as torch's views do."""
+        data = np.asarray(buffer.data)
+        base = data
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        first, start = data.__array_interface__["data"][0], base.__array_interface__["data"][0]
+        return start, (first - start) // max(data.itemsize, 1), base.nbytes
 
     def constant(self, value, shape, dtype):
         """A CONST node's value: one element seen as `shape`."""

@@ -110,6 +110,12 @@ class WGSLRuntime(Runtime):
                                 f"tensor holds values in [{array.min()}, {array.max()}]: keep them within ±2³¹")
         return Buffer(self, Value(self.gpu.upload(array.astype(HOST[name])), array.shape, dtype), array.shape, dtype)
 
+    def storage(self, buffer):
+        """(a number standing for the GPU buffer, the view's offset in elements, the buffer's bytes): WebGPU gives
+        no addresses, so a storage is numbered by its Python object, which views of it share."""
+        value = buffer.data
+        return id(value.storage), value.offset, value.storage.nbytes
+
     def to_numpy(self, buffer):
         value = buffer.data
         if value.host is None:
