@@ -179,6 +179,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
     grad_fn = property(lambda self: None if self.is_leaf else self._node.op)
 
     def dim(self): return self.ndim
+    def is_complex(self): return False  # (a complex tensor is a tinyllm.complex.ComplexTensor)
     def numel(self): return math.prod(self.shape)
     def size(self, dim=None): return self.shape if dim is None else self.shape[self._dim(dim, "size")]
     def stride(self): return strides_of(self._node)
