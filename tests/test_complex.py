@@ -131,6 +131,36 @@ def test_dtype_and_flags():
     assert "complex64" in repr(z)
 
 
+def test_factories_and_function_forms(each_runtime):
+    """tensor / from_numpy of complex data, zeros / ones / full / randn with a complex dtype, cat, stack, where and
+    the function forms with a real first argument, against torch."""
+    rng = np.random.default_rng(5)
+    a, b, r = crandn(rng, (2, 3)), crandn(rng, (2, 3)), rng.standard_normal((2, 3)).astype(np.float32)
+    z, w, x = tl.tensor(a), tl.from_numpy(b), tl.tensor(r)
+    tz, tw, tx = torch.tensor(a), torch.from_numpy(b), torch.tensor(r)
+    mask = r > 0
+    for ours, theirs in ((tl.tensor([1 + 2j, 3j]), torch.tensor([1 + 2j, 3j])),
+                         (tl.zeros(2, 3, dtype=tl.complex64), torch.zeros(2, 3, dtype=torch.complex64)),
+                         (tl.ones_like(z), torch.ones_like(tz)), (tl.full((2,), 1 - 2j), torch.full((2,), 1 - 2j)),
+                         (tl.cat([z, w], 1), torch.cat([tz, tw], 1)), (tl.cat([x, z]), torch.cat([tx, tz])),
+                         (tl.stack([z, w], -1), torch.stack([tz, tw], -1)),
+                         (tl.where(tl.tensor(mask), z, w), torch.where(torch.tensor(mask), tz, tw)),
+                         (tl.mul(x, z), torch.mul(tx, tz)), (tl.add(x, z), torch.add(tx, tz)),
+                         (tl.sub(2.0, z), torch.sub(2.0, tz)), (tl.exp(z), torch.exp(tz)), (tl.conj(z), torch.conj(tz))):
+        assert ours.is_complex() and ours.shape == tuple(theirs.shape)
+        assert ours.dtype.name == str(theirs.dtype).removeprefix("torch.")
+        np.testing.assert_allclose(ours.numpy(), theirs.resolve_conj().numpy(), **TOL)
+    if each_runtime != "wgsl":  # (no float64 there)
+        np.testing.assert_array_equal(tl.tensor(a.astype(np.complex128)).numpy(), a.astype(np.complex128))
+        assert tl.tensor(a.astype(np.complex128)).dtype is tl.complex128
+    x = tl.randn(3)
+    assert x.real is x and x.conj() is x
+    with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
+        x.imag
+    n = tl.randn(4000, dtype=tl.complex64).numpy()  # torch's: each part of variance 1/2
+    assert n.dtype == np.complex64 and abs(n.real.var() - 0.5) < 0.05 and abs(n.imag.var() - 0.5) < 0.05
+
+
 def test_views_share_storage():
     x = tl.randn(2, 3, 2, requires_grad=True)
     z = tl.view_as_complex(x)

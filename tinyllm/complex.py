@@ -28,11 +28,13 @@ import builtins
 import numpy as np
 
 from . import dtype as dt
-from .factory import stack
+from .graph import const
+from .mixins import cat
 from .tensor import Tensor, _grad_leaves
 from .realizer import realize
+from .runtime import get as get_runtime
 
-__all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "outer"]
+__all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "outer", "from_numpy", "full"]
 
 
 def _storage(t):
@@ -52,7 +54,31 @@ def _wrap(storage):
 
 
 def _pair(re, im):
-    return _wrap(stack([re, im], -1))
+    return _wrap(cat([re.unsqueeze(-1), im.unsqueeze(-1)], -1))
+
+
+def from_numpy(array, dtype=None, device=None, requires_grad=False):
+    """A complex leaf of a NumPy array (tinyllm.tensor of complex data, or with dtype=complex64/complex128)."""
+    given = array
+    array = np.asarray(array)
+    # as torch: a NumPy array keeps its precision, Python numbers are complex64 (the default float32's)
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.to_dtype(array.dtype) \
+        if array.dtype.kind == "c" and isinstance(given, np.ndarray) else dt.complex64
+    if not dtype.is_complex:
+        raise TypeError(f"tensor: complex data cannot be stored as {dtype.name} (take .real or abs() first)")
+    array = array.astype(dtype.np)
+    storage = np.stack([array.real, array.imag], -1)
+    z = _wrap(Tensor(storage, dtype=dt.REAL_OF[dtype], device=device))
+    return z.requires_grad_() if requires_grad else z
+
+
+def full(size, fill_value, dtype=None, device=None):
+    """A complex constant (tinyllm.full / zeros / ones with a complex dtype or a complex fill value)."""
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.complex64
+    c = builtins.complex(fill_value)
+    real, size = dt.REAL_OF[dtype], tuple(size)
+    device = get_runtime(device).name
+    return _pair(*(Tensor._from_node(const(v, size, real), device) for v in (c.real, c.imag)))
 
 
 def view_as_real(input):
@@ -177,6 +203,27 @@ class ComplexTensor(Tensor):
         return _wrap(out.to(device=device) if device is not None else out)
 
     def type_as(self, other): return self.to(other.dtype)
+
+    def _as_complex(self, x):
+        """`x` (a number, a real or a complex tensor) as a complex tensor of self's dtype or x's, for function forms
+        and cat whose first argument is not complex."""
+        if isinstance(x, ComplexTensor):
+            return x
+        z, r = self._other(x, "complex")
+        if z is not None:
+            return z
+        r = r if isinstance(r, Tensor) else Tensor._from_node(const(r, (), self._node.dtype), self.device)
+        r = r.to(self._node.dtype) if not r.dtype.is_float else r
+        return _pair(r, r * 0)
+
+    def _cat(self, tensors, dim):
+        """cat of tensors of which one (self) is complex: the storages joined along `dim`."""
+        d = self._dim(dim, "cat")
+        zs = [self._as_complex(t) for t in tensors]
+        dtype = zs[0]._node.dtype
+        for z in zs[1:]:
+            dtype = dt.result_type(dtype, z._node.dtype)
+        return _wrap(cat([_storage(z).to(dtype) for z in zs], d))
 
     # ---- parts ----
     real = property(lambda self: _storage(self)[..., 0])

@@ -180,6 +180,12 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
 
     def dim(self): return self.ndim
     def is_complex(self): return False  # (a complex tensor is a tinyllm.complex.ComplexTensor)
+    def conj(self): return self  # a real tensor is its own conjugate, as torch's
+    real = property(lambda self: self)
+
+    @property
+    def imag(self):
+        raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
     def numel(self): return math.prod(self.shape)
     def size(self, dim=None): return self.shape if dim is None else self.shape[self._dim(dim, "size")]
     def stride(self): return strides_of(self._node)
