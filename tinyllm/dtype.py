@@ -78,7 +78,7 @@ def to_dtype(x):
         return int64
     if npd is not None and npd.kind == "f":
         return float32 if npd.itemsize <= 4 else float64
-    if npd is not None and npd.kind == "c":
+    if npd is not None and npd.kind == "c" and not isinstance(x, str):  # (np.complex64, not the string "complex")
         return complex64 if npd.itemsize <= 8 else complex128
     raise TypeError(f"dtype {x!r} is not supported: use one of {', '.join(d.name for d in ALL)}")
 
