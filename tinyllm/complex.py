@@ -30,8 +30,7 @@ import numpy as np
 from . import dtype as dt
 from .graph import const
 from .mixins import cat
-from .tensor import Tensor, _grad_leaves
-from .realizer import realize
+from .tensor import Tensor
 from .runtime import get as get_runtime
 
 __all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "outer", "from_numpy", "full"]
@@ -171,17 +170,6 @@ class ComplexTensor(Tensor):
     @grad.setter
     def grad(self, grad):
         Tensor.grad.fset(self, _storage(grad) if isinstance(grad, ComplexTensor) else grad)
-
-    def requires_grad_(self, requires_grad=True):
-        if not self.is_leaf:
-            raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; use .detach() first")
-        self.requires_grad = False
-        if requires_grad:
-            if self._node.op != "LOAD":
-                realize(self)  # a leaf that requires grad gets a buffer of its own
-            self.requires_grad = True
-            _grad_leaves[self._node] = self
-        return self
 
     def backward(self, gradient=None, retain_graph=False):
         raise RuntimeError("backward: grad can be implicitly created only for real scalar outputs, this tensor is "

@@ -160,7 +160,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
     def requires_grad_(self, requires_grad=True):
         if not self.is_leaf:
             raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; use .detach() first")
-        if requires_grad and not self.dtype.is_float:
+        if requires_grad and not self._node.dtype.is_float:  # (a complex tensor's node: its float (re, im) pairs)
             raise RuntimeError(f"requires_grad_: only floating-point tensors can require gradients, not {self.dtype.name}")
         self.requires_grad = False
         if requires_grad:
