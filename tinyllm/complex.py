@@ -218,7 +218,11 @@ class ComplexTensor(Tensor):
     imag = property(lambda self: _storage(self)[..., 1])
 
     def conj(self): return _pair(self.real, -self.imag)
-    def abs(self): return (self.real * self.real + self.imag * self.imag).sqrt()
+    def abs(self):
+        """sqrt(re² + im²), with torch's gradient 0 at 0 (sqrt of a 0 swapped for 1 there, so no 0·inf)."""
+        sq = self.real * self.real + self.imag * self.imag
+        zero = sq == 0
+        return zero.where(0.0, zero.where(1.0, sq).sqrt())
     def angle(self): return self.imag.atan2(self.real)
     def __abs__(self): return self.abs()
 
