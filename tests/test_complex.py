@@ -256,6 +256,10 @@ def test_errors_as_torch():
         tl.view_as_complex(tl.randn(2, 4).T)
     with pytest.raises(RuntimeError, match="only supported for float and double"):
         tl.view_as_complex(tl.ones(3, 2, dtype=tl.int64))
+    with pytest.raises(RuntimeError, match="complex: expected imag to be a float or double tensor, got tinyllm.float16"):
+        tl.complex(tl.randn(2), tl.randn(2).half())
+    with pytest.raises(RuntimeError, match="polar: expected abs to be a float or double tensor"):
+        tl.polar(tl.ones(2, dtype=tl.int64), tl.randn(2))
     with pytest.raises(RuntimeError, match="only supported for complex"):
         tl.view_as_real(tl.randn(3, 2))
     z = tl.complex(tl.randn(3), tl.randn(3))

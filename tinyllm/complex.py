@@ -102,22 +102,27 @@ def view_as_complex(input):
     return _wrap(input)
 
 
+def _check_parts(name, first, second, names):
+    """torch.complex's and torch.polar's checks: two float32 / float64 tensors of one dtype."""
+    for label, t in zip(names, (first, second)):
+        if not isinstance(t, Tensor) or isinstance(t, ComplexTensor) or t.dtype not in dt.COMPLEX_OF:
+            raise RuntimeError(f"{name}: expected {label} to be a float or double tensor, got "
+                               f"{getattr(t, 'dtype', type(t).__name__)}")
+    if first.dtype is not second.dtype:
+        raise RuntimeError(f"{name}: expected {names[0]} and {names[1]} to have the same dtype, got "
+                           f"{first.dtype.name} and {second.dtype.name}")
+
+
 def complex(real, imag):
     """torch.complex: real + i imag, of two float tensors of one dtype (broadcast)."""
-    for name, t in (("real", real), ("imag", imag)):
-        if not isinstance(t, Tensor) or isinstance(t, ComplexTensor) or t.dtype not in dt.COMPLEX_OF:
-            raise RuntimeError(f"complex: expected {name} to be a float or double tensor, got "
-                               f"{getattr(t, 'dtype', type(t).__name__)}")
-    if real.dtype is not imag.dtype:
-        raise RuntimeError(f"complex: expected real and imag to have the same dtype, got {real.dtype.name} and "
-                           f"{imag.dtype.name}")
+    _check_parts("complex", real, imag, ("real", "imag"))
     real, imag = real._broadcast(imag, name="complex")
     return _pair(real, imag)
 
 
 def polar(abs, angle):
     """torch.polar: abs·(cos angle + i sin angle)."""
-    complex(abs, angle)  # (the same checks)
+    _check_parts("polar", abs, angle, ("abs", "angle"))
     return complex(abs * angle.cos(), abs * angle.sin())
 
 
@@ -126,11 +131,6 @@ def outer(input, vec2):
     if input.ndim != 1 or vec2.ndim != 1:
         raise RuntimeError(f"outer: expected 1-D vectors, got shapes {input.shape} and {vec2.shape}")
     return input.reshape(-1, 1) * vec2.reshape(1, -1)
-
-
-def _complex_dtype(real_dtype):
-    """The complex dtype computing in `real_dtype` (a float; float16/bfloat16 -> complex64, ints -> complex64)."""
-    return dt.complex128 if real_dtype is dt.float64 else dt.complex64
 
 
 class ComplexTensor(Tensor):
