@@ -166,6 +166,11 @@ def test_factories_and_function_forms(each_runtime):
     if each_runtime != "wgsl":  # (no float64 there)
         np.testing.assert_array_equal(tl.tensor(a.astype(np.complex128)).numpy(), a.astype(np.complex128))
         assert tl.tensor(a.astype(np.complex128)).dtype is tl.complex128
+    x = tl.tensor([-2.0, 0.0, 3.0, float("nan")], requires_grad=True)
+    tx = torch.tensor([-2.0, 0.0, 3.0, float("nan")], requires_grad=True)
+    check([(x, tx)], tl.angle(x), torch.angle(tx))  # a real tensor's: pi or 0, gradient 0
+    np.testing.assert_array_equal(tl.real(z).numpy(), torch.real(tz).numpy())
+    np.testing.assert_array_equal(tl.imag(z).numpy(), torch.imag(tz).numpy())
     x = tl.randn(3)
     assert x.real is x and x.conj() is x
     with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):

@@ -20,7 +20,7 @@ from .utils import data as _data  # noqa: E402  (tinyllm.utils.data.DataLoader a
 del _data
 from .einsum import einsum  # noqa: F401,E402
 from . import linalg  # noqa: F401,E402
-from .complex import complex, polar, view_as_real, view_as_complex, outer  # noqa: F401,E402
+from .complex import complex, polar, view_as_real, view_as_complex, outer, real, imag  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
 from .autocast_mode import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: F401,E402

@@ -33,7 +33,7 @@ from .mixins import cat
 from .tensor import Tensor
 from .runtime import get as get_runtime
 
-__all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "outer", "from_numpy", "full"]
+__all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "outer", "real", "imag", "from_numpy", "full"]
 
 
 def _storage(t):
@@ -124,6 +124,16 @@ def polar(abs, angle):
     """torch.polar: abs·(cos angle + i sin angle)."""
     _check_parts("polar", abs, angle, ("abs", "angle"))
     return complex(abs * angle.cos(), abs * angle.sin())
+
+
+def real(input):
+    """torch.real: the real part (a view; a real tensor itself)."""
+    return input.real
+
+
+def imag(input):
+    """torch.imag: the imaginary part of a complex tensor (a view)."""
+    return input.imag
 
 
 def outer(input, vec2):

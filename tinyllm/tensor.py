@@ -181,6 +181,11 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
     def dim(self): return self.ndim
     def is_complex(self): return False  # (a complex tensor is a tinyllm.complex.ComplexTensor)
     def conj(self): return self  # a real tensor is its own conjugate, as torch's
+
+    def angle(self):
+        """The argument of a real number, as torch: pi where x < 0, else 0 (NaN stays NaN; gradient 0)."""
+        f = self._float()
+        return f.isnan().where(f.detach(), (f < 0).where(math.pi, 0.0).to(f.dtype) + f * 0)
     real = property(lambda self: self)
 
     @property
