@@ -86,7 +86,8 @@ UNARY = {"exp": lambda z: z.exp(), "conj": lambda z: z.conj(), "abs": lambda z: 
          "abs_fn": lambda z: abs(z), "transpose": lambda z: z.transpose(0, -1) * 2,
          "index": lambda z: z[1:, ..., None] * 2, "reshape": lambda z: z.reshape(-1) * 2,
          "flatten": lambda z: z.unsqueeze(0).squeeze(0).flatten() * 2, "last": lambda z: z[..., 0] * 2,
-         "permute": lambda z: z.permute(*reversed(range(z.ndim))) * 2, "recip": lambda z: 1 / z}
+         "permute": lambda z: z.permute(*reversed(range(z.ndim))) * 2, "recip": lambda z: 1 / z,
+         "log": lambda z: z.log(), "square": lambda z: z.square(), "reciprocal": lambda z: z.reciprocal()}
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
@@ -177,6 +178,20 @@ def test_factories_and_function_forms(each_runtime):
         x.imag
     n = tl.randn(4000, dtype=tl.complex64).numpy()  # torch's: each part of variance 1/2
     assert n.dtype == np.complex64 and abs(n.real.var() - 0.5) < 0.05 and abs(n.imag.var() - 0.5) < 0.05
+
+
+def test_backward_with_a_complex_gradient():
+    """z.backward(g) for a complex z, as torch; without g, torch's error."""
+    rng = np.random.default_rng(7)
+    (a, ta), (b, tb) = leaf(crandn(rng, (3,))), leaf(crandn(rng, (3,)))
+    g = crandn(rng, (3,))
+    out, tout = (a * b).exp(), (ta * tb).exp()
+    out.backward(tl.tensor(g))
+    tout.backward(torch.tensor(g))
+    for x, t in ((a, ta), (b, tb)):
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-4)
+    with pytest.raises(RuntimeError, match="gradient must be a complex tensor of shape"):
+        (a * b).backward(tl.ones(3))
 
 
 def test_views_share_storage():

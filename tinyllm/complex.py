@@ -15,13 +15,17 @@ of one storage (view_as_complex wants a last dim of 2 with stride 1, as torch do
 Gradients. For a real loss L of a complex z = x + iy, torch's autograd gives z.grad = dL/dx + i dL/dy (the
 conjugate Wirtinger derivative times 2; torch's docs, "Autograd for Complex Numbers"). The real autograd of the
 storage computes (dL/dx, dL/dy) for the pair (x, y), which read as a complex number is that same value: the
-convention comes out without a complex backward rule. `backward()` of a complex tensor is refused, as torch's
-(a complex loss has no implicit gradient).
+convention comes out without a complex backward rule. `z.backward(g)` of a complex z seeds the storage's backward
+with (Re g, Im g), as torch; `backward()` without a gradient is refused, as torch's (a complex output has no
+implicit gradient).
 
 What a complex tensor supports: + - * / (complex with complex, real tensors and Python numbers, broadcasting as
-torch), matmul, exp, sum, mean, abs, angle, conj, .real / .imag (views), the movement ops (reshape, view, permute,
-transpose, unsqueeze, squeeze, flatten, expand, basic indexing), clone, detach, requires_grad_, .grad. Every other
-Tensor method raises a TypeError naming the op (comparisons `<` included, as torch).
+torch), matmul (a real operand is promoted, where torch wants one dtype), exp, log, square, reciprocal, sum, mean,
+abs (gradient 0 at 0, as torch), angle, conj, .real / .imag (views), the movement ops (reshape, view, permute,
+transpose, unsqueeze, squeeze, flatten, expand, basic indexing), cat / stack / where, clone, detach,
+requires_grad_, .grad, .numpy() / .item() / .tolist(). Every other Tensor method raises a TypeError naming the op
+(comparisons `<` included, as torch). The factories take complex data and dtypes: tinyllm.tensor / from_numpy of
+complex values, zeros / ones / full / randn(dtype=complex64).
 """
 import builtins
 
@@ -182,8 +186,20 @@ class ComplexTensor(Tensor):
         Tensor.grad.fset(self, _storage(grad) if isinstance(grad, ComplexTensor) else grad)
 
     def backward(self, gradient=None, retain_graph=False):
-        raise RuntimeError("backward: grad can be implicitly created only for real scalar outputs, this tensor is "
-                           f"{self.dtype.name}: take a real loss first (e.g. z.abs().sum() or view_as_real(z).sum())")
+        """With a complex `gradient` g of this shape, as torch: the storage's backward seeded with (Re g, Im g),
+        which is torch's convention for the leaves' gradients. Without one: refused, as torch (a complex output
+        has no implicit gradient)."""
+        if gradient is None:
+            raise RuntimeError("backward: grad can be implicitly created only for real scalar outputs, this tensor is "
+                               f"{self.dtype.name}: take a real loss first (e.g. z.abs().sum() or "
+                               "view_as_real(z).sum()), or pass gradient= (a complex tensor of its shape)")
+        if not isinstance(gradient, ComplexTensor) or gradient.shape != self.shape:
+            raise RuntimeError(f"backward: gradient must be a complex tensor of shape {self.shape}, got "
+                               f"{getattr(gradient, 'dtype', type(gradient).__name__)} "
+                               f"{getattr(gradient, 'shape', '')}")
+        storage = _storage(self)
+        storage.backward(_storage(gradient).to(storage.dtype), retain_graph)
+        self._node = storage._node
 
     def detach(self): return _wrap(_storage(self).detach())
     def clone(self): return _wrap(_storage(self).clone())
@@ -239,6 +255,13 @@ class ComplexTensor(Tensor):
     def exp(self):
         e = self.real.exp()
         return _pair(e * self.imag.cos(), e * self.imag.sin())
+
+    def log(self):
+        """log|z| + i angle(z) (the principal branch, as torch)."""
+        return _pair((self.real * self.real + self.imag * self.imag).log() * 0.5, self.angle())
+
+    def square(self): return self * self
+    def reciprocal(self): return 1.0 / self
 
     # ---- arithmetic ----
     def _other(self, x, name):
@@ -386,7 +409,8 @@ def _unsupported(name):
 
     def refuse(self, *args, **kwargs):
         raise TypeError(f"{op}: not supported for complex tensors ({self.dtype.name}); tinyllm's complex tensors "
-                        "support + - * / matmul exp sum mean abs angle conj real imag and the movement ops")
+                        "support + - * / matmul exp log sum mean abs angle conj real imag and the movement ops "
+                        "(tinyllm/complex.py)")
     refuse.__name__ = name
     return refuse
 
