@@ -114,6 +114,15 @@ def test_real_matmul_complex():
     check([(x, tx), (z, tz)], z @ x, tz @ tx.to(torch.complex64), dict(rtol=1e-5, atol=1e-4))
 
 
+def test_einsum_and_outer_of_complex():
+    """einsum and outer lower to the complex ops above (mul, sum, movement), so they take complex operands too."""
+    rng = np.random.default_rng(8)
+    (a, ta), (b, tb) = leaf(crandn(rng, (2, 3))), leaf(crandn(rng, (3, 4)))
+    check([(a, ta), (b, tb)], tl.einsum("ij,jk->ik", a, b), torch.einsum("ij,jk->ik", ta, tb), dict(rtol=1e-5, atol=1e-4))
+    (u, tu), (v, tv) = leaf(crandn(rng, (3,))), leaf(rng.standard_normal(4).astype(np.float32))
+    check([(u, tu), (v, tv)], tl.outer(u, v), torch.outer(tu, tv.to(torch.complex64)))
+
+
 def test_complex_and_polar_match_torch():
     rng = np.random.default_rng(2)
     (re, tre), (im, tim) = leaf(rng.standard_normal((3, 4)).astype(np.float32)), leaf(rng.standard_normal((4,)).astype(np.float32))
