@@ -23,7 +23,7 @@ LAYERS = [
     ("realize", ["tinyllm.realizer", "tinyllm.replay.record"]),
     ("tensor", ["tinyllm.mixins", "tinyllm.tensor"]),
     ("front", ["tinyllm.factory", "tinyllm.einsum", "tinyllm.functions", "tinyllm.gradcheck", "tinyllm.replay",
-               "tinyllm.linalg"]),
+               "tinyllm.linalg", "tinyllm.complex"]),
     ("library", ["tinyllm.nn", "tinyllm.optim", "tinyllm.amp", "tinyllm.quantization", "tinyllm.sampling",
                  "tinyllm.utils"]),
     ("models", ["tinyllm.models"]),

@@ -7,6 +7,7 @@
 """
 from . import ops  # noqa: F401  (registers the primitives)
 from .dtype import float16, bfloat16, float32, float64, uint8, int8, int64, bool_, DType, finfo, iinfo  # noqa: F401
+from .dtype import complex64, complex128  # noqa: F401
 from .tensor import Tensor, no_grad, inference_mode, is_grad_enabled, arange  # noqa: F401
 from .factory import (tensor, zeros, ones, full, zeros_like, ones_like, full_like, randn, rand, randint,  # noqa: F401
                       randn_like, rand_like, manual_seed, multinomial, cat, stack, where, eye, linspace,
@@ -20,6 +21,7 @@ del _data
 from .einsum import einsum  # noqa: F401,E402
 from . import linalg  # noqa: F401,E402
 from .linalg.products import tensordot, cdist, block_diag, cartesian_prod  # noqa: F401,E402
+from .complex import complex, polar, view_as_real, view_as_complex, real, imag  # noqa: F401,E402
 from .replay.jit import jit  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
 from .autocast_mode import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: F401,E402
@@ -33,6 +35,8 @@ float = float32  # torch.float
 long = int64
 double = float64
 bool = bool_
+cfloat = complex64
+cdouble = complex128
 
 
 def realize(*tensors):

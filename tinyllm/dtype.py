@@ -9,12 +9,15 @@ import numpy as np
 
 
 class DType:
-    __slots__ = ("name", "np", "itemsize", "is_float", "compute", "is_low")
+    __slots__ = ("name", "np", "itemsize", "is_float", "compute", "is_low", "is_complex")
 
     def __init__(self, name, np_dtype, compute=None):
         self.name, self.np = name, np.dtype(np_dtype)  # np: how a buffer of this dtype is stored
         self.compute = self.np if compute is None else np.dtype(compute)  # the NumPy dtype its values compute in
         self.itemsize, self.is_float = self.np.itemsize, self.compute.kind == "f"
+        # complex64 / complex128: never a node's dtype; a complex Tensor is stored as a real one with a trailing
+        # axis of 2 (tinyllm/complex.py), and only the Tensor reports the complex dtype
+        self.is_complex = self.np.kind == "c"
         # a 16-bit float: computed in float32 and rounded once per op, as torch does on CPUs (an attribute, not a
         # property: every kernel a runtime runs asks it)
         self.is_low = self.is_float and self.itemsize == 2
@@ -35,13 +38,19 @@ int8 = DType("int8", np.int8)
 int64 = DType("int64", np.int64)
 bool_ = DType("bool", np.bool_)
 ALL = (float16, bfloat16, float32, float64, uint8, int8, int64, bool_)
+complex64 = DType("complex64", np.complex64)  # (re, im) float32 pairs
+complex128 = DType("complex128", np.complex128)  # (re, im) float64 pairs
+COMPLEX = (complex64, complex128)
+COMPLEX_OF = {float32: complex64, float64: complex128}  # the complex dtype of a real one, and back
+REAL_OF = {complex64: float32, complex128: float64}
 PROMOTION = (bool_, uint8, int8, int64, float16, bfloat16, float32, float64)  # result_type takes the later of two
 _BY_NP = {d.np: d for d in ALL if d is not bfloat16}
-_ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64, "bf16": bfloat16}
+_ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64, "bf16": bfloat16,
+            "cfloat": complex64, "cdouble": complex128}
 
 
 def from_name(name):
-    return {d.name: d for d in ALL}[name]
+    return {d.name: d for d in ALL + COMPLEX}[name]
 
 
 def to_dtype(x):
@@ -51,7 +60,7 @@ def to_dtype(x):
     if isinstance(x, str):
         if x in _ALIASES:
             return _ALIASES[x]
-        if x.removeprefix("torch.") in {d.name for d in ALL}:
+        if x.removeprefix("torch.") in {d.name for d in ALL + COMPLEX}:
             return from_name(x.removeprefix("torch."))
     if x is float:
         return float32
@@ -69,6 +78,8 @@ def to_dtype(x):
         return int64
     if npd is not None and npd.kind == "f":
         return float32 if npd.itemsize <= 4 else float64
+    if npd is not None and npd.kind == "c" and not isinstance(x, str):  # (np.complex64, not the string "complex")
+        return complex64 if npd.itemsize <= 8 else complex128
     raise TypeError(f"dtype {x!r} is not supported: use one of {', '.join(d.name for d in ALL)}")
 
 

@@ -8,6 +8,7 @@ from .runtime import get as get_runtime
 from .mixins import arange, cat  # noqa: F401  (torch.arange, torch.cat: the mixins use them too)
 from .tensor import Tensor
 from .random import Generator, default_generator, manual_seed, generator, numpy_generator  # noqa: F401
+from . import complex as _complex
 
 
 def _shape(size):
@@ -15,11 +16,16 @@ def _shape(size):
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
+    if (dtype is not None and dt.to_dtype(dtype).is_complex) or np.iscomplexobj(data):
+        return _complex.from_numpy(data, dtype, device, requires_grad)
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     """A constant: it takes no memory until something needs it as a buffer."""
+    if (dtype is not None and dt.to_dtype(dtype).is_complex) or isinstance(fill_value, complex):
+        out = _complex.full(size, fill_value, dtype, device)
+        return out.requires_grad_() if requires_grad else out
     if dtype is None:
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
     node = const(fill_value, tuple(size), dt.to_dtype(dtype))
@@ -40,6 +46,9 @@ def full_like(x, value, dtype=None): return full(x.shape, value, dtype or x.dtyp
 
 
 def randn(*size, dtype=dt.float32, device=None, requires_grad=False, generator=None):
+    if dt.to_dtype(dtype).is_complex:  # as torch: real and imaginary parts each of variance 1/2
+        data = numpy_generator(generator).standard_normal(_shape(size) + (2,), dtype=np.float64) * np.sqrt(0.5)
+        return tensor(data[..., 0] + 1j * data[..., 1], dtype, device, requires_grad)
     data = numpy_generator(generator).standard_normal(_shape(size), dtype=np.float64)
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -121,6 +130,10 @@ def stack(tensors, dim=0):
 
 
 def where(condition, x, y):
+    if any(isinstance(v, Tensor) and v.is_complex() for v in (x, y)):  # both parts chosen by one condition
+        z = x if isinstance(x, Tensor) and x.is_complex() else y
+        x, y = z._as_complex(x), z._as_complex(y)
+        return _complex.complex(condition.where(x.real, y.real), condition.where(x.imag, y.imag))
     return condition.where(x, y)
 
 
@@ -165,4 +178,4 @@ def from_numpy(array):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__} (tinyllm.tensor takes "
                         "lists and numbers)")
-    return Tensor(array)
+    return tensor(array) if array.dtype.kind == "c" else Tensor(array)

@@ -19,6 +19,9 @@ NOT_FUNCTIONS = {"backward", "item", "numpy", "tolist", "realize", "to", "type_a
 
 def _as_input(x, args):
     """The first argument as a Tensor: a number takes the dtype and device of the first tensor among `args`."""
+    complex_arg = next((a for a in args if isinstance(a, Tensor) and a.is_complex()), None)
+    if complex_arg is not None and not (isinstance(x, Tensor) and x.is_complex()):
+        return complex_arg._as_complex(x)  # tinyllm.mul(real, complex): the real one as complex, as torch promotes
     if isinstance(x, Tensor):
         return x
     like = next((a for a in args if isinstance(a, Tensor)), None)

@@ -164,7 +164,7 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
     def requires_grad_(self, requires_grad=True):
         if not self.is_leaf:
             raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; use .detach() first")
-        if requires_grad and not self.dtype.is_float:
+        if requires_grad and not self._node.dtype.is_float:  # (a complex tensor's node: its float (re, im) pairs)
             raise RuntimeError(f"requires_grad_: only floating-point tensors can require gradients, not {self.dtype.name}")
         self.requires_grad = False
         if requires_grad:
@@ -183,6 +183,18 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
     grad_fn = property(lambda self: None if self.is_leaf else self._node.op)
 
     def dim(self): return self.ndim
+    def is_complex(self): return False  # (a complex tensor is a tinyllm.complex.ComplexTensor)
+    def conj(self): return self  # a real tensor is its own conjugate, as torch's
+
+    def angle(self):
+        """The argument of a real number, as torch: pi where x < 0, else 0 (NaN stays NaN; gradient 0)."""
+        f = self._float()
+        return f.isnan().where(f.detach(), (f < 0).where(math.pi, 0.0).to(f.dtype) + f * 0)
+    real = property(lambda self: self)
+
+    @property
+    def imag(self):
+        raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
     def numel(self): return math.prod(self.shape)
     def size(self, dim=None): return self.shape if dim is None else self.shape[self._dim(dim, "size")]
     def stride(self): return strides_of(self._node)

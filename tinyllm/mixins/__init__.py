@@ -54,6 +54,9 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
+    for t in tensors:
+        if isinstance(t, TensorLike) and t.is_complex():  # joined as (re, im) storages (tinyllm/complex.py)
+            return t._cat(tensors, dim)
     first = tensors[0]
     d = first._dim(dim, "cat")
     dtype = first.dtype
