@@ -34,10 +34,12 @@ import numpy as np
 from . import dtype as dt
 from .graph import const
 from .mixins import cat
+from .mixins.products import Products
 from .tensor import Tensor
 from .runtime import get as get_runtime
 
-__all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "outer", "real", "imag", "from_numpy", "full"]
+__all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "real", "imag", "from_numpy",
+           "full"]
 
 
 def _storage(t):
@@ -138,13 +140,6 @@ def real(input):
 def imag(input):
     """torch.imag: the imaginary part of a complex tensor (a view)."""
     return input.imag
-
-
-def outer(input, vec2):
-    """torch.outer of two 1-d tensors: input[:, None] * vec2[None, :] (complex or real)."""
-    if input.ndim != 1 or vec2.ndim != 1:
-        raise RuntimeError(f"outer: expected 1-D vectors, got shapes {input.shape} and {vec2.shape}")
-    return input.reshape(-1, 1) * vec2.reshape(1, -1)
 
 
 class ComplexTensor(Tensor):
@@ -350,6 +345,8 @@ class ComplexTensor(Tensor):
         return _pair(a @ c - b @ d, a @ d + b @ c)
 
     def __matmul__(self, x): return self.matmul(x)
+
+    outer = ger = Products.outer  # x[:, None] * y[None, :]: the complex reshape and mul do the rest
 
     def __rmatmul__(self, x):
         return _pair(x @ self.real, x @ self.imag)
