@@ -279,3 +279,19 @@ def test_a_half_precision_model_decodes_the_same_on_every_call(each_runtime):
         want = model.generate(idx, 12, temperature=0, use_cache=False).numpy().tolist()
         for _ in range(3):
             assert model.generate(idx, 12, temperature=0).numpy().tolist() == want, dtype
+
+
+def test_a_model_cast_between_generate_calls_decodes_as_uncached(each_runtime):
+    """The Decoder (and its caches, made in the first call's dtype) is kept between calls; after model.half() /
+    .bfloat16() its caches take the new dtype at the next prefill, and tinyllm.jit records the decode step again
+    (jit keys a Tape on the dtype of each tensor the step assigns)."""
+    if each_runtime == "wgsl":
+        wgsl_f16_or_skip()
+    model, _ = spread_model(4)
+    idx = tl.tensor(np.array([[3, 1]]))
+    for dtype in (tl.float32, tl.float16, tl.float32) if each_runtime == "wgsl" else \
+            (tl.float32, tl.bfloat16, tl.float16, tl.float32):
+        model = model.to(dtype=dtype)
+        want = model.generate(idx, 12, temperature=0, use_cache=False).numpy().tolist()
+        for _ in range(2):
+            assert model.generate(idx, 12, temperature=0).numpy().tolist() == want, dtype

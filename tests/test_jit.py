@@ -1,6 +1,7 @@
 """tinyllm.jit: a replayed step must leave exactly what an eager step leaves (the same kernels run on the same
 inputs), and both must track torch. What a replay cannot repeat is refused with a clear error."""
 import importlib
+import math
 import weakref
 
 import numpy as np
@@ -444,3 +445,150 @@ def test_unhashable_arguments_are_refused():
     fn = tl.jit(lambda x, opts: x * 2)
     with pytest.raises(TypeError, match="neither a tensor nor hashable"):
         fn(tl.ones(2), [1, 2])
+
+
+# What a Tape is keyed on (jit.py's docstring): a change of shape, dtype, device or requires_grad of an argument or
+# of a tensor the step writes (a parameter, an optimizer's state, a cache) between calls records the step again. Each
+# test runs the same calls and changes eagerly and jitted: the jitted run must leave the eager run's values bit for
+# bit (on the same runtime), and must have replayed in between (it ran fn's Python fewer times).
+
+def _eager_and_jitted(scenario):
+    """scenario(wrap, ran) -> a list of values (arrays or None); ran counts fn's Python runs."""
+    eager_ran, jit_ran = [], []
+    eager, jitted = scenario(lambda f: f, eager_ran), scenario(tl.jit, jit_ran)
+    assert len(eager) == len(jitted)
+    for i, (e, j) in enumerate(zip(eager, jitted)):
+        assert (e is None) == (j is None), i
+        if e is not None:
+            assert e.dtype == j.dtype and e.shape == j.shape, (i, e.dtype, j.dtype, e.shape, j.shape)
+            np.testing.assert_array_equal(e.reshape(-1).view(np.uint8), j.reshape(-1).view(np.uint8),
+                                          err_msg=f"value {i}")  # bit for bit
+    assert len(jit_ran) < len(eager_ran)  # it replayed
+    return jitted
+
+
+def _host(t):
+    """A tensor's values as NumPy (bfloat16 as float32, which holds each exactly), None for None."""
+    if t is None:
+        return None
+    return t.float().numpy() if t.dtype is tl.bfloat16 else t.numpy()
+
+
+INPUTS = {  # the argument of each group of calls: (shape, dtype, device, requires_grad); C's kernels are compiled
+    # for their shapes and dtypes
+    "dtype": [((2, 3), tl.float32, "c", False), ((2, 3), tl.bfloat16, "c", False),
+              ((2, 3), tl.float16, "c", False), ((2, 3), tl.float32, "c", False)],
+    "shape": [((2, 3), tl.float32, "c", False), ((4, 3), tl.float32, "c", False), ((2, 3), tl.float32, "c", False)],
+    "device": [((2, 3), tl.float32, "c", False), ((2, 3), tl.float32, "numpy", False),
+               ((2, 3), tl.float32, "c", False)],
+    "requires_grad": [((2, 3), tl.float32, "c", False), ((2, 3), tl.float32, "c", True),
+                      ((2, 3), tl.float32, "c", False)],
+}
+
+
+@pytest.mark.parametrize("change", list(INPUTS))
+def test_an_argument_of_another_shape_dtype_device_or_requires_grad_is_recorded_anew(change):
+    w0 = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+
+    def scenario(wrap, ran):
+        ws = {d: tl.tensor(w0, device=d, requires_grad=True) for d in ("numpy", "c")}
+
+        def step(x):
+            ran.append(1)
+            w = ws[x.device]
+            loss = ((x.float() @ w).tanh() ** 2).sum()
+            loss.backward()
+            return loss
+        fn, out = wrap(step), []
+        for shape, dtype, device, requires_grad in INPUTS[change]:
+            for i in range(5):
+                x = tl.tensor(np.linspace(-2, 2, math.prod(shape), dtype=np.float32).reshape(shape) * (i + 1),
+                              dtype=dtype, device=device, requires_grad=requires_grad)
+                out += [_host(fn(x)), _host(x.grad), _host(ws[device].grad)]
+        return out
+    _eager_and_jitted(scenario)
+
+
+def _linear_step(wrap, ran, change):
+    """A training step (SGD) that reads no argument: its input and its parameters are closure state, changed between
+    groups of calls as `change` says."""
+    from tinyllm.realizer import assign
+    tl.manual_seed(0)
+    lin = tl.nn.Linear(3, 2).to(device="c")
+    opt = tl.optim.SGD(lin.parameters(), lr=0.1)
+    xs = {d: tl.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), device=d) for d in ("numpy", "c")}
+    total = tl.zeros((), device="c").realize()  # a running sum the step writes (a KV cache's role)
+
+    def step():
+        ran.append(1)
+        w = lin.weight
+        y = lin(xs[w.device].to(w.dtype)).float()
+        loss = (y * y).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        assign([total], [total + loss.detach()])
+        return loss
+    fn, out = wrap(step), []
+
+    def move(device):  # the parameters and the running sum, each keeping its identity (as Module.to does)
+        lin.to(device=device)
+        moved = total.to(device=device).realize()
+        total.device, total.node = moved.device, moved.node
+    changes = {"dtype": [lambda: lin.bfloat16(), lambda: lin.half(), lambda: lin.float()],
+               "device": [lambda: move("numpy"), lambda: move("c")],
+               "shape": [lambda: assign([total], [tl.zeros(2, device="c")]),
+                         lambda: assign([total], [tl.zeros((), device="c")])],
+               "requires_grad": [lambda: lin.bias.requires_grad_(False), lambda: lin.bias.requires_grad_(True)]}
+    for change_now in [lambda: None] + changes[change]:
+        change_now()
+        for _ in range(5):
+            out += [_host(fn()), _host(lin.weight), _host(lin.bias), _host(total)]
+    return out
+
+
+@pytest.mark.parametrize("change", ["dtype", "device", "shape", "requires_grad"])
+def test_a_closure_tensor_the_step_writes_changed_between_calls_is_recorded_anew(change):
+    """model.bfloat16() / .half() / .float(), model.to(device), a state tensor given another shape, a parameter
+    frozen (requires_grad_(False)) and thawed between calls: each makes the Tape's compiled kernels wrong for what
+    the step now reads and writes."""
+    _eager_and_jitted(lambda wrap, ran: _linear_step(wrap, ran, change))
+
+
+def test_a_recording_says_what_changed():
+    lin = tl.nn.Linear(3, 2)
+    opt = tl.optim.SGD(lin.parameters(), lr=0.1)
+    x = tl.ones(1, 3)
+
+    @tl.jit
+    def step(x):
+        lin(x.to(lin.weight.dtype)).float().sum().backward()
+        opt.step()
+        opt.zero_grad()
+    for _ in range(4):
+        step(x)
+    lin.half()
+    step(x)
+    assert len(step.recorded_again) == 1
+    assert "parameter of shape (2, 3) and dtype float32" in step.recorded_again[0]
+    assert "dtype float32 -> float16" in step.recorded_again[0]
+
+
+def test_a_parameter_replaced_by_one_of_another_dtype_is_recorded_anew():
+    """An eval function reads the weights as constants: a weight replaced by a new Parameter (float16, then
+    float32 again) leaves the recorded one held by nothing but the Tape, which is then recorded again."""
+    def scenario(wrap, ran):
+        tl.manual_seed(0)
+        lin = tl.nn.Linear(3, 2)
+        x = tl.tensor(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+
+        def evaluate(x):
+            ran.append(1)
+            return lin(x.to(lin.weight.dtype)).float()
+        fn, out = wrap(evaluate), []
+        for new in (None, lambda w: w.half() * 2, lambda w: w.float() - 1):
+            if new is not None:
+                lin.weight = tl.nn.Parameter(new(lin.weight.detach()).realize())
+            out += [_host(fn(x)) for _ in range(5)]
+        return out
+    _eager_and_jitted(scenario)

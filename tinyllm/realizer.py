@@ -94,7 +94,7 @@ def _realize(tensors):
             del _schedules[next(iter(_schedules))]  # the oldest goes first
     buffers = runtime.execute(schedule, feeds)
     if record.active is not None:
-        record.active.realized(runtime, schedule, feeds, buffers)
+        record.active.realized(runtime, schedule, feeds, buffers, leaves)
     for t, buf in zip(todo, buffers):
         if leaves:  # a graph of constants alone belongs to no device: its node must not keep one device's buffer
             t.node.buffer = buf

@@ -166,6 +166,8 @@ class Tensor(Arithmetic, MathOps, Reduce, Movement, Indexing, Scatter, Sorting, 
             raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; use .detach() first")
         if requires_grad and not self._node.dtype.is_float:  # (a complex tensor's node: its float (re, im) pairs)
             raise RuntimeError(f"requires_grad_: only floating-point tensors can require gradients, not {self.dtype.name}")
+        if record.watchers and bool(requires_grad) != self.requires_grad:  # a jit Tape that reads it as a constant
+            record.replaced(self._node)  # computes no gradient for it: it must be recorded again
         self.requires_grad = False
         if requires_grad:
             if self._node.op != "LOAD":

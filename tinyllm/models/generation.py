@@ -5,7 +5,8 @@ What a model supplies, and nothing else:
     config.vocab_size                 the tokens
     max_positions_field               the config's field of the longest context, max_positions (GPT's block_size,
                                       Llama's max_position_embeddings)
-    get_input_embeddings()            the token embedding (the caches hold keys and values in its dtype)
+    get_input_embeddings()            the token embedding (the caches are made in its dtype, then hold the keys
+                                      and values in the dtype the model computes them in)
     lm_head                           hidden states to logits
     _features(idx, cache=None)        the final norm's output at every position of idx (B, T); with `cache` (a
                                       list) each layer's keys and values (B, H_kv, T, hs) are appended to it
@@ -269,7 +270,10 @@ class Decoder:
                                                                           self._cut))
         self.caches = []
         if use_cache:
-            dtype = model.get_input_embeddings().weight.dtype  # keys and values as the model computes them
+            # keys and values as the model computes them: each write assigns the model's rows, so a model cast
+            # between calls (or autocast) gives the caches its dtype at the next prefill, and tinyllm.jit, keyed on
+            # the dtype of each tensor a step assigns, records the step again
+            dtype = model.get_input_embeddings().weight.dtype
             self.caches = [factory.zeros(*shape, dtype=dtype, device=device).realize()
                            for shape in model._cache_shapes(batch)]
             self.slots = factory.arange(self.block, device=device)
@@ -324,9 +328,10 @@ class Decoder:
         B, T = idx.shape
         pad = self.block - T
         kv = [F.pad(t, (0, 0, 0, pad)) if pad else t.contiguous() for t in kv]
-        bias = (self.slots < T).reshape(1, 1, self.block, 1).where(0.0, MASKED)  # the empty slots' score bias
-        kv = [(factory.cat([t, bias.expand(*t.shape[:-1], 1)], -1) if i % 2 == 0 else t).to(cache.dtype)
-              for i, (t, cache) in enumerate(zip(kv, self.caches))]
+        bias = (self.slots < T).reshape(1, 1, self.block, 1).where(0.0, MASKED)  # the empty slots' score bias, in
+        # the keys' dtype (as attend_cached's rows), so that a 16-bit model's key cache stays 16-bit
+        kv = [factory.cat([t, bias.to(t.dtype).expand(*t.shape[:-1], 1)], -1) if i % 2 == 0 else t
+              for i, t in enumerate(kv)]
         realize(logits, *kv)
         assign(self.caches, kv)
         return logits
@@ -340,7 +345,7 @@ class Decoder:
         logits = self.model.lm_head(x)[:, -1, :]
         realize(logits, *rows)
         write = (self.slots == pos).reshape(1, 1, self.block, 1)  # the slot this position's key and value go to
-        new = [write.where(row.to(cache.dtype), cache) for row, cache in zip(rows, self.caches)]
+        new = [write.where(row, cache) for row, cache in zip(rows, self.caches)]
         realize(*new)
         assign(self.caches, new)
         return logits
@@ -355,7 +360,7 @@ class Decoder:
         realize(logits, *rows)
         write = ((self.slots >= pos) & (self.slots < pos + T)).reshape(1, 1, self.block, 1)
         row = (self.slots - pos).maximum(0).minimum(T - 1)  # the row each slot would take
-        new = [write.where(r[:, :, row].to(cache.dtype), cache) for r, cache in zip(rows, self.caches)]
+        new = [write.where(r[:, :, row], cache) for r, cache in zip(rows, self.caches)]
         realize(*new)
         assign(self.caches, new)
         return logits

@@ -20,18 +20,30 @@ assigned right after it is donated to it when nothing else holds it, so the opti
 runtime a schedule replays its recorded C calls (runtime/c/program.py), and once a replay updated every assigned
 tensor in place, the whole call runs as one Chain of C calls (runtime/c/chain.py).
 
+Keyed: a Tape's kernels are compiled for the shapes and dtypes it saw, so a replay is only valid for the same
+  * arguments: shape, dtype, device, requires_grad and the same of their .grad (record.state), and each non-tensor
+    value: the signature. Another signature has its own calls 1-3 and Tape (a dict lookup of that tuple per call);
+  * tensors the step writes by identity (a parameter or optimizer state it assigns, a KV cache, a tensor whose
+    .grad it writes): record.state of each when the recorded call began, compared with each one's state at every
+    replay (Tape.changed: a tuple compare per tensor). A change (model.half(), model.to(device), a parameter
+    frozen, a cache of another shape or dtype) drops the Tape and records fn again (this call and the next);
+    `fn.recorded_again` says why, naming the tensor and what changed;
+  * tensors it reads as constants (an eval function's weights): given a new value (any node: a new dtype or
+    device too) or a new requires_grad outside the call, or no longer held by any tensor (a parameter replaced by
+    a new Parameter), the Tape is stale and fn is recorded again. These cost a replay nothing: the tensor's setter
+    and a weak reference's callback mark the Tape.
+
 Invalid:
-  * arguments of other shapes, dtypes, devices, or other non-tensor values: that signature has its own calls
-    1-3 and Tape;
-  * a buffer the Tape reads as a constant (an eval function's weights) given a new value outside the call: the
-    Tape is stale and fn is recorded again;
   * a value the step writes over held elsewhere (an array from .numpy(), a pending graph): that call neither
     donates nor chains, and makes new arrays as an eager step would;
   * refused with an error: reading a value on the host inside fn, host-made tensors that change per call
     (random numbers: the Tapes disagree), returning Python values. Python state (a learning-rate scheduler)
     stays outside fn: the optimizer reads the rate on every replay.
-The assigned tensors are recorded as objects: after replacing them (a new optimizer), jit fn again.
+The assigned tensors are recorded as objects: after replacing them (a new optimizer, a buffer that Module.to
+replaces), jit fn again. A tensor read as a constant replaced between the two recording calls is refused as a
+tensor that changes per call.
 """
+import collections
 import functools
 
 
@@ -40,6 +52,7 @@ from ..realizer import realize
 from ..runtime import get as get_runtime
 from ..tensor import Tensor
 from . import record
+from .record import state
 from .tape import Tape, leaves, loaded
 
 
@@ -58,15 +71,17 @@ def host_values(fn):
 
 class jit:
     """Decorator: replay the kernels of `fn` instead of running its Python, from its fourth call with arguments of
-    the same shapes, dtypes and devices (see the module's docstring for what fn may do)."""
+    the same shapes, dtypes, devices and requires_grad, while the tensors it writes keep theirs (the module's
+    docstring says what is keyed, and what fn may do)."""
 
     def __init__(self, fn):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.calls, self.tapes, self.recorded = {}, {}, {}
+        self.recorded_again = collections.deque(maxlen=16)  # why each Tape was dropped for a new recording, in words
 
     def __call__(self, *args):
-        signature = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else ("value", a) for a in args)
+        signature = tuple(state(a) if isinstance(a, Tensor) else ("value", a) for a in args)
         try:
             hash(signature)
         except TypeError:
@@ -77,16 +92,21 @@ class jit:
         realize(*tensors)
         tape = self.tapes.get(signature)
         if tape is not None:
-            if not tape.stale:
+            why = "a tensor it reads as a constant was given a new value or requires_grad" if tape.stale else \
+                "a tensor it reads as a constant is no more (replaced by another)" if tape.gone else tape.changed()
+            if why is None:
                 return tape.replay(tensors)
-            del self.tapes[signature]  # it would replay old values: record again (this call and the next)
+            del self.tapes[signature]  # it would replay old values or wrong kernels: record again (this call and next)
             self.calls[signature] = 1
+            self.recorded_again.append(why)
         calls = self.calls[signature] = self.calls.get(signature, 0) + 1
         if calls == 1:
             return self.fn(*args)
         result, tape = self._record(args, tensors)
         first = self.recorded.pop(signature, None)
-        if first is None or first.stale:  # (a stale first recording is not compared: this one replaces it)
+        # (a first recording made stale, or whose tensors changed, is not compared: this one replaces it; one that
+        # read a tensor since replaced is, and fails: the function reads another tensor on each call)
+        if first is None or first.stale or first.changed() is not None:
             self.recorded[signature] = tape
             return result
         why = first.disagreement(tape)

@@ -48,6 +48,13 @@ class Tape:
 
     def __init__(self, rec, args, result):
         produced, sources = {}, {id(buffer_of(t.node)): ("arg", i) for i, t in enumerate(args)}
+        # a tensor the call writes .grad of is the object itself, or its position when it is an argument (each call
+        # passes other objects there)
+        at = {id(t): i for i, t in enumerate(args)}
+        who = lambda t: at.get(id(t), t)  # noqa: E731
+        # what the Tape is keyed on beside the arguments' signature (jit.py): the state each tensor it writes by
+        # identity had when the call began (record.state); `changed` compares them with the tensors' states now
+        self.keyed = [(t, st) for t, st in rec.started.items() if id(t) not in at]
         for h, (_, items) in enumerate(rec.host_fns):
             sources.update({id(buf): ("host", h, p) for p, (_, buf) in enumerate(items)})
         for _, t, old, _ in rec.assigns:
@@ -55,7 +62,7 @@ class Tape:
                 sources.setdefault(id(old), ("start", t))
         for t, old in rec.grads.items():
             if old is not None and buffer_of(old.node) is not None:
-                sources.setdefault(id(buffer_of(old.node)), ("grad", t))
+                sources.setdefault(id(buffer_of(old.node)), ("grad", who(t)))
         self.host_made = {id(buf): array for buf, array in rec.host_made}
 
         def source(buf):
@@ -75,19 +82,21 @@ class Tape:
             while pending is not None and pending[0] == k:
                 self.assigns[k + 1].append((pending[1], source(pending[3])))
                 pending = next(events, None)
-        self.grads = [(t, None if t.grad is None else source(buffer_of(t.grad.node))) for t in rec.grads]
+        self.grads = [(who(t), None if t.grad is None else source(buffer_of(t.grad.node))) for t in rec.grads]
         self.result = _rebuild(result, itertools.repeat(_RESULT))  # the structure, not the recorded call's values
         self.outputs = [(source(buffer_of(t.node)), t.device) for _, t in leaves(result)]
         self.targets = list({t: None for _, t, _, _ in rec.assigns})
         self._free_after_last_use()
         self._donations()
         self.stale = False  # set when a tensor it reads as a constant is given another value (record.replaced)
+        self.gone = False  # set when a tensor it reads as a constant is no more (record.watch)
         self.chain, self.chain_targets = None, []  # see replay
         runtimes = {rt for rt, _, _ in self.schedules}
         self.chainable = len(runtimes) == 1 and runtimes.pop().chains and not self.assigns[0] \
             and all(s[0] != "grad" for _, _, srcs in self.schedules for s in srcs) \
             and all(s[0] == "out" for s, _ in self.outputs) and all(s is None or s[0] == "out" for _, s in self.grads)
-        record.watch(self, {id(s[1]) for _, _, srcs in self.schedules for s in srcs if s[0] == "const"})
+        consts = {id(s[1]) for _, _, srcs in self.schedules for s in srcs if s[0] == "const"}
+        record.watch(self, consts, [rec.fed[i] for i in consts if i in rec.fed and i not in self.host_made])
 
     def _finals(self):
         """The sources of what the call leaves behind: assigned values, .grads and returned values."""
@@ -125,6 +134,16 @@ class Tape:
                 if s[0] == "out" and s[1] == k and t not in kept and last == k and len(at) == 1:
                     self.donatable[k].append((at[0], t))
 
+    def changed(self):
+        """None while every keyed tensor is as it was when the recorded call began; else what changed, in words
+        (a replay would feed its schedules' compiled kernels values of another shape, dtype or device)."""
+        for t, st in self.keyed:
+            now = record.state(t)
+            if now != st:
+                how = "assigns" if any(t is u for u in self.targets) else "writes .grad of"
+                return f"a {describe(t, st)} it {how} changed: {record.changes(st, now)}"
+        return None
+
     def disagreement(self, other):
         """Why two Tapes of one function would not replay alike, or None when they agree."""
         if len(self.schedules) != len(other.schedules):
@@ -161,10 +180,11 @@ class Tape:
             if all(t._node is ref() and sys.getrefcount(t._node) == n for t, ref, n in self.chain_targets):
                 made = self.chain.run([buffer_of(a.node) for a in args], self._host_values)
                 if made is not None:
-                    return self._finish(made.__getitem__)
+                    return self._finish(made.__getitem__, args)
             self.chain = None  # something else holds a value the step writes over: replay (and chain again later)
         start = {t: buffer_of(t.node) for t in self.targets}
-        grads = {t: (None if t.grad is None else buffer_of(t.grad.node)) for t, _ in self.grads}
+        grads = {w: (None if t.grad is None else buffer_of(t.grad.node))
+                 for w, t in ((w, _tensor(w, args)) for w, _ in self.grads)}
         host = [[rt.from_numpy(dt.as_storage(v, dtype), dtype) for v, (dtype, rt) in zip(values, metas)]
                 for values, (_, metas) in zip(self._host_values(), self.host_fns)]
         outs = []
@@ -201,7 +221,7 @@ class Tape:
         if runtime is not None and not moved:  # every assigned tensor was updated in place: chain the next calls
             self.chain = runtime.chain(self, observed)
             self.chain_targets = [(t, weakref.ref(t.node), _own_refs(t)) for t in self.targets]
-        return self._finish(value)
+        return self._finish(value, args)
 
     def _host_values(self):
         """Each host fn's values, computed afresh (see jit.host_values)."""
@@ -215,9 +235,10 @@ class Tape:
             out.append(values)
         return out
 
-    def _finish(self, value):
+    def _finish(self, value, args):
         """What the call leaves in .grad and returns, with value(source) the Buffer each source has now."""
-        for t, src in self.grads:
+        for w, src in self.grads:
+            t = _tensor(w, args)
             t.grad = None if src is None else loaded(value(src), t.device)
         return _rebuild(self.result, iter(loaded(value(src), device) for src, device in self.outputs))
 
@@ -232,6 +253,17 @@ class Tape:
             t.node = Node("LOAD", (), buf, buf.shape, buf.dtype)
             moved += 1
         return moved
+
+
+def _tensor(who, args):
+    """The tensor a Tape's grads entry names: itself, or the argument at its position."""
+    return args[who] if type(who) is int else who
+
+
+def describe(t, st):
+    """A tensor as an error names it: its kind (a parameter, a tensor), shape and dtype as recorded."""
+    kind = "parameter" if type(t).__name__ == "Parameter" else "tensor"
+    return f"{kind} of shape {tuple(st[0])} and dtype {st[1].name} on {st[2]}"
 
 
 def _all_same(xs, ys):
