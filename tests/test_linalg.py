@@ -4,7 +4,7 @@ batch axes from hypothesis), gradcheck in float64 on the NumPy runtime, return t
 
 Inputs are well-conditioned: symmetric ones Q diag(s) Qᵀ with s in [1, 3] spaced at least 0.4 apart (so the
 eigenvector gradients' 1 / (λ_j − λ_i) stay small), SVD inputs U diag(s) Vᵀ the same way, A Aᵀ + n I for cholesky,
-and a random matrix plus 3·I ... for solve / inv / det. Singular / eigenvectors have a sign LAPACK picks, so their
+and a random matrix plus 3 I for solve / inv / det. Singular / eigenvectors have a sign LAPACK picks, so their
 tests compare what does not depend on it: U diag(S) Vh, U Vh, |U|, V diag(L) Vᵀ, |V|.
 Tolerances (float32, rtol / atol): values 1e-4 / 1e-5, gradients 1e-3 / 1e-4 (LAPACK in float32 against torch's
 float32 LAPACK, the backward's products and solves rounding in another order); gradcheck in float64 with its
@@ -261,3 +261,41 @@ def test_gradcheck_float64(each_runtime, name):
     }
     arrays, fn = cases[name]
     assert gradcheck(fn, [tl.tensor(a, requires_grad=True) for a in arrays])
+
+
+@pytest.mark.parametrize("name", ["det", "inv", "eigvalsh", "svdvals", "cholesky", "qr"])
+def test_second_order(each_runtime, name):
+    """The backward rules are graph math, so a gradient differentiates again: a Hessian-vector product against
+    torch's create_graph=True (float64, atol 1e-9)."""
+    if each_runtime != "numpy":
+        pytest.skip("float64 second order on the NumPy reference runtime")
+    from tinyllm.autograd import gradients
+    from tinyllm.graph import const
+    rng = np.random.default_rng(0)
+    g, v = general(rng, (), 3, np.float64), rng.standard_normal((3, 3))
+    p = g @ g.T
+    fns = {"det": (g, lambda lib, x: lib.linalg.det(x)), "inv": (g, lambda lib, x: (lib.linalg.inv(x) ** 2).sum()),
+           "eigvalsh": (p, lambda lib, x: (lib.linalg.eigvalsh(x) ** 3).sum()),
+           "svdvals": (g, lambda lib, x: (lib.linalg.svdvals(x) ** 3).sum()),
+           "cholesky": (p, lambda lib, x: (lib.linalg.cholesky(x) ** 3).sum()),
+           "qr": (g, lambda lib, x: (lib.linalg.qr(x).R ** 3).sum())}
+    a, fn = fns[name]
+    x = tl.tensor(a, requires_grad=True)
+    y = fn(tl, x)
+    grad = x._make(gradients(y._node, const(1.0, (), y._node.dtype), [x._node])[x._node])
+    (grad * tl.tensor(v)).sum().backward()
+    t = torch.tensor(a, requires_grad=True)
+    (tg,) = torch.autograd.grad(fn(torch, t), t, create_graph=True)
+    (tg * torch.tensor(v)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), atol=1e-9, rtol=1e-7)
+
+
+def test_host_ops_run_without_the_host_fallback_warning(each_runtime):
+    """The decompositions are host ops by design: no runtime warns that it lacks a kernel for them."""
+    import warnings
+    a = tl.tensor(spd(np.random.default_rng(0), (2,), 3), requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        U, S, Vh = tl.linalg.svd(a)
+        (tl.linalg.eigvalsh(a).sum() + S.sum() + tl.linalg.inv(a).sum() + tl.linalg.cholesky(a).sum()).backward()
+        a.grad.numpy()
