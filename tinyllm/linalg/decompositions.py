@@ -97,8 +97,9 @@ def qr(A, mode="reduced"):
 
 
 def cholesky(A, *, upper=False):
-    """The lower-triangular L with A = L Lᵀ (upper=True: Lᵀ, with A = Lᵀ L... as torch: the upper factor U = Lᵀ,
-    A = Uᵀ U), as torch.linalg.cholesky. Not positive-definite: LinAlgError."""
+    """The lower-triangular L with A = L Lᵀ, or with upper=True the upper-triangular U = Lᵀ (A = Uᵀ U), as
+    torch.linalg.cholesky; A's lower triangle is read either way (the same for a symmetric A). Not
+    positive-definite: LinAlgError naming the batch element."""
     _check("cholesky", A, square=True)
     L = _op(A, "CHOLESKY")
     return _mT(L) if upper else L
@@ -198,7 +199,7 @@ def lstsq(A, B, rcond=None, *, driver=None):
         B = B.unsqueeze(-1)
     m, n = A.shape[-2:]
     if B.shape[-2] != m:
-        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2), got {m} and "
+        raise RuntimeError(f"linalg.lstsq: input.size(-2) should match other.size(-2), got {m} and "
                            f"{B.shape[-2]}")
     batch = broadcast_shape([A.shape[:-2], B.shape[:-2]], "linalg.lstsq")
     A = A.expand(*batch, m, n)
