@@ -77,7 +77,8 @@ def test_svd(batch, m, n, full, seed):
     U, S, Vh = tl.linalg.svd(tl.tensor(a), full_matrices=full)
     assert U.shape == batch + (m, m if full else k) and Vh.shape == batch + (n if full else k, n)
     eye = np.eye(U.shape[-1], dtype=np.float32)
-    np.testing.assert_allclose(np.swapaxes(U.numpy(), -1, -2) @ U.numpy(), np.broadcast_to(eye, U.shape[:-2] + eye.shape),
+    np.testing.assert_allclose(np.swapaxes(U.numpy(), -1, -2) @ U.numpy(),
+                               np.broadcast_to(eye, U.shape[:-2] + eye.shape),
                                atol=1e-5)
 
 
@@ -246,7 +247,8 @@ def test_gradcheck_float64(each_runtime, name):
     r = svd_input(rng, (2,), 4, 3, np.float64)
     w = rng.standard_normal((2, 4, 3))
     cases = {
-        "svd": ([r], lambda x: (lambda U, S, Vh: ((U * S.unsqueeze(-2)) @ Vh * tl.tensor(w)).sum() + (U.abs() * tl.tensor(w)).sum()
+        "svd": ([r], lambda x: (lambda U, S, Vh: ((U * S.unsqueeze(-2)) @ Vh * tl.tensor(w)).sum()
+                                + (U.abs() * tl.tensor(w)).sum()
                                 + S.sum())(*tl.linalg.svd(x, full_matrices=False))),
         "eigh": ([s], lambda x: (lambda L, V: (L * L).sum() + (V.abs() * tl.tensor(w[:, :3])).sum())(
             *tl.linalg.eigh(_sym(x)))),
@@ -299,3 +301,40 @@ def test_host_ops_run_without_the_host_fallback_warning(each_runtime):
         U, S, Vh = tl.linalg.svd(a)
         (tl.linalg.eigvalsh(a).sum() + S.sum() + tl.linalg.inv(a).sum() + tl.linalg.cholesky(a).sum()).backward()
         a.grad.numpy()
+
+
+def test_c_runtime_replays_the_host_ops(each_runtime, monkeypatch):
+    """On C a decomposition is a recorded host call: a step run a third time replays, with the normal path's values,
+    and a singular input met on a replay raises the normal LinAlgError."""
+    if each_runtime != "c":
+        pytest.skip("the C runtime's recorded schedules")
+    from tinyllm.runtime import get as get_runtime
+    from tinyllm.runtime.c import program
+    rt = get_runtime("c")
+    if rt.lib is None:
+        pytest.skip("no prebuilt C module: nothing replays")
+    replayed, run = [0], program.Program.run
+
+    def counted(self, *args):
+        replayed[0] += 1
+        return run(self, *args)
+    monkeypatch.setattr(program.Program, "run", counted)
+    monkeypatch.setattr(rt, "replays", True)
+    rng = np.random.default_rng(0)
+
+    def step(a):
+        x = tl.tensor(a, requires_grad=True)
+        y = (tl.linalg.inv(x) ** 2).sum() + tl.linalg.svdvals(x).sum() + tl.linalg.slogdet(x).logabsdet.sum()
+        y.backward()
+        return y.item(), x.grad.numpy()
+    for i in range(4):
+        a = general(rng, (2,), 3)
+        t = torch.tensor(a, requires_grad=True)
+        ty = (torch.linalg.inv(t) ** 2).sum() + torch.linalg.svdvals(t).sum() + torch.linalg.slogdet(t).logabsdet.sum()
+        ty.backward()
+        y, g = step(a)
+        np.testing.assert_allclose(y, ty.item(), rtol=1e-5)
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-3, atol=1e-4)
+    assert replayed[0] > 0, "no step replayed"
+    with pytest.raises(tl.linalg.LinAlgError, match=r"linalg.inv: \(Batch element 0\)"):
+        step(np.zeros((2, 3, 3), np.float32))

@@ -124,16 +124,6 @@ def _diag_embed(v):
     return _narrow(padded.reshape(b + (n * (n + 1),)), -1, 0, n * n).reshape(b + (n, n))
 
 
-def _diagonal(m):
-    """(..., n, n) -> (..., n), the diagonal: the flat matrix padded to n (n + 1) elements, as rows of n + 1,
-    has it in its first column."""
-    *b, n, _ = m.shape
-    b = tuple(b)
-    flat = m.reshape(b + (n * n,))
-    padded = build("PAD", flat, arg=(b + (n * (n + 1),), tuple((0, s, 1) for s in b) + ((0, n * n, 1),)))
-    return _narrow(padded.reshape(b + (n, n + 1)), -1, 0, 1).reshape(b + (n,))
-
-
 def _band(n, dtype, below, on, above, shape=None):
     """The n x n constant with `below` under the diagonal, `on` on it and `above` over it (broadcast to `shape`):
     a row w = [on, above × (n-1), below × n] repeated n times and read as rows of 2n - 1 puts w[j - i] (mod 2n) at
