@@ -49,6 +49,7 @@ FACTS = {  # the yes/no facts, as a line says them where they hold
     "commutative": "commutative: op(a, b) == op(b, a) bit for bit",
     "copies": "copies: moves stored bits only, so it runs on any dtype",
     "quantized": "quantized: reads int8 / packed int4 weights with their scales",
+    "host": "host: its forward runs on the host (NumPy's LAPACK) on every runtime, by design",
 }
 
 PROBE_SHAPE = (2, 2)
@@ -88,7 +89,9 @@ differentiated again wherever its ops have rules.
   apply (float64, no prebuilt module); elementwise ops and reductions run as generated C (the fusion pass puts
   them in FUSED kernels); the rest run their NumPy forward (views stay views). On WGSL, an op in
   `kernels("wgsl")` runs a WGSL kernel, elementwise ops and reductions run as generated WGSL, and the rest run on
-  the host: inputs read back, NumPy forward, result uploaded, with a warning. The WGSL runtime has no float64 nor
+  the host: inputs read back, NumPy forward, result uploaded, with a warning. Host ops (`host`: tinyllm.linalg's
+  decompositions, through LAPACK) run their NumPy forward on every runtime by design, without a warning (on C as
+  a host call, which a recorded schedule replays). The WGSL runtime has no float64 nor
   bfloat16, keeps int64 as 32 bits, and runs ops on int8 / uint8 values on the host unless they only copy or read
   quantized weights. An op that a pass makes reaches only the runtimes whose lowering runs that pass
   (`tinyllm/rewrite/pipeline.py`: fusion where a runtime `fuses`, row kernels where it has `row_kernels`).
@@ -235,7 +238,10 @@ def runtimes_line(name, cls):
         return "none runs it: a schedule's input, whose value each runtime makes itself (`Runtime.input_values`)"
     ways = []
     for runtime, native, generated, fallback in RUNTIMES:
-        if name in kernels(runtime.name):
+        if name in Group.HOST and runtime is not NumpyRuntime:
+            way = "host op (NumPy forward, by design" + (", as a host call that replays)" if name in
+                                                         kernels(runtime.name) else ")")
+        elif name in kernels(runtime.name):
             way = native
         elif runtime.fuses and name in Group.ELEMENTWISE | Group.REDUCE:
             way = generated

@@ -107,7 +107,37 @@ def cases():
                                                                                      leaf(5, 3)]),
                        (lambda q, k, v: P("FLASH_ATTN", q, k, v, arg=(1.0, True)), [leaf(1, 5, 2), leaf(1, 3, 2),
                                                                                     leaf(1, 3, 2)])],
+        # tinyllm.linalg's decompositions, one case per output (a loss of u² does not depend on a vector's sign);
+        # eigh and cholesky read one triangle, so their input is symmetrized first
+        "SVD": [(lambda a: P("SVD", a, arg=("S", False)), [spread(4, 3)]),
+                (lambda a: (lambda u: u * u)(P("SVD", a, arg=("U", False))), [spread(4, 3)]),
+                (lambda a: (lambda v: v * v)(P("SVD", a, arg=("Vh", False))), [spread(2, 3, 4)])],
+        "EIGH": [(lambda a: P("EIGH", sym(a), arg=("L", "L")), [spread(3, 3)]),
+                 (lambda a: (lambda v: v * v)(P("EIGH", sym(a), arg=("V", "U"))), [spread(2, 3, 3)])],
+        "QR": [(lambda a: P("QR", a, arg=("Q", False)), [spread(4, 3)]),
+               (lambda a: P("QR", a, arg=("R", False)), [spread(2, 3, 3)])],
+        "CHOLESKY": [(lambda a: P("CHOLESKY", sym(a)), [spd(2, 3, 3)])],
+        "SOLVE": [(lambda a, b: P("SOLVE", a, b, arg="solve"), [spd(2, 3, 3), leaf(2, 3, 2)])],
+        "SLOGDET": [(lambda a: P("SLOGDET", a, arg="logabsdet"), [spread(2, 3, 3)])],
     }
+
+
+def spread(*shape):
+    """A matrix (batch) with singular values 1, 1.5, 2, ... (so the vectors' gradients stay small)."""
+    *b, m, n = shape
+    u = np.linalg.qr(rng.standard_normal((*b, m, m)))[0][..., :min(m, n)]
+    v = np.linalg.qr(rng.standard_normal((*b, n, n)))[0][..., :min(m, n)]
+    s = 1.0 + 0.5 * np.arange(min(m, n))
+    return tl.Tensor(u @ (s[:, None] * np.swapaxes(v, -1, -2)), dtype=tl.float64, requires_grad=True)
+
+
+def spd(*shape):
+    x = rng.standard_normal(shape)
+    return tl.Tensor(x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1]), dtype=tl.float64, requires_grad=True)
+
+
+def sym(a):
+    return (a + a.transpose(-2, -1)) * 0.5
 
 
 @pytest.mark.parametrize("op", differentiable_primitives())

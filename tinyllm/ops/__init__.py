@@ -9,6 +9,7 @@ from ..graph import OPS
 from .base import (Op, register, rule_of, PRIMITIVES, Source, Elementwise, Unary, Binary, Ternary,  # noqa: F401
                    Reduce, Movement, Identity)
 from . import source, elementwise, reduce, movement, matmul, index, sort, attention, checkpoint, qmatmul  # noqa: F401
+from . import linalg  # noqa: F401  (tinyllm.linalg's decompositions: host ops)
 from . import collective  # noqa: F401  (tinyllm.distributed's collectives)
 from . import kernel, rowwise  # noqa: F401  (the ops that passes make)
 from .collective import Collective
@@ -37,6 +38,7 @@ class Group:
     COMMUTATIVE = _having("commutative", True)
     COPY = _having("copies", True)  # moves stored bits only: views, CONTIGUOUS, PAD, CAT
     QUANTIZED = _having("quantized", True)
+    HOST = _having("host", True)  # forward by NumPy on the host on every runtime (tinyllm.linalg's decompositions)
     AUTOCAST_LOW = _having("autocast", "low")
     AUTOCAST_FLOAT32 = _having("autocast", "float32")
     # collectives that combine the ranks' values (REPLICATE and WAIT are marks for autograd and the schedule)

@@ -21,6 +21,7 @@ class Op:
     # inputs back to float32, "promotes" promotes its float inputs as torch does, "follows" keeps its input's dtype
     autocast = "follows"
     copies = False  # its output is its inputs' elements moved, no arithmetic: it runs on any dtype's stored bits
+    host = False  # its forward runs on the host (NumPy) on every runtime, by design: no runtime has a kernel for it
     quantized = False  # it reads int8 / packed int4 weights with their scales (tinyllm/quantization.py)
 
     @staticmethod

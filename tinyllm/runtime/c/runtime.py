@@ -240,6 +240,16 @@ class CRuntime(NumpyRuntime):
             self.host_call(OPS[node.op].into, x, out, node.arg)
         return out
 
+    def _host_op(self, node, ins):
+        """A host op (Group.HOST: tinyllm.linalg's decompositions through LAPACK): its NumPy forward as a host call
+        on the inputs made row-major, into an array from the pool, so a schedule holding one replays too."""
+        if node.dtype.is_low or any(s.dtype.is_low for s in node.src):
+            return None
+        xs = [self.contiguous(x) for x in ins]
+        out = self.empty(node.shape, node.dtype.np)
+        self.host_call(_forward_into, node.op, node.arg, out, *xs)
+        return out
+
     def _wait(self, node, ins):
         (y,) = ins
         if y.size:
@@ -295,6 +305,12 @@ KERNELS.register("GATHER")(CRuntime._gather)
 KERNELS.register("SCATTER_ADD")(CRuntime._scatter_add)
 KERNELS.register("WAIT")(CRuntime._wait)
 KERNELS.register(*Group.COLLECTIVE)(CRuntime._collective)
+KERNELS.register(*Group.HOST)(CRuntime._host_op)
+
+
+def _forward_into(op, arg, out, *xs):
+    """out = op's NumPy forward of xs (a host call: CRuntime._host_op)."""
+    out[...] = OPS[op].evaluate(*xs, arg=arg)
 load_kernels(__package__)  # attention.py (FLASH_ATTN, _BWD), qmatmul.py (QMATMUL), copy.py (copies)
 
 
