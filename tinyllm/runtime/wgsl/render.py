@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from ...ops.kernel import EXACT_LOW
 from ..cstyle import CStyleLanguage, merge_dims, output_strides
 
 STORAGE = {"float32": "f32", "float16": "f16", "int64": "i32", "bool": "u32"}
@@ -93,6 +94,11 @@ class WGSLLanguage(CStyleLanguage):
         return f"{TYPES[dtype]}({x})"
 
     def expression(self, op, arg, operands, dtype, in_dtypes):
+        expr = self._expression(op, arg, operands, dtype, in_dtypes)
+        # a float16 instruction rounds to f16 as its op does unfused (an adapter may compute f16 in f32 registers)
+        return f"tl_round_h({expr})" if dtype == "float16" and op not in EXACT_LOW else expr
+
+    def _expression(self, op, arg, operands, dtype, in_dtypes):
         a = operands
         if op == "BITNOT":  # bools are WGSL bools in a kernel (u32 only in storage): ! for them, ~ for i32
             return f"(!{a[0]})" if dtype == "bool" else f"(~{a[0]})"
