@@ -5,7 +5,9 @@ Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 
 the runtime checks that values fit), bool -> u32 (0 or 1; WGSL has no bool storage). Shapes and strides are
 constants, so every index computation folds. int8 / uint8 are bytes packed in u32 words: only the quantized matmul
 (wgsl/qmatmul.wgsl, dequant.wgsl over qweight.wgsl) and byte copies (copy_bytes.wgsl) are rendered for them.
-Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl)."""
+Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl).
+A float16 instruction rounds its result to f16 (math_f16.wgsl's tl_round_h), as its op does unfused: an adapter
+may keep f16 values in f32 registers between ops (llvmpipe does), which would round a fused chain once."""
 import functools
 import math
 import os
