@@ -2,18 +2,18 @@
 execution (ops/kernel.py's run_kernel, where no compiler exists), and in FlashAttention and embeddings on the C
 runtime, against torch with the same dtypes and against the NumPy runtime.
 
-A fused C kernel widens 16-bit loads to float32, computes in float32 and rounds to nearest even once, at the store
-(a CAST to a 16-bit float rounds where it stands); torch, like the NumPy runtime, rounds after every op. So a fused
-chain is closer to the exact result than torch is: where torch rounds an intermediate that later cancels (GELU's and
-tanh's derivatives: 1 − a² with a near 1) its error reaches 10 ulps and more, while the kernel's stays near one.
+A fused C kernel widens 16-bit loads to float32, computes each op in float32 and rounds its result to the op's 16-bit
+dtype, as torch and the NumPy runtime round after every op (tests/test_fusion_16bit.py: bit for bit the unfused
+graph's). So a fused chain carries torch's rounding errors: where an intermediate rounded to 16 bits later cancels
+(GELU's and tanh's derivatives: 1 − a² with a near 1) the error reaches several ulps, in torch as here.
 Errors are measured in ulps of the dtype (eps: 2⁻⁷ for bfloat16, 2⁻¹⁰ for float16) of each expected value, floored
 at an eighth of the largest one (values near zero left by cancellation, x − mean or a sum of signed terms, carry
 the error of the large terms); "truth" is the same function in float64 on the same 16-bit inputs:
   conversions and casts    exact (bit for bit; NaN stays NaN)
   reductions               1 ulp of torch's and the NumPy runtime's (float32 sums in another order, each
                            rounded once)
-  chains, softmax,         values within 2 ulps of the truth (seen: 1.04), gradients within 6 (seen: 4.6: the
-  log_softmax, layer_norm  backward takes several kernels, each rounding what it stores, and reads 16-bit values
+  chains, softmax,         values within 2 ulps of the truth beyond the larger of torch's and the NumPy runtime's
+  log_softmax, layer_norm  own errors, gradients within 6 (the backward takes several kernels and reads 16-bit values
                            the forward stored, where cancellation follows); and within torch's (and the NumPy
                            runtime's) own error plus as many ulps of theirs, element by element
   attention                1 ulp of the NumPy runtime's (both round the float32 result once); against torch in
@@ -67,12 +67,14 @@ def close(got, want, dtype, within, what):
 
 
 def as_exact(got, truth, others, dtype, what, within):
-    """`got` within `within` ulps of the float64 `truth`, and each of `others` ({name: result that rounds after
-    every op}) within its own error plus `within` ulps, element by element."""
+    """`got` within `within` ulps of the float64 `truth` beyond the largest error of `others` ({name: result that
+    rounds after every op}), and each of them within its own error plus `within` ulps, element by element."""
     t = values(truth).astype(np.float64)
     scale = np.maximum(np.abs(t), max(np.max(np.abs(t), initial=0.0) / 8, tl.finfo(dtype).tiny))
     err = ulps(got, t, dtype, scale)
-    assert err.max(initial=0.0) <= within, f"{what}: {err.max():.2f} ulps of {dtype.name} from float64"
+    own = max((np.nan_to_num(ulps(o, t, dtype, scale)).max(initial=0.0) for o in others.values()), default=0.0)
+    assert err.max(initial=0.0) <= within + own, \
+        f"{what}: {err.max():.2f} ulps of {dtype.name} from float64 (the others' own: {own:.2f})"
     for name, other in others.items():
         excess = ulps(got, other, dtype, scale) - ulps(other, t, dtype, scale)
         assert excess.max(initial=0.0) <= within, \
@@ -279,8 +281,13 @@ def test_row_composites(low, op):
         results[device] = [got] + [v.grad if v.grad is not None else None for v in ours]
     for i, name in enumerate(["value", "dx", "dweight", "dbias"]):
         if results["truth"][i] is not None:
+            # layer_norm is composed of 16-bit ops here, each rounding (x − mean, its square, ...), where torch's is
+            # one op computing in float32: 2.7 ulps of error where torch has 0.5 (the NumPy runtime's, bit for bit)
+            within = (3 if op == "layer_norm" else 2) if i == 0 else 6
             as_exact(results["c"][i], results["truth"][i], {r: results[r][i] for r in ("torch", "numpy")}, dtype,
-                     f"{op} {name} in {low}", within=2 if i == 0 else 6)
+                     f"{op} {name} in {low}", within=within)
+            if i == 0:
+                close(results["c"][i], results["numpy"][i], dtype, 0, f"{op} in {low}: c vs numpy")
 
 
 def test_numpy_execution_of_kernels_rounds_as_c(monkeypatch):

@@ -143,8 +143,17 @@ class Arithmetic(TensorLike):
         """x where x > 0 or x is nan (nan passes, with its gradient, as torch), else 0."""
         keep = (self > 0).logical_or(self != self) if self.dtype.is_float else self > 0
         return keep.where(self, 0.0 if self.dtype.is_float else 0)
-    def abs(self): return self * self.sign()  # so the gradient at 0 is sign(0) = 0, as torch
-    def sign(self): return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
+    def abs(self):
+        """x·sign(x), so the gradient at 0 is sign(0) = 0, as torch; + 0 makes abs(-0.0) +0.0, as torch's."""
+        out = self * self.sign()
+        return out + 0.0 if self.dtype.is_float else out
+    def sign(self):
+        """1, 0 or -1 (0 for nan, as torch), with a zero gradient (torch's): the comparisons alone would leave it
+        outside the graph, so the value is taken through a WHERE whose other branch is x."""
+        s = (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
+        if not self.requires_grad:
+            return s
+        return (self == self).logical_or(True).where(s, self)
     def clamp(self, min=None, max=None):
         """min(max(x, min), max) as torch: the gradient passes where min ≤ x ≤ max (bounds included), nan stays
         nan (with gradient 0), and min > max gives max everywhere."""

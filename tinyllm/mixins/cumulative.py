@@ -7,6 +7,8 @@ with the identity. A product stays exact with zeros, so its gradient (the produc
 torch's; cummax and cummin scan (value, index) pairs and then gather the values, so their gradient goes to the
 index each output took, as torch's does.
 """
+import math
+
 from .. import dtype as dt
 from ..graph import const
 from . import MaxResult, TensorLike, arange, cat, from_node
@@ -75,10 +77,11 @@ class Cumulative(TensorLike):
         return _along_last(x, dim, "cumprod", lambda v: _scan((v,), lambda b, c: (b[0] * c[0],), (1,))[0])
 
     def logcumsumexp(self, dim):
-        """log Σ_{i<=j} e^(x_i), shifted by the (constant) maximum along dim so nothing overflows."""
-        m = self._float().amax(dim, keepdim=True).detach()
-        m = m.isfinite().where(m, 0.0)
-        return (self - m).exp().cumsum(dim).log() + m
+        """log Σ_{i<=j} e^(x_i): a scan of logaddexp (each step shifted by the larger of its two operands), so
+        neither a large nor a very negative magnitude overflows or underflows, as torch's running log-add-exp."""
+        x = self._float()
+        return _along_last(x, dim, "logcumsumexp",
+                           lambda v: _scan((v,), lambda b, c: (b[0].logaddexp(c[0]),), (-math.inf,))[0])
 
     def cummax(self, dim): return _cumulative_extreme(self, dim, True, "cummax")
 

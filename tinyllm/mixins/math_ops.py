@@ -343,13 +343,21 @@ class MathOps(TensorLike):
 
     def bitwise_left_shift(self, n):
         """x·2ⁿ, wrapping as int64 does (the exact integer pow); n < 0 or n ≥ 64 gives 0, as torch."""
+        if self.dtype in (dt.int8, dt.uint8) and type(n) is int:  # a Python int keeps the type, as torch
+            return self.long().bitwise_left_shift(n).to(self.dtype)
         x, n = _shift_operands(self, n, "bitwise_left_shift")
+        if x.dtype is not dt.int64:  # int8 / uint8: shifted as int64, then wrapped to the type's 8 bits, as torch
+            return x.long().bitwise_left_shift(n.long()).to(x.dtype)
         return ((n < 0) | (n > 63)).where(0, x * x._as(2).pow(n.clamp(0, 63)))
 
     def bitwise_right_shift(self, n):
         """⌊x / 2ⁿ⌋, an arithmetic shift, in three floor divisions by at most 2²¹ (so each power of two fits the WGSL
         runtime's 32-bit integers too); n < 0 or n ≥ 63 gives 0 or -1 by x's sign, as torch."""
+        if self.dtype in (dt.int8, dt.uint8) and type(n) is int:  # a Python int keeps the type, as torch
+            return self.long().bitwise_right_shift(n).to(self.dtype)
         x, n = _shift_operands(self, n, "bitwise_right_shift")
+        if x.dtype is not dt.int64:  # int8 / uint8: as int64 (the value fits the type again)
+            return x.long().bitwise_right_shift(n.long()).to(x.dtype)
         out, rest = x, n.clamp(0, 62)
         for _ in range(3):
             k = rest.clamp(0, 21)

@@ -51,9 +51,9 @@ class Reduce(TensorLike):
         x = x if dtype is None else x.to(dtype)
         axes = self._dims(dim, "prod")
         kept = [a for a in range(self.ndim) if a not in axes]
-        x = x.permute(*kept, *axes).reshape(*[self.shape[a] for a in kept], -1)
-        if x.shape[-1] == 0:  # the empty product
-            x = from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)
+        x = x.permute(*kept, *axes).reshape(*[self.shape[a] for a in kept], math.prod(self.shape[a] for a in axes))
+        if x.shape[-1] == 0:  # the empty product: 1, through a sum of nothing so the (empty) gradient reaches x
+            x = x.sum(-1, keepdim=True) + 1
         while x.shape[-1] != 1:
             if x.shape[-1] % 2:  # the odd one out meets a 1
                 x = cat([x, from_node(const(1, x.shape[:-1] + (1,), x.dtype), x.device)], -1)
@@ -61,8 +61,11 @@ class Reduce(TensorLike):
         return x.reshape(*[1 if a in axes else s for a, s in enumerate(self.shape)]) if keepdim else x.squeeze(-1)
 
     def mean(self, dim=None, keepdim=False):
+        """Σ / n; over nothing (n = 0) nan, as torch (0 / 0)."""
         axes = self._dims(dim, "mean")
-        return self._float().sum(axes, keepdim) / max(math.prod(self.shape[a] for a in axes), 1)
+        n = math.prod(self.shape[a] for a in axes)
+        total = self._float().sum(axes, keepdim)
+        return total / n if n else total * math.nan
 
     def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
         correction = correction if correction is not None else (0 if unbiased is False else 1)
@@ -119,29 +122,70 @@ class Reduce(TensorLike):
         pick = (rows if diagonal >= 0 else cols).expand(n, n).minimum(self.shape[0] - 1)  # v[r] or v[c]
         return on.where(self[pick.reshape(-1)].reshape(n, n), 0)
 
-    def amax(self, dim=None, keepdim=False): return self._reduce("REDUCE_MAX", dim, keepdim, "amax")
-    def all(self, dim=None, keepdim=False): return self.bool().amin(dim, keepdim)
-    def any(self, dim=None, keepdim=False): return self.bool().amax(dim, keepdim)
-    def amin(self, dim=None, keepdim=False): return self._flip().amax(dim, keepdim)._flip()
+    def _nonempty(self, dim, name):
+        """Raises as torch does where an extremum would reduce over nothing (it has no identity)."""
+        if math.prod(self.shape) and all(self.shape[a] for a in self._dims(dim, name)):
+            return
+        if dim is None:
+            error = IndexError if name in ("argmax", "argmin") else RuntimeError
+            raise error(f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
+                        + ("" if error is IndexError else " Specify the reduction dim with the 'dim' argument."))
+        for d in ((dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)):
+            if self.shape[self._dim(d, name)] == 0:
+                raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+    def _empty_fill(self, dim, keepdim, value, dtype):
+        """The reduction over a zero-size axis of an op with an identity: `value` in the reduced shape."""
+        axes = self._dims(dim, "reduce")
+        shape = tuple(1 if a in axes else s for a, s in enumerate(self.shape)) if keepdim else \
+            tuple(s for a, s in enumerate(self.shape) if a not in axes)
+        return from_node(const(value, shape, dtype), self.device)
+
+    def amax(self, dim=None, keepdim=False): return self._extreme(dim, keepdim, "amax")
+
+    def _extreme(self, dim, keepdim, name, flip=False):
+        self._nonempty(dim, name)
+        if flip:
+            return self._flip()._reduce("REDUCE_MAX", dim, keepdim, name)._flip()
+        return self._reduce("REDUCE_MAX", dim, keepdim, name)
+
+    def all(self, dim=None, keepdim=False):
+        """Whether every element is true: over nothing True, as torch."""
+        if any(self.shape[a] == 0 for a in self._dims(dim, "all")):
+            return self._empty_fill(dim, keepdim, True, dt.bool_)
+        return self.bool().amin(dim, keepdim)
+
+    def any(self, dim=None, keepdim=False):
+        """Whether some element is true: over nothing False, as torch."""
+        if any(self.shape[a] == 0 for a in self._dims(dim, "any")):
+            return self._empty_fill(dim, keepdim, False, dt.bool_)
+        return self.bool().amax(dim, keepdim)
+
+    def amin(self, dim=None, keepdim=False): return self._extreme(dim, keepdim, "amin", flip=True)
 
     def argmax(self, dim=None, keepdim=False):
         """Index of the first largest value (along `dim`, or of the flattened tensor)."""
         if dim is None:
+            self._nonempty(None, "argmax")
             return self.reshape(-1).argmax(0)
+        self._nonempty(dim, "argmax")
         d = self._dim(dim, "argmax")
         n = self.shape[d]
         rev = (n - 1) - arange(n, device=self.device).reshape(*[n if i == d else 1 for i in range(self.ndim)])
         hit = self == self.amax(d, keepdim=True)
         return (n - 1) - hit.where(rev, -1).amax(d, keepdim)
 
-    def argmin(self, dim=None, keepdim=False): return self._flip().argmax(dim, keepdim)
+    def argmin(self, dim=None, keepdim=False):
+        self._nonempty(dim, "argmin")
+        return self._flip().argmax(dim, keepdim)
 
     def max(self, dim=None, keepdim=False):
         """max() is the largest value; max(dim) is (values, indices) along dim, as torch."""
         if isinstance(dim, TensorLike):
             return self.maximum(dim)
         if dim is None:
-            return self.amax()
+            return self._extreme(None, False, "max")
+        self._nonempty(dim, "max")
         dim = self._dim(dim, "max")
         return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
 
@@ -149,14 +193,17 @@ class Reduce(TensorLike):
         if isinstance(dim, TensorLike):
             return self.minimum(dim)
         if dim is None:
-            return self.amin()
+            return self._extreme(None, False, "min", flip=True)
+        self._nonempty(dim, "min")
         dim = self._dim(dim, "min")
         return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
 
     def logsumexp(self, dim, keepdim=False):
         """log Σ eˣ = m + log Σ e^(x-m) for the (constant) max m; where m is ±inf the shift is 0, so a row of
-        -inf gives -inf (as torch) instead of -inf - -inf = nan."""
+        -inf gives -inf (as torch) instead of -inf - -inf = nan, and so does a sum over nothing."""
         dim = self._dims(dim, "logsumexp")
+        if any(self.shape[a] == 0 for a in dim):
+            return self._float().sum(dim, keepdim) - math.inf
         m = self.amax(dim, keepdim=True).detach()
         m = (m.abs() < math.inf).where(m, 0.0)
         out = (self - m).exp().sum(dim, keepdim=True).log() + m

@@ -64,8 +64,12 @@ def leaky_relu(x, negative_slope=0.01, inplace=False):
 
 
 def normalize(x, p=2.0, dim=1, eps=1e-12):
-    """x / max(‖x‖_p along dim, eps)."""
-    norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p) if p != 2.0 else x.square().sum(dim, keepdim=True).sqrt()
+    """x / max(‖x‖_p along dim, eps). The norm's gradient at a zero vector is 0, as torch's (a root of 0 alone would
+    give inf · 0 = nan), so a zero vector's gradient is dy / eps."""
+    total = x.abs().pow(p).sum(dim, keepdim=True) if p != 2.0 else x.square().sum(dim, keepdim=True)
+    some = total > 0
+    safe = some.where(total, 1.0)
+    norm = some.where(safe.sqrt() if p == 2.0 else safe.pow(1.0 / p), 0.0)
     return x / norm.maximum(eps)
 
 

@@ -28,10 +28,11 @@ def _slice(x, starts, stops, steps):
     return x._make(build("SHRINK", x._node, arg=arg))
 
 
-def _patches(x, kernel, stride, padding, dilation, pad_value=0.0):
-    """(patches (N, C, K, *out), out): every window of x, K = ∏ kernel in row-major order of the offsets."""
+def _patches(x, kernel, stride, padding, dilation, pad_value=0.0, extra=None):
+    """(patches (N, C, K, *out), out): every window of x, K = ∏ kernel in row-major order of the offsets. extra:
+    more padding after the end of each axis (ceil_mode's last, partial windows)."""
     d = len(kernel)
-    x = pad_constant(x, [(p, p) for p in padding], pad_value)
+    x = pad_constant(x, [(p, p + e) for p, e in zip(padding, extra or (0,) * d)], pad_value)
     size = x.shape[-d:]
     out = tuple((s - dl * (k - 1) - 1) // st + 1 for s, k, st, dl in zip(size, kernel, stride, dilation))
     if any(o < 1 for o in out):
@@ -127,8 +128,21 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return y.squeeze(0) if unbatched else y
 
 
+def _ceil_extra(size, kernel, stride, padding, dilation):
+    """ceil_mode's padding after the end of each axis: the output size rounds up, as torch's, except that a window
+    starting past the input (in the right padding) is dropped."""
+    extra = []
+    for s, k, st, p, dl in zip(size, kernel, stride, padding, dilation):
+        span = s + 2 * p - dl * (k - 1) - 1
+        out = -(-span // st) + 1
+        if (out - 1) * st >= s + p:
+            out -= 1
+        extra.append(max((out - 1) * st - span, 0))
+    return tuple(extra)
+
+
 def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, d, name):
-    if ceil_mode:
+    if ceil_mode and name != "max_pool2d":
         raise NotImplementedError(f"{name}: ceil_mode=True is not supported; pad the input instead")
     kernel = _tuple(kernel_size, d, "kernel_size")
     stride = kernel if stride is None or stride == () else _tuple(stride, d, "stride")
@@ -144,7 +158,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     as torch (ties: the first)."""
     x, unbatched, kernel, stride, padding, dilation = _pool_args(input, kernel_size, stride, padding, dilation,
                                                                  ceil_mode, 2, "max_pool2d")
-    patches, out = _patches(x, kernel, stride, padding, dilation, pad_value=-math.inf)
+    extra = _ceil_extra(x.shape[2:], kernel, stride, padding, dilation) if ceil_mode else None
+    patches, out = _patches(x, kernel, stride, padding, dilation, pad_value=-math.inf, extra=extra)
     y = patches.amax(2)
     if not return_indices:
         return y.squeeze(0) if unbatched else y
@@ -156,6 +171,18 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     ow = arange(out[1], device=x.device).reshape(1, out[1]) * stride[1] - padding[1]
     index = (picked[..., 0] + oh) * x.shape[3] + picked[..., 1] + ow
     return (y.squeeze(0), index.squeeze(0)) if unbatched else (y, index)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """max_pool2d over a (N, C, L) or (C, L) input as a plane of height 1."""
+    x, unbatched = _check_input(input, 1, "max_pool1d")
+    one = lambda v, name, dflt=None: (1, _tuple(v, 1, name)[0]) if v is not None and v != () else dflt  # noqa: E731
+    y = max_pool2d(x.unsqueeze(-2), one(kernel_size, "kernel_size"), one(stride, "stride"),
+                   (0, _tuple(padding, 1, "padding")[0]), one(dilation, "dilation"), ceil_mode, return_indices)
+    y = tuple(t.squeeze(-2) for t in y) if return_indices else y.squeeze(-2)
+    if unbatched:
+        return tuple(t.squeeze(0) for t in y) if return_indices else y.squeeze(0)
+    return y
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,

@@ -264,7 +264,7 @@ def _grouped_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, hq, hkv)
     return y.reshape(*lead, hq, *y.shape[-2:])
 
 
-from .conv import conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, avg_pool2d  # noqa: E402,F401
+from .conv import conv1d, conv2d, conv3d, conv_transpose2d, max_pool1d, max_pool2d, avg_pool2d  # noqa: E402,F401
 from .resize import pad, interpolate  # noqa: E402,F401
 from .activations import (one_hot, silu, softsign, logsigmoid, mish, relu6, hardsigmoid, elu,  # noqa: E402,F401
                           celu, selu, softplus, hardtanh, hardswish, leaky_relu, normalize, softmin, l1_loss, binary_cross_entropy,

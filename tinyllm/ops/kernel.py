@@ -19,6 +19,10 @@ Kernel = namedtuple("Kernel", "shape reduce ins code outs", defaults=(None,))
 # the instructions of `code` that are not ops: IN (read input entry `arg` at the current position) and COPY (the
 # operand's value); every other instruction is an elementwise op, or CONST
 INSTRUCTIONS = frozenset({"IN", "COPY"})
+# the instructions whose result on values of a 16-bit float dtype is a value of it already, so that no rendering
+# rounds it again (every other instruction of a 16-bit dtype rounds to it, as its op does unfused; a CAST rounds
+# by itself)
+EXACT_LOW = frozenset({"NEG", "MAX", "FLOOR", "WHERE", "COPY", "CAST", "IN", "CONST"})
 
 
 def run_kernel(kernel, *bases, out_dtype):
@@ -26,8 +30,8 @@ def run_kernel(kernel, *bases, out_dtype):
 
     16-bit floats compute in float32, as the renderings do: a read widens them (bfloat16 storage is decoded; an
     input a runtime already widened is taken as it is), a constant is its dtype's value, every instruction runs on
-    float32 values, a CAST to a 16-bit float rounds to it, and the result is rounded to nearest even once, when
-    stored. out_dtype: the output's DType (its storage is returned), or None for the computed values as they are
+    float32 values and one whose dtype is a 16-bit float (a CAST to one included) rounds its result to it, as the
+    op does unfused. out_dtype: the output's DType (its storage is returned), or None for the computed values as they are
     (float32 for a 16-bit float: the NumPy runtime rounds FUSED's result as it does every op's)."""
     vals = []
     for op, arg, operands, dtype in kernel.code:
@@ -44,6 +48,9 @@ def run_kernel(kernel, *bases, out_dtype):
             vals.append(vals[operands[0]])
         elif op == "CAST" and d.is_low:
             vals.append(_rounded(OPS[op].evaluate(vals[operands[0]], arg=dt.float32), d))
+        elif d.is_low and op not in EXACT_LOW:
+            vals.append(_rounded(np.asarray(OPS[op].evaluate(*[vals[o] for o in operands], arg=arg),
+                                            dtype=np.float32), d))
         else:
             vals.append(OPS[op].evaluate(*[vals[o] for o in operands], arg=arg))
     if kernel.outs is not None:

@@ -7,9 +7,14 @@ other than 0 and 1 follow the buffers in bufs, as integers, so one compiled func
 same structure (compiling it costs far more than running it).
 
 16-bit floats (float16, bfloat16) are stored as uint16_t and are floats everywhere else: a load widens them
-(exactly), every instruction computes in float32, and a store rounds to nearest even (c_math.h), so a kernel
-rounds once where the NumPy runtime, as torch, rounds after each op; a CAST to a 16-bit float rounds where it
-stands. A reduction into a 16-bit output accumulates in float32 too, rounding once at the end."""
+(exactly), every instruction computes in float32, and every instruction whose dtype is a 16-bit float rounds its
+result to that dtype (to nearest even, c_math.h's tl_f16_round / tl_bf16_round), as the NumPy runtime and torch
+round after each op: rounding to the declared dtype is part of an op's meaning, so a fused kernel gives the unfused
+graph's values bit for bit, overflow to inf, underflow to 0 and subnormals included (float32's 24 bits hold a
+16-bit float's product, sum and quotient closely enough that rounding the float32 result is rounding the exact
+one). Ops whose result is already a value of the dtype (NEG, MAX, FLOOR, WHERE, COPY of 16-bit values) are not
+rounded again; float32 instructions (autocast's compute) never are. A reduction into a 16-bit output accumulates
+in float32, rounding once at the end."""
 import hashlib
 import math
 import os
@@ -17,6 +22,7 @@ import os
 import numpy as np
 
 from ... import dtype as dt
+from ...ops.kernel import EXACT_LOW
 from ..cstyle import CStyleLanguage, merge_dims, output_strides
 
 # the C type a value computes in, and the one a buffer stores it as
@@ -85,6 +91,11 @@ class CLanguage(CStyleLanguage):
         return f"tl_{LOW[dtype]}_round((float){x})" if dtype in LOW else f"(({CTYPE[dtype]}){x})"
 
     def expression(self, op, arg, operands, dtype, in_dtypes):
+        expr = self._expression(op, arg, operands, dtype, in_dtypes)
+        # an instruction of a 16-bit float dtype rounds to it, as the op does unfused (CAST rounds in cast())
+        return f"tl_{LOW[dtype]}_round({expr})" if dtype in LOW and op not in EXACT_LOW else expr
+
+    def _expression(self, op, arg, operands, dtype, in_dtypes):
         if op != "CAST":
             dtype, in_dtypes = compute(dtype), [compute(d) for d in in_dtypes]
         if op == "POW":  # C's pow is the reference's (NumPy's power); integers exactly (c_math.h)

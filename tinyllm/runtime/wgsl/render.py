@@ -5,13 +5,16 @@ Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 
 the runtime checks that values fit), bool -> u32 (0 or 1; WGSL has no bool storage). Shapes and strides are
 constants, so every index computation folds. int8 / uint8 are bytes packed in u32 words: only the quantized matmul
 (wgsl/qmatmul.wgsl, dequant.wgsl over qweight.wgsl) and byte copies (copy_bytes.wgsl) are rendered for them.
-Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl)."""
+Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl).
+A float16 instruction rounds its result to f16 (math_f16.wgsl's tl_round_h), as its op does unfused: an adapter
+may keep f16 values in f32 registers between ops (llvmpipe does), which would round a fused chain once."""
 import functools
 import math
 import os
 
 import numpy as np
 
+from ...ops.kernel import EXACT_LOW
 from ..cstyle import CStyleLanguage, merge_dims, output_strides
 
 STORAGE = {"float32": "f32", "float16": "f16", "int64": "i32", "bool": "u32"}
@@ -93,6 +96,11 @@ class WGSLLanguage(CStyleLanguage):
         return f"{TYPES[dtype]}({x})"
 
     def expression(self, op, arg, operands, dtype, in_dtypes):
+        expr = self._expression(op, arg, operands, dtype, in_dtypes)
+        # a float16 instruction rounds to f16 as its op does unfused (an adapter may compute f16 in f32 registers)
+        return f"tl_round_h({expr})" if dtype == "float16" and op not in EXACT_LOW else expr
+
+    def _expression(self, op, arg, operands, dtype, in_dtypes):
         a = operands
         if op == "BITNOT":  # bools are WGSL bools in a kernel (u32 only in storage): ! for them, ~ for i32
             return f"(!{a[0]})" if dtype == "bool" else f"(~{a[0]})"
