@@ -299,7 +299,9 @@ def test_host_ops_run_without_the_host_fallback_warning(each_runtime):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         U, S, Vh = tl.linalg.svd(a)
-        (tl.linalg.eigvalsh(a).sum() + S.sum() + tl.linalg.inv(a).sum() + tl.linalg.cholesky(a).sum()).backward()
+        L, V = tl.linalg.eig(a)
+        (tl.linalg.eigvalsh(a).sum() + S.sum() + tl.linalg.inv(a).sum() + tl.linalg.cholesky(a).sum()
+         + L.real.sum() + V.abs().sum()).backward()
         a.grad.numpy()
 
 

@@ -1,8 +1,8 @@
-"""torch.linalg's decompositions and what is built on them, with torch's names and return types. Four
-decompositions are primitives (SVD, EIGH, QR, CHOLESKY) and two more factor-free ones (SOLVE, SLOGDET), all host ops
-whose forward runs through NumPy's LAPACK on every runtime and whose backward is graph math (tinyllm/ops/linalg.py,
+"""torch.linalg's decompositions and what is built on them, with torch's names and return types. Five
+decompositions are primitives (SVD, EIGH, EIG, QR, CHOLESKY) and two more factor-free ones (SOLVE, SLOGDET), all host
+ops whose forward runs through NumPy's LAPACK on every runtime and whose backward is graph math (tinyllm/ops/linalg.py,
 each rule derived in its op's docstring); svdvals, eigvalsh, inv, det, lstsq, pinv and matrix_rank are composites
-of them. eig / eigvals (complex results) are not here.
+of them. eig / eigvals (EIG) give complex tensors (tinyllm.complex) of a real input.
 
 Signs: singular vectors and eigenvectors are unique up to a sign per vector; LAPACK picks it here as it does in
 torch on a CPU, but nothing promises the same sign as torch, so compare what does not depend on it (U diag(S) Vh,
@@ -20,6 +20,7 @@ from ..tensor import Tensor
 # torch.return_types' named tuples, by torch's names
 linalg_svd = namedtuple("linalg_svd", "U S Vh")
 linalg_eigh = namedtuple("linalg_eigh", "eigenvalues eigenvectors")
+linalg_eig = namedtuple("linalg_eig", "eigenvalues eigenvectors")
 linalg_qr = namedtuple("linalg_qr", "Q R")
 linalg_slogdet = namedtuple("linalg_slogdet", "sign logabsdet")
 linalg_lstsq = namedtuple("linalg_lstsq", "solution residuals rank singular_values")
@@ -31,6 +32,9 @@ _TORCH_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "int64": "Long", "int
 def _check(op, A, square=False):
     if not isinstance(A, Tensor):
         raise TypeError(f"linalg.{op}: expected a Tensor, got {type(A).__name__}")
+    if A.is_complex():
+        raise NotImplementedError(f"linalg.{op}: complex input ({A.dtype.name}) is not supported: tinyllm.linalg "
+                                  "takes float32 / float64 matrices")
     if A.dtype.is_low:
         raise RuntimeError(f"linalg.{op}: Low precision dtypes not supported. Got {_TORCH_NAMES[A.dtype.name]}")
     if not A.dtype.is_float:
@@ -81,6 +85,29 @@ def eigvalsh(A, UPLO="L"):
     """The eigenvalues of a symmetric A, ascending, as torch.linalg.eigvalsh; gradient V diag(gL) Vᵀ."""
     _check("eigvalsh", A, square=True)
     return _op(A, "EIGH", ("L", UPLO))
+
+
+def _complex(A, part):
+    """The EIG primitive's part, (re, im) pairs on a trailing axis, as a complex tensor (tinyllm.complex)."""
+    from ..complex import _wrap
+    return _wrap(_op(A, "EIG", part))
+
+
+def eig(A):
+    """(eigenvalues, eigenvectors) of a general real square A, as torch.linalg.eig (a linalg_eig named tuple):
+    complex64 for float32 A, complex128 for float64, eigenvalues in LAPACK's order (geev, as torch on a CPU), each
+    eigenvector column of unit norm with its largest component real; a column is unique only up to a phase e^{iφ},
+    so compare and differentiate what does not depend on it (A V = V diag(L), |V|). Complex A is not supported.
+    Gradients: the EIG primitive's (torch's formula; inf / nan at repeated eigenvalues)."""
+    _check("eig", A, square=True)
+    return linalg_eig(_complex(A, "L"), _complex(A, "V"))
+
+
+def eigvals(A):
+    """The eigenvalues of a general real square A (complex, LAPACK's order), as torch.linalg.eigvals; gradient
+    Re(V⁻ᴴ diag(gL) Vᴴ)."""
+    _check("eigvals", A, square=True)
+    return _complex(A, "L")
 
 
 def qr(A, mode="reduced"):

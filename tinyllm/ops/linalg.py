@@ -384,3 +384,96 @@ class SLOGDET(Decomposition):
             return (None,)
         g = dy.reshape(dy.shape + (1, 1)).expand(a.shape)
         return (g * _inv(_mT(a), "slogdet"),)
+
+
+# -- complex matrices in the graph: (re, im) pairs of real nodes, for EIG's backward -------------------------
+
+def _cplx(z):
+    """A node of shape S + (2,) holding (re, im) pairs -> the pair of real nodes of shape S."""
+    s = z.shape[:-1]
+    return tuple(_narrow(z, -1, k, k + 1).reshape(s) for k in (0, 1))
+
+
+def _cmm(x, y):
+    """The complex matrix product of two (re, im) pairs."""
+    (a, b), (c, d) = x, y
+    return a.matmul(c) - b.matmul(d), a.matmul(d) + b.matmul(c)
+
+
+def _cH(x):
+    """The conjugate transpose of an (re, im) pair."""
+    return _mT(x[0]), -_mT(x[1])
+
+
+def _re_solve(a, b, name):
+    """Re(A⁻¹ B) for complex A (..., n, n) and B (..., n, k) given as (re, im) pairs, by the real 2n x 2n system
+    [[Ar, −Ai], [Ai, Ar]] [Xr; Xi] = [Br; Bi] (SOLVE, so differentiable again); Xr is the first n rows."""
+    (ar, ai), (br, bi) = a, b
+    r = len(ar.shape)
+    big = build("CAT", build("CAT", ar, -ai, arg=r - 1), build("CAT", ai, ar, arg=r - 1), arg=r - 2)
+    x = _solve(big, build("CAT", br, bi, arg=r - 2), name)
+    return _narrow(x, -2, 0, ar.shape[-1])
+
+
+@register
+class EIG(Decomposition):
+    """The eigendecomposition A = V diag(L) V⁻¹ of a general real square A (..., n, n), by LAPACK's geev (as torch
+    on a CPU); `arg` is the part: "L" gives the eigenvalues (..., n, 2), "V" the eigenvectors (..., n, n, 2) as
+    columns, both complex, stored as (re, im) pairs on a trailing axis of 2 in A's dtype (tinyllm.complex wraps them
+    as complex64 / complex128). Eigenvalues come in LAPACK's order (not sorted), each eigenvector has unit norm and
+    its largest component real (geev's choice, torch's too); beyond that a column is unique only up to a phase
+    e^{iφ}, so a loss should not depend on it (|V|, A V − V diag(L), ...). A matrix with NaN / inf raises
+    LinAlgError (a RuntimeError, torch's type for it) with torch's message.
+    Backward (torch's linalg_eig_backward, Giles 2008 / arXiv:1701.00392 eq. 4.77 with the unit-norm term), for the
+    conjugate gradients gL, gV (tinyllm.complex's convention is torch's):
+        gA = V⁻ᴴ [diag(gL) + (Vᴴ gV − Vᴴ V diag(Re diag(Vᴴ gV))) / Ē] Vᴴ,
+        Ē_ij = conj(λ_j) − conj(λ_i) (i ≠ j), the diagonal of the quotient dropped (replaced by gL),
+    and A real, so its gradient is the real part (torch's handle_r_to_c). Derivation: from A V = V L,
+    dL = diag(V⁻¹ dA V) and, for unit-norm columns, dV = V (F ∘ V⁻¹ dA V) − V diag(Re diag(Vᴴ V (F ∘ V⁻¹ dA V)))
+    with F_ij = 1 / (λ_j − λ_i) off the diagonal, 0 on it; the adjoint of dA ↦ (dL, dV) under Re tr(Xᴴ Y) is the
+    formula above (the −Vᴴ V diag(Re ...) term is the adjoint of the norm-fixing projection). By linearity each
+    part's node gives its own term: from gL, Re(V⁻ᴴ diag(gL) Vᴴ); from gV, the off-diagonal quotient. The diagonal
+    of (Vᴴ gV − ...) is i Im diag(Vᴴ gV), zero for a loss that does not depend on the phases (torch checks that and
+    raises; this rule drops it, so a phase-dependent loss gets the gradient of its phase-invariant part).
+    Complex algebra is written on (re, im) pairs: X / Ē = X (λ_j − λ_i) / |λ_j − λ_i|², and V⁻ᴴ Y as a real 2n x 2n
+    SOLVE of [[Re, −Im], [Im, Re]]. At repeated eigenvalues Ē is zero and V may be singular: inf / nan, as torch."""
+    def infer(src, arg):
+        (a,) = src
+        _floats("eig", a)
+        _square("eig", a)
+        if arg not in ("L", "V"):
+            raise ValueError(f"EIG: part must be 'L' or 'V', got {arg!r}")
+        return (a.shape[:-1] if arg == "L" else a.shape) + (2,), a.dtype
+
+    def forward(a, arg):
+        def eig(x):
+            if not np.isfinite(x).all():
+                raise LinAlgError("linalg.eig: input tensor should not contain infs or NaNs.")
+            w, v = np.linalg.eig(x)  # real arrays when every eigenvalue is real
+            return w.astype(np.result_type(x.dtype, np.complex64)), v.astype(np.result_type(x.dtype, np.complex64))
+        w, v = _cached("eig", eig, a)
+        z = w if arg == "L" else v
+        return np.stack([z.real, z.imag], -1).astype(a.dtype)
+
+    def backward(dy, y):
+        (a,) = y.src
+        n = a.shape[-1]
+        shape = a.shape
+        v = _cplx(build("EIG", a, arg="V"))
+        g = _cplx(dy)
+        if y.arg == "L":
+            inner = tuple(_diag_embed(p) for p in g)
+        else:
+            vhgv = _cmm(_cH(v), g)
+            r = (v[0] * g[0] + v[1] * g[1]).sum((len(shape) - 2,))  # Re diag(Vᴴ gV), (..., 1, n): scales columns
+            vhv = _cmm(_cH(v), v)
+            x = tuple(p - q * _bc(r, shape) for p, q in zip(vhgv, vhv))
+            lr, li = _cplx(build("EIG", a, arg="L"))
+            dr = _bc(_col(lr), shape) - _bc(_row(lr), shape)  # Re(λ_j − λ_i)
+            di = _bc(_col(li), shape) - _bc(_row(li), shape)  # Im(λ_j − λ_i)
+            eye = _eye(n, dt.bool_, shape)
+            den = eye.where(const(1.0, shape, a.dtype), dr * dr + di * di)
+            zero = const(0.0, shape, a.dtype)
+            inner = (eye.where(zero, (x[0] * dr - x[1] * di) / den), eye.where(zero, (x[0] * di + x[1] * dr) / den))
+        vh = _cH(v)
+        return (_re_solve(vh, _cmm(inner, vh), "eig"),)
