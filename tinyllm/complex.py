@@ -142,6 +142,18 @@ def imag(input):
     return input.imag
 
 
+def _power(base, exponent):
+    """base ** exponent of two complex tensors, exp(exponent · log base), with torch's values at base 0."""
+    zero_base = (base.real == 0) & (base.imag == 0)
+    safe = _pair(zero_base.where(1.0, base.real), base.imag)
+    out = (exponent * safe.log()).exp()
+    # 0 ** w, as torch's tensor exponents: 0 for Re w > 0, inf + nan i for Re w < 0, nan + nan i for Re w = 0 (w = 0
+    # included: torch's 0 ** 0 = 1 is its scalar exponent's, which pow takes before this)
+    nan, pos = float("nan"), exponent.real > 0
+    re = pos.where(0.0, (exponent.real < 0).where(float("inf"), nan))
+    return _pair(zero_base.where(re, out.real), zero_base.where(pos.where(0.0, nan), out.imag))
+
+
 class ComplexTensor(Tensor):
     """A complex Tensor: a real tensor of shape self.shape + (2,) holding (re, im) pairs (the module docstring)."""
     __slots__ = ()
@@ -257,6 +269,69 @@ class ComplexTensor(Tensor):
 
     def square(self): return self * self
     def reciprocal(self): return 1.0 / self
+
+    def sqrt(self):
+        """The principal square root, as torch: with t = sqrt((|z| + |a|)/2), t + ib/2t for a >= 0 and
+        |b|/2t + i sign(b) t for a < 0 (no cancellation near either real half-axis); 0 at 0."""
+        a, b = self.real, self.imag
+        t = ((self.abs() + a.abs()) * 0.5).sqrt()
+        zero = t == 0
+        half = 0.5 / zero.where(1.0, t)
+        pos, neg = a >= 0, (1.0 / b) < 0  # (1/b: -0.0 counts as negative, as torch's branch cut)
+        re = pos.where(t, b.abs() * half)
+        im = pos.where(b * half, neg.where(-t, t))
+        return _pair(zero.where(0.0, re), zero.where(b, im))
+
+    def sgn(self):
+        """z / |z|, 0 at 0 (gradient 0 there), as torch.sgn."""
+        r = self.abs()
+        zero = r == 0
+        r = zero.where(1.0, r)
+        return _pair(zero.where(0.0, self.real / r), zero.where(0.0, self.imag / r))
+
+    def sin(self):
+        a, b = self.real, self.imag
+        return _pair(a.sin() * b.cosh(), a.cos() * b.sinh())
+
+    def cos(self):
+        a, b = self.real, self.imag
+        return _pair(a.cos() * b.cosh(), -(a.sin() * b.sinh()))
+
+    def sinh(self):
+        a, b = self.real, self.imag
+        return _pair(a.sinh() * b.cos(), a.cosh() * b.sin())
+
+    def cosh(self):
+        a, b = self.real, self.imag
+        return _pair(a.cosh() * b.cos(), a.sinh() * b.sin())
+
+    def tanh(self):
+        """(sinh 2a + i sin 2b) / (cosh 2a + cos 2b), a + ib = z; for |a| > 20, sign(a) + 0i (tanh's own limit,
+        where cosh 2a would overflow float32)."""
+        a, b = self.real, self.imag
+        big = a.abs() > 20
+        a2, b2 = big.where(0.0, a) * 2, b * 2
+        den = a2.cosh() + b2.cos()
+        return _pair(big.where(a.sign(), a2.sinh() / den), big.where(0.0, b2.sin() / den))
+
+    def pow(self, exponent):
+        """z ** p: ones for a number p = 0 (torch's 0 ** 0 = 1), repeated products for p = 1..4, else
+        exp(p log z) with torch's values at z = 0 (log is taken of 1 there, so no inf reaches the gradient)."""
+        if isinstance(exponent, (bool, int, float, builtins.complex, np.number)) and exponent in (0, 1, 2, 3, 4):
+            n = int(builtins.complex(exponent).real)
+            if n == 0:
+                return full(self.shape, 1, self.dtype, self.device)
+            out = self
+            for _ in range(n - 1):
+                out = out * self
+            return out
+        return _power(self, self._as_complex(exponent))
+
+    def __pow__(self, x): return self.pow(x)
+
+    def __rpow__(self, x):
+        return _power(self._as_complex(x), self)
+    float_power = pow
 
     # ---- arithmetic ----
     def _other(self, x, name):
