@@ -426,6 +426,58 @@ class ComplexTensor(Tensor):
     def __rmatmul__(self, x):
         return _pair(x @ self.real, x @ self.imag)
 
+    # ---- comparisons: equality of both parts (no ordering, as torch) ----
+    def _both_parts(self, other, name):
+        (a, b), cd, r = self._parts_with(other, name)
+        return (a, b), cd if cd is not None else (r, 0.0)
+
+    def eq(self, other):
+        (a, b), (c, d) = self._both_parts(other, "eq")
+        return (a == c) & (b == d)
+
+    def ne(self, other):
+        (a, b), (c, d) = self._both_parts(other, "ne")
+        return (a != c) | (b != d)
+
+    def __eq__(self, x): return self.eq(x)
+    def __ne__(self, x): return self.ne(x)
+    def isnan(self): return self.real.isnan() | self.imag.isnan()
+    def isinf(self): return self.real.isinf() | self.imag.isinf()
+    def isfinite(self): return self.real.isfinite() & self.imag.isfinite()
+    def isreal(self): return self.imag == 0
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """Equal, or |self - other| finite and <= atol + rtol·|other| (complex abs), as torch's complex isclose;
+        with equal_nan, a NaN in any part of both is close."""
+        if rtol < 0 or atol < 0:
+            raise RuntimeError(f"isclose: {'rtol' if rtol < 0 else 'atol'} must be greater than or equal to zero, "
+                               f"but got {rtol if rtol < 0 else atol}")
+        other = self._as_complex(other)
+        err = (self - other).abs()
+        close = (self == other) | (err.isfinite() & (err <= atol + rtol * other.abs()))
+        return close | (self.isnan() & other.isnan()) if equal_nan else close
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def equal(self, other):
+        """One shape and equal values in both parts (a Python bool), as torch.equal."""
+        other = self._as_complex(other)
+        return self.shape == other.shape and bool((self == other).all().item())
+
+    # ---- in-place: Tensor's (each builds the new value with the complex op and rebinds this tensor to it) ----
+    add_, sub_, mul_, div_, copy_, zero_, fill_ = (Tensor.add_, Tensor.sub_, Tensor.mul_, Tensor.div_, Tensor.copy_,
+                                                   Tensor.zero_, Tensor.fill_)
+
+    def __iadd__(self, x): return self.add_(x)
+    def __isub__(self, x): return self.sub_(x)
+    def __imul__(self, x): return self.mul_(x)
+    def __itruediv__(self, x): return self.div_(x)
+
+    def _as(self, x, dtype=None):
+        """Values in-place updates take: as a complex tensor of this device."""
+        return self._as_complex(x)
+
     # ---- reductions ----
     def sum(self, dim=None, keepdim=False, dtype=None):
         if dtype is not None and dt.to_dtype(dtype) is not self.dtype:
@@ -457,23 +509,31 @@ class ComplexTensor(Tensor):
     def transpose(self, dim0, dim1):
         return _wrap(_storage(self).transpose(self._dim(dim0, "transpose"), self._dim(dim1, "transpose")))
 
-    def __getitem__(self, index):
+    @staticmethod
+    def _storage_index(index):
+        """An index of the complex shape as one of the storage's: a full slice over the trailing (re, im) axis.
+        Index tensors and bool masks index the leading dims as they would the complex tensor's."""
         index = index if isinstance(index, tuple) else (index,)
-        if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
-            raise TypeError("__getitem__: indexing a complex tensor with tensors or masks is not supported "
-                            "(ints, slices, None and ... are)")
-        if Ellipsis not in index:
-            index = index + (Ellipsis,)
-        return _wrap(_storage(self)[index + (slice(None),)])
+        if any(isinstance(i, ComplexTensor) for i in index):
+            raise IndexError("__getitem__: tensors used as indices must be long, int or bool tensors, not complex")
+        return (index if any(i is Ellipsis for i in index) else index + (Ellipsis,)) + (slice(None),)
+
+    def __getitem__(self, index):
+        return _wrap(_storage(self)[self._storage_index(index)])
+
+    def __setitem__(self, index, value):
+        """z[index] = value (complex, real or a number), for every index __getitem__ takes: the storage's."""
+        storage = _storage(self)
+        storage[self._storage_index(index)] = _storage(self._as_complex(value)).to(storage.dtype)
+        self._node, self.requires_grad, self.is_leaf = storage._node, storage.requires_grad, storage.is_leaf
 
 
 # the Tensor methods a complex tensor keeps as they are (they only read shape / ndim / the flags)
 _KEEP = {"size", "dim", "numel", "is_contiguous", "unsqueeze", "squeeze", "flatten", "requires_grad_", "node",
          "realize", "T", "mT", "grad_fn", "data"}
 # dunders of Tensor's arithmetic that a complex tensor refuses (torch has no ordering of complex numbers)
-_REFUSED_DUNDERS = ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__pow__", "__rpow__", "__mod__",
-                    "__floordiv__", "__rfloordiv__", "__and__", "__or__", "__xor__", "__invert__", "__float__",
-                    "__int__", "__index__", "__bool__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+_REFUSED_DUNDERS = ("__lt__", "__le__", "__gt__", "__ge__", "__mod__", "__floordiv__", "__rfloordiv__", "__and__",
+                    "__or__", "__xor__", "__invert__", "__float__", "__int__", "__index__", "__bool__")
 
 
 def _unsupported(name):
