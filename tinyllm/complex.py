@@ -475,8 +475,8 @@ class ComplexTensor(Tensor):
     def __itruediv__(self, x): return self.div_(x)
 
     def _as(self, x, dtype=None):
-        """Values in-place updates take: as a complex tensor of this device."""
-        return self._as_complex(x)
+        """Values in-place updates take (a NumPy array too: load_state_dict's): as a complex tensor."""
+        return from_numpy(x, self.dtype, self.device) if isinstance(x, np.ndarray) else self._as_complex(x)
 
     # ---- reductions ----
     def sum(self, dim=None, keepdim=False, dtype=None):
