@@ -235,7 +235,7 @@ class ComplexTensor(Tensor):
             return z
         r = r if isinstance(r, Tensor) else Tensor._from_node(const(r, (), self._node.dtype), self.device)
         r = r.to(self._node.dtype) if not r.dtype.is_float else r
-        return _pair(r, r * 0)
+        return _pair(r, Tensor._from_node(const(0.0, r.shape, r.dtype), r.device))  # (+0: r * 0 is -0 for r < 0)
 
     def _cat(self, tensors, dim):
         """cat of tensors of which one (self) is complex: the storages joined along `dim`."""
@@ -306,21 +306,25 @@ class ComplexTensor(Tensor):
         return _pair(a.cosh() * b.cos(), a.sinh() * b.sin())
 
     def tanh(self):
-        """(sinh 2a + i sin 2b) / (cosh 2a + cos 2b), a + ib = z; for |a| > 20, sign(a) + 0i (tanh's own limit,
-        where cosh 2a would overflow float32)."""
+        """(sinh a cosh a + i sin b cos b) / (sinh² a + cos² b), a + ib = z: (sinh 2a + i sin 2b) / (cosh 2a + cos 2b)
+        with a denominator of two squares, so no cancellation near the poles; for |a| > 20, sign(a) + 0i (tanh's
+        own limit, where sinh² a would overflow float32)."""
         a, b = self.real, self.imag
         big = a.abs() > 20
-        a2, b2 = big.where(0.0, a) * 2, b * 2
-        den = a2.cosh() + b2.cos()
-        return _pair(big.where(a.sign(), a2.sinh() / den), big.where(0.0, b2.sin() / den))
+        a = big.where(0.0, a)
+        sh, cb = a.sinh(), b.cos()
+        den = sh * sh + cb * cb
+        return _pair(big.where(self.real.sign(), sh * a.cosh() / den), big.where(0.0, b.sin() * cb / den))
 
     def pow(self, exponent):
         """z ** p: ones for a number p = 0 (torch's 0 ** 0 = 1), repeated products for p = 1..4, else
         exp(p log z) with torch's values at z = 0 (log is taken of 1 there, so no inf reaches the gradient)."""
         if isinstance(exponent, (bool, int, float, builtins.complex, np.number)) and exponent in (0, 1, 2, 3, 4):
             n = int(builtins.complex(exponent).real)
-            if n == 0:
-                return full(self.shape, 1, self.dtype, self.device)
+            if n == 0:  # ones, with torch's gradient 0 (a where off self's branch: no 0·inf)
+                ones, storage = _storage(full(self.shape, 1, self.dtype, self.device)), _storage(self)
+                take = Tensor._from_node(const(True, storage.shape, dt.bool_), self.device)
+                return _wrap(take.where(ones, storage)) if self.requires_grad else _wrap(ones)
             out = self
             for _ in range(n - 1):
                 out = out * self
