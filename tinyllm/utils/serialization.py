@@ -77,6 +77,9 @@ def _pack(value, path, tensors):
 def _tensor(value, where):
     """What to store for a tensor value: a tinyllm Tensor as it is, else a NumPy array of a dtype the file holds."""
     if isinstance(value, Tensor):
+        if value.dtype is dt.complex128:
+            raise TypeError(f"tinyllm.save: {where} is complex128, which safetensors has no dtype for (its complex "
+                            "dtype is C64): save .to(tinyllm.complex64)")
         return value.detach()
     if not isinstance(value, np.ndarray):
         if not (hasattr(value, "detach") and hasattr(value, "cpu")):
