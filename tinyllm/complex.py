@@ -19,13 +19,20 @@ convention comes out without a complex backward rule. `z.backward(g)` of a compl
 with (Re g, Im g), as torch; `backward()` without a gradient is refused, as torch's (a complex output has no
 implicit gradient).
 
-What a complex tensor supports: + - * / (complex with complex, real tensors and Python numbers, broadcasting as
-torch), matmul (a real operand is promoted, where torch wants one dtype), exp, log, square, reciprocal, sum, mean,
-abs (gradient 0 at 0, as torch), angle, conj, .real / .imag (views), the movement ops (reshape, view, permute,
-transpose, unsqueeze, squeeze, flatten, expand, basic indexing), cat / stack / where, clone, detach,
+What a complex tensor supports: + - * / ** (complex with complex, real tensors and Python numbers, broadcasting as
+torch; pow as exp(w log z), with torch's values at z = 0: 1 for a number exponent 0, else 0 / inf + nan i / nan by
+the sign of Re w), matmul (a real operand is promoted, where torch wants one dtype), exp, log, sqrt (principal
+branch, torch's sign of zero on the cut), sin, cos, tanh, sinh, cosh, sgn, square, reciprocal, sum, mean, abs
+(gradient 0 at 0, as torch), angle, conj, .real / .imag (views), == / != / isclose / allclose / equal (both
+parts), isnan / isinf / isfinite (any part), the in-place add_ sub_ mul_ div_ copy_ zero_ fill_ and += -= *= /=
+(Tensor's: the new value rebinds the tensor), the movement ops (reshape, view, permute, transpose, unsqueeze,
+squeeze, flatten, expand, indexing by ints, slices, index tensors and bool masks over the complex shape, and
+z[index] = value: the storage's, with a full slice over the trailing pair), cat / stack / where, clone, detach,
 requires_grad_, .grad, .numpy() / .item() / .tolist(). Every other Tensor method raises a TypeError naming the op
-(comparisons `<` included, as torch). The factories take complex data and dtypes: tinyllm.tensor / from_numpy of
-complex values, zeros / ones / full / randn(dtype=complex64).
+(the orderings `<`, max, relu, softmax included, as torch). The factories take complex data and dtypes:
+tinyllm.tensor / from_numpy of complex values, zeros / ones / full / randn(dtype=complex64); nn.Parameter of
+complex data is a ComplexParameter (tinyllm/nn/module.py), and tinyllm.save / load store complex64 as
+safetensors' C64 (complex128 has no safetensors dtype).
 """
 import builtins
 
@@ -545,8 +552,8 @@ def _unsupported(name):
 
     def refuse(self, *args, **kwargs):
         raise TypeError(f"{op}: not supported for complex tensors ({self.dtype.name}); tinyllm's complex tensors "
-                        "support + - * / matmul exp log sum mean abs angle conj real imag and the movement ops "
-                        "(tinyllm/complex.py)")
+                        "support + - * / ** matmul exp log sqrt sin cos tanh sgn sum mean abs angle conj real imag "
+                        "== != isclose, in-place add_ mul_ copy_ and the movement ops (tinyllm/complex.py)")
     refuse.__name__ = name
     return refuse
 
