@@ -342,7 +342,6 @@ class ComplexTensor(Tensor):
 
     def __rpow__(self, x):
         return _power(self._as_complex(x), self)
-    float_power = pow
 
     # ---- arithmetic ----
     def _other(self, x, name):
