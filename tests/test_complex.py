@@ -120,6 +120,15 @@ def test_unary_edges_match_torch(name):
     np.testing.assert_allclose(out.numpy(), tout.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+def test_function_forms_of_the_new_ops():
+    """tinyllm.sqrt / sgn / tanh / pow ... of a complex tensor are its methods; sgn of a real tensor is sign."""
+    a, r = crandn(np.random.default_rng(11), (5,), min_abs=0.5), np.array([-2, 0, 3, -0.5], np.float32)
+    for name, args in (("sqrt", ()), ("sgn", ()), ("tanh", ()), ("sin", ()), ("cosh", ()), ("pow", (1.5,))):
+        np.testing.assert_allclose(getattr(tl, name)(tl.tensor(a), *args).numpy(),
+                                   getattr(torch, name)(torch.tensor(a), *args).numpy(), **TOL)
+    np.testing.assert_array_equal(tl.sgn(tl.tensor(r)).numpy(), torch.sgn(torch.tensor(r)).numpy())
+
+
 def test_pow_at_zero_matches_torch():
     """A tensor exponent at base 0: torch's nan + nan i for Re w = 0 (0 ** 0 too: its 1 is the number exponent's)."""
     z, w = np.array([0j, 0j, 0j, 0j, 2 + 1j], np.complex64), np.array([0j, 1j, -1 + 1j, 1 - 1j, 0j], np.complex64)
