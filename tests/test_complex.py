@@ -426,3 +426,17 @@ def test_errors_as_torch():
         z.to(tl.float32)
     with pytest.raises(TypeError, match="^float: not supported"):
         z.float()
+
+
+def test_setitem_gradients_match_torch():
+    """z[mask] = f(y) and z[:, 1] = number on a non-leaf z: values, and gradients to both x (z's source) and y."""
+    rng = np.random.default_rng(12)
+    (x, tx), (y, ty) = leaf(crandn(rng, (3, 4))), leaf(crandn(rng, (4,)))
+    mask = np.array([True, False, True])
+    outs = []
+    for lib, a, b in ((tl, x, y), (torch, tx, ty)):
+        z = a * 1
+        z[lib.tensor(mask)] = b * 2
+        z[:, 1] = 3j
+        outs.append(z)
+    check([(x, tx), (y, ty)], *outs)
