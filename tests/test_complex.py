@@ -143,9 +143,11 @@ def test_comparisons_and_float_classes_match_torch():
     isinf / isfinite of any part."""
     nan, inf = float("nan"), float("inf")
     a = np.array([1 + 2j, complex(nan, 1), complex(1, inf), 3, 0j, complex(inf, inf), 2j], np.complex64)
-    b = np.array([1 + 2j, complex(nan, 1), complex(1, inf), 3 + 1e-7j, 1e-9j, complex(inf, -inf), 2.00001j], np.complex64)
+    b = np.array([1 + 2j, complex(nan, 1), complex(1, inf), 3 + 1e-7j, 1e-9j, complex(inf, -inf), 2.00001j],
+                 np.complex64)
     r = np.array([1, nan, 1, 3, 0, inf, 0], np.float32)
-    for lib, z, w, x in ((tl, tl.tensor(a), tl.tensor(b), tl.tensor(r)), (torch, torch.tensor(a), torch.tensor(b), torch.tensor(r))):
+    for lib in (tl, torch):
+        z, w, x = lib.tensor(a), lib.tensor(b), lib.tensor(r)
         outs = [z == w, z != w, z == x, x != z, z == 3, z != 2j, z.isclose(w), z.isclose(w, equal_nan=True),
                 lib.isclose(z, w, rtol=1e-3, atol=0), z.isnan(), z.isinf(), z.isfinite(), lib.isfinite(z)]
         flags = [z.allclose(w), z[:1].allclose(w[:1]), lib.equal(z, w), z[3:5].equal(z[3:5]), lib.equal(z[:1], w[:1])]
@@ -190,7 +192,8 @@ def test_in_place_updates_match_torch():
 
 
 INDEXES = {"mask": lambda m, i: m, "mask_row": lambda m, i: m[:, 0], "mask_ellipsis": lambda m, i: (m, ...),
-           "index": lambda m, i: i, "index_cols": lambda m, i: (slice(None), i), "two_indexes": lambda m, i: (i[:2], i[1:]),
+           "index": lambda m, i: i, "index_cols": lambda m, i: (slice(None), i),
+           "two_indexes": lambda m, i: (i[:2], i[1:]),
            "mask_then_int": lambda m, i: (m[:, 0], 1), "list": lambda m, i: [2, 0]}
 
 
