@@ -84,3 +84,15 @@ def test_index_out_of_range_names_the_index_and_axis(each_runtime):
 def test_index_shapes_that_do_not_broadcast():
     with pytest.raises(ValueError, match=r"index.*\(2,\).*\(3,\)"):
         tl.randn(5, 2, 3)[tl.tensor([0, 1]), tl.tensor([0, 1, 1])]
+
+
+def test_a_mask_before_an_ellipsis_takes_its_axes():
+    """x[mask, ...] and x[:, mask2, ...]: a bool mask takes as many axes as it has (counted before ... expands),
+    as torch."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    mask, mask2 = rng.random((3, 4)) > 0.5, rng.random((4, 2)) > 0.5
+    for index in (lambda m, m2: (m, ...), lambda m, m2: (..., m2), lambda m, m2: (slice(None), m2, ...)):
+        ours = tl.tensor(x)[index(tl.tensor(mask), tl.tensor(mask2))]
+        theirs = torch.tensor(x)[index(torch.tensor(mask), torch.tensor(mask2))]
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())

@@ -164,6 +164,53 @@ def test_any_safetensors_file_loads_as_a_flat_dict(tmp_path):
     assert sorted(got) == ["a", "b"] and got["b"].dtype is tl.float16 and got["a"].dtype is tl.int64
 
 
+def test_complex_tensors_and_parameters_round_trip(tmp_path):
+    """complex64 tensors as safetensors' C64 (interleaved float32 re, im), back as complex tensors; a module's
+    complex Parameter through state_dict / load_state_dict, tinyllm's and torch's; the package reads the file."""
+    from safetensors.torch import load_file, save_file
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))).astype(np.complex64)
+    tl.save({"z": tl.tensor(a), "w": tl.ones(2), "nested": [tl.tensor(a[0])]}, tmp_path / "z.safetensors")
+    header, _, _ = spec_read(tmp_path / "z.safetensors")
+    assert header["z"]["dtype"] == "C64" and header["z"]["shape"] == [3, 4]
+    got = tl.load(tmp_path / "z.safetensors")
+    assert got["z"].dtype is tl.complex64 and got["z"].is_complex() and got["nested"][0].is_complex()
+    np.testing.assert_array_equal(got["z"].numpy(), a)
+    np.testing.assert_array_equal(load_file(tmp_path / "z.safetensors")["z"].numpy(), a)
+    save_file({"z": torch.tensor(a)}, tmp_path / "t.safetensors")
+    np.testing.assert_array_equal(tl.load(tmp_path / "t.safetensors")["z"].numpy(), a)
+
+    class Model(nn.Module):
+        def __init__(self, lib):
+            self.lin, self.c = lib.nn.Linear(2, 2), lib.nn.Parameter(lib.tensor(a))
+
+    class TorchModel(torch.nn.Module, Model):
+        def __init__(self):
+            torch.nn.Module.__init__(self)
+            Model.__init__(self, torch)
+
+    model = Model(tl)
+    assert isinstance(model.c, nn.Parameter) and model.c.is_complex() and model.c.requires_grad and model.c.is_leaf
+    assert [n for n, _ in model.named_parameters()] == ["c", "lin.weight", "lin.bias"]
+    (model.c * model.c).abs().sum().backward()
+    assert model.c.grad.dtype is tl.complex64
+    tl.save(model.state_dict(), tmp_path / "m.safetensors")
+    other = Model(tl)
+    with tl.no_grad():
+        other.c.zero_()
+    other.load_state_dict(tl.load(tmp_path / "m.safetensors"))
+    np.testing.assert_array_equal(other.c.detach().numpy(), a)
+    theirs = TorchModel()
+    theirs.load_state_dict(load_file(tmp_path / "m.safetensors"))
+    np.testing.assert_array_equal(theirs.c.detach().numpy(), a)
+    with torch.no_grad():
+        theirs.c.mul_(2j)
+    other.load_state_dict(theirs.state_dict())
+    np.testing.assert_array_equal(other.c.detach().numpy(), a * 2j)
+    with pytest.raises(TypeError, match="complex128, which safetensors has no dtype for"):
+        tl.save({"z": tl.tensor(a.astype(np.complex128))}, tmp_path / "x.safetensors")
+
+
 @pytest.mark.parametrize("obj, error, words", [
     (None, TypeError, ["got a NoneType", "dict of name -> tensor", "optimizer.state_dict()"]),
     ([np.ones(2)], TypeError, ["got a list", "{'name': tensor}"]),

@@ -19,13 +19,20 @@ convention comes out without a complex backward rule. `z.backward(g)` of a compl
 with (Re g, Im g), as torch; `backward()` without a gradient is refused, as torch's (a complex output has no
 implicit gradient).
 
-What a complex tensor supports: + - * / (complex with complex, real tensors and Python numbers, broadcasting as
-torch), matmul (a real operand is promoted, where torch wants one dtype), exp, log, square, reciprocal, sum, mean,
-abs (gradient 0 at 0, as torch), angle, conj, .real / .imag (views), the movement ops (reshape, view, permute,
-transpose, unsqueeze, squeeze, flatten, expand, basic indexing), cat / stack / where, clone, detach,
+What a complex tensor supports: + - * / ** (complex with complex, real tensors and Python numbers, broadcasting as
+torch; pow as exp(w log z), with torch's values at z = 0: 1 for a number exponent 0, else 0 / inf + nan i / nan by
+the sign of Re w), matmul (a real operand is promoted, where torch wants one dtype), exp, log, sqrt (principal
+branch, torch's sign of zero on the cut), sin, cos, tanh, sinh, cosh, sgn, square, reciprocal, sum, mean, abs
+(gradient 0 at 0, as torch), angle, conj, .real / .imag (views), == / != / isclose / allclose / equal (both
+parts), isnan / isinf / isfinite (any part), the in-place add_ sub_ mul_ div_ copy_ zero_ fill_ and += -= *= /=
+(Tensor's: the new value rebinds the tensor), the movement ops (reshape, view, permute, transpose, unsqueeze,
+squeeze, flatten, expand, indexing by ints, slices, index tensors and bool masks over the complex shape, and
+z[index] = value: the storage's, with a full slice over the trailing pair), cat / stack / where, clone, detach,
 requires_grad_, .grad, .numpy() / .item() / .tolist(). Every other Tensor method raises a TypeError naming the op
-(comparisons `<` included, as torch). The factories take complex data and dtypes: tinyllm.tensor / from_numpy of
-complex values, zeros / ones / full / randn(dtype=complex64).
+(the orderings `<`, max, relu, softmax included, as torch). The factories take complex data and dtypes:
+tinyllm.tensor / from_numpy of complex values, zeros / ones / full / randn(dtype=complex64); nn.Parameter of
+complex data is a ComplexParameter (tinyllm/nn/module.py), and tinyllm.save / load store complex64 as
+safetensors' C64 (complex128 has no safetensors dtype).
 """
 import builtins
 
@@ -142,6 +149,18 @@ def imag(input):
     return input.imag
 
 
+def _power(base, exponent):
+    """base ** exponent of two complex tensors, exp(exponent · log base), with torch's values at base 0."""
+    zero_base = (base.real == 0) & (base.imag == 0)
+    safe = _pair(zero_base.where(1.0, base.real), base.imag)
+    out = (exponent * safe.log()).exp()
+    # 0 ** w, as torch's tensor exponents: 0 for Re w > 0, inf + nan i for Re w < 0, nan + nan i for Re w = 0 (w = 0
+    # included: torch's 0 ** 0 = 1 is its scalar exponent's, which pow takes before this)
+    nan, pos = float("nan"), exponent.real > 0
+    re = pos.where(0.0, (exponent.real < 0).where(float("inf"), nan))
+    return _pair(zero_base.where(re, out.real), zero_base.where(pos.where(0.0, nan), out.imag))
+
+
 class ComplexTensor(Tensor):
     """A complex Tensor: a real tensor of shape self.shape + (2,) holding (re, im) pairs (the module docstring)."""
     __slots__ = ()
@@ -223,7 +242,7 @@ class ComplexTensor(Tensor):
             return z
         r = r if isinstance(r, Tensor) else Tensor._from_node(const(r, (), self._node.dtype), self.device)
         r = r.to(self._node.dtype) if not r.dtype.is_float else r
-        return _pair(r, r * 0)
+        return _pair(r, Tensor._from_node(const(0.0, r.shape, r.dtype), r.device))  # (+0: r * 0 is -0 for r < 0)
 
     def _cat(self, tensors, dim):
         """cat of tensors of which one (self) is complex: the storages joined along `dim`."""
@@ -257,6 +276,72 @@ class ComplexTensor(Tensor):
 
     def square(self): return self * self
     def reciprocal(self): return 1.0 / self
+
+    def sqrt(self):
+        """The principal square root, as torch: with t = sqrt((|z| + |a|)/2), t + ib/2t for a >= 0 and
+        |b|/2t + i sign(b) t for a < 0 (no cancellation near either real half-axis); 0 at 0."""
+        a, b = self.real, self.imag
+        t = ((self.abs() + a.abs()) * 0.5).sqrt()
+        zero = t == 0
+        half = 0.5 / zero.where(1.0, t)
+        pos, neg = a >= 0, (1.0 / b) < 0  # (1/b: -0.0 counts as negative, as torch's branch cut)
+        re = pos.where(t, b.abs() * half)
+        im = pos.where(b * half, neg.where(-t, t))
+        return _pair(zero.where(0.0, re), zero.where(b, im))
+
+    def sgn(self):
+        """z / |z|, 0 at 0 (gradient 0 there), as torch.sgn."""
+        r = self.abs()
+        zero = r == 0
+        r = zero.where(1.0, r)
+        return _pair(zero.where(0.0, self.real / r), zero.where(0.0, self.imag / r))
+
+    def sin(self):
+        a, b = self.real, self.imag
+        return _pair(a.sin() * b.cosh(), a.cos() * b.sinh())
+
+    def cos(self):
+        a, b = self.real, self.imag
+        return _pair(a.cos() * b.cosh(), -(a.sin() * b.sinh()))
+
+    def sinh(self):
+        a, b = self.real, self.imag
+        return _pair(a.sinh() * b.cos(), a.cosh() * b.sin())
+
+    def cosh(self):
+        a, b = self.real, self.imag
+        return _pair(a.cosh() * b.cos(), a.sinh() * b.sin())
+
+    def tanh(self):
+        """(sinh a cosh a + i sin b cos b) / (sinh² a + cos² b), a + ib = z: (sinh 2a + i sin 2b) / (cosh 2a + cos 2b)
+        with a denominator of two squares, so no cancellation near the poles; for |a| > 20, sign(a) + 0i (tanh's
+        own limit, where sinh² a would overflow float32)."""
+        a, b = self.real, self.imag
+        big = a.abs() > 20
+        a = big.where(0.0, a)
+        sh, cb = a.sinh(), b.cos()
+        den = sh * sh + cb * cb
+        return _pair(big.where(self.real.sign(), sh * a.cosh() / den), big.where(0.0, b.sin() * cb / den))
+
+    def pow(self, exponent):
+        """z ** p: ones for a number p = 0 (torch's 0 ** 0 = 1), repeated products for p = 1..4, else
+        exp(p log z) with torch's values at z = 0 (log is taken of 1 there, so no inf reaches the gradient)."""
+        if isinstance(exponent, (bool, int, float, builtins.complex, np.number)) and exponent in (0, 1, 2, 3, 4):
+            n = int(builtins.complex(exponent).real)
+            if n == 0:  # ones, with torch's gradient 0 (a where off self's branch: no 0·inf)
+                ones, storage = _storage(full(self.shape, 1, self.dtype, self.device)), _storage(self)
+                take = Tensor._from_node(const(True, storage.shape, dt.bool_), self.device)
+                return _wrap(take.where(ones, storage)) if self.requires_grad else _wrap(ones)
+            out = self
+            for _ in range(n - 1):
+                out = out * self
+            return out
+        return _power(self, self._as_complex(exponent))
+
+    def __pow__(self, x): return self.pow(x)
+
+    def __rpow__(self, x):
+        return _power(self._as_complex(x), self)
 
     # ---- arithmetic ----
     def _other(self, x, name):
@@ -351,6 +436,58 @@ class ComplexTensor(Tensor):
     def __rmatmul__(self, x):
         return _pair(x @ self.real, x @ self.imag)
 
+    # ---- comparisons: equality of both parts (no ordering, as torch) ----
+    def _both_parts(self, other, name):
+        (a, b), cd, r = self._parts_with(other, name)
+        return (a, b), cd if cd is not None else (r, 0.0)
+
+    def eq(self, other):
+        (a, b), (c, d) = self._both_parts(other, "eq")
+        return (a == c) & (b == d)
+
+    def ne(self, other):
+        (a, b), (c, d) = self._both_parts(other, "ne")
+        return (a != c) | (b != d)
+
+    def __eq__(self, x): return self.eq(x)
+    def __ne__(self, x): return self.ne(x)
+    def isnan(self): return self.real.isnan() | self.imag.isnan()
+    def isinf(self): return self.real.isinf() | self.imag.isinf()
+    def isfinite(self): return self.real.isfinite() & self.imag.isfinite()
+    def isreal(self): return self.imag == 0
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """Equal, or |self - other| finite and <= atol + rtol·|other| (complex abs), as torch's complex isclose;
+        with equal_nan, a NaN in any part of both is close."""
+        if rtol < 0 or atol < 0:
+            raise RuntimeError(f"isclose: {'rtol' if rtol < 0 else 'atol'} must be greater than or equal to zero, "
+                               f"but got {rtol if rtol < 0 else atol}")
+        other = self._as_complex(other)
+        err = (self - other).abs()
+        close = (self == other) | (err.isfinite() & (err <= atol + rtol * other.abs()))
+        return close | (self.isnan() & other.isnan()) if equal_nan else close
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def equal(self, other):
+        """One shape and equal values in both parts (a Python bool), as torch.equal."""
+        other = self._as_complex(other)
+        return self.shape == other.shape and bool((self == other).all().item())
+
+    # ---- in-place: Tensor's (each builds the new value with the complex op and rebinds this tensor to it) ----
+    add_, sub_, mul_, div_, copy_, zero_, fill_ = (Tensor.add_, Tensor.sub_, Tensor.mul_, Tensor.div_, Tensor.copy_,
+                                                   Tensor.zero_, Tensor.fill_)
+
+    def __iadd__(self, x): return self.add_(x)
+    def __isub__(self, x): return self.sub_(x)
+    def __imul__(self, x): return self.mul_(x)
+    def __itruediv__(self, x): return self.div_(x)
+
+    def _as(self, x, dtype=None):
+        """Values in-place updates take (a NumPy array too: load_state_dict's): as a complex tensor."""
+        return from_numpy(x, self.dtype, self.device) if isinstance(x, np.ndarray) else self._as_complex(x)
+
     # ---- reductions ----
     def sum(self, dim=None, keepdim=False, dtype=None):
         if dtype is not None and dt.to_dtype(dtype) is not self.dtype:
@@ -382,23 +519,31 @@ class ComplexTensor(Tensor):
     def transpose(self, dim0, dim1):
         return _wrap(_storage(self).transpose(self._dim(dim0, "transpose"), self._dim(dim1, "transpose")))
 
-    def __getitem__(self, index):
+    @staticmethod
+    def _storage_index(index):
+        """An index of the complex shape as one of the storage's: a full slice over the trailing (re, im) axis.
+        Index tensors and bool masks index the leading dims as they would the complex tensor's."""
         index = index if isinstance(index, tuple) else (index,)
-        if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
-            raise TypeError("__getitem__: indexing a complex tensor with tensors or masks is not supported "
-                            "(ints, slices, None and ... are)")
-        if Ellipsis not in index:
-            index = index + (Ellipsis,)
-        return _wrap(_storage(self)[index + (slice(None),)])
+        if any(isinstance(i, ComplexTensor) for i in index):
+            raise IndexError("__getitem__: tensors used as indices must be long, int or bool tensors, not complex")
+        return (index if any(i is Ellipsis for i in index) else index + (Ellipsis,)) + (slice(None),)
+
+    def __getitem__(self, index):
+        return _wrap(_storage(self)[self._storage_index(index)])
+
+    def __setitem__(self, index, value):
+        """z[index] = value (complex, real or a number), for every index __getitem__ takes: the storage's."""
+        storage = _storage(self)
+        storage[self._storage_index(index)] = _storage(self._as_complex(value)).to(storage.dtype)
+        self._node, self.requires_grad, self.is_leaf = storage._node, storage.requires_grad, storage.is_leaf
 
 
 # the Tensor methods a complex tensor keeps as they are (they only read shape / ndim / the flags)
 _KEEP = {"size", "dim", "numel", "is_contiguous", "unsqueeze", "squeeze", "flatten", "requires_grad_", "node",
          "realize", "T", "mT", "grad_fn", "data"}
 # dunders of Tensor's arithmetic that a complex tensor refuses (torch has no ordering of complex numbers)
-_REFUSED_DUNDERS = ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__pow__", "__rpow__", "__mod__",
-                    "__floordiv__", "__rfloordiv__", "__and__", "__or__", "__xor__", "__invert__", "__float__",
-                    "__int__", "__index__", "__bool__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+_REFUSED_DUNDERS = ("__lt__", "__le__", "__gt__", "__ge__", "__mod__", "__floordiv__", "__rfloordiv__", "__and__",
+                    "__or__", "__xor__", "__invert__", "__float__", "__int__", "__index__", "__bool__")
 
 
 def _unsupported(name):
@@ -406,8 +551,8 @@ def _unsupported(name):
 
     def refuse(self, *args, **kwargs):
         raise TypeError(f"{op}: not supported for complex tensors ({self.dtype.name}); tinyllm's complex tensors "
-                        "support + - * / matmul exp log sum mean abs angle conj real imag and the movement ops "
-                        "(tinyllm/complex.py)")
+                        "support + - * / ** matmul exp log sqrt sin cos tanh sgn sum mean abs angle conj real imag "
+                        "== != isclose, in-place add_ mul_ copy_ and the movement ops (tinyllm/complex.py)")
     refuse.__name__ = name
     return refuse
 

@@ -154,6 +154,10 @@ class Arithmetic(TensorLike):
         if not self.requires_grad:
             return s
         return (self == self).logical_or(True).where(s, self)
+
+    def sgn(self):
+        """torch.sgn: sign() of a real tensor (z / |z| of a complex one: tinyllm/complex.py)."""
+        return self.sign()
     def clamp(self, min=None, max=None):
         """min(max(x, min), max) as torch: the gradient passes where min ≤ x ≤ max (bounds included), nan stays
         nan (with gradient 0), and min > max gives max everywhere."""

@@ -8,9 +8,16 @@ from ..graph import build
 from . import TensorLike, arange, broadcast_shape, new_tensor
 
 
+def _consumed(item):
+    """How many axes an index item takes: a bool mask its ndim (x[mask, ...] as torch), anything else one."""
+    if isinstance(item, (TensorLike, np.ndarray)) and item.dtype in (dt.bool_, np.bool_):
+        return item.ndim
+    return 1
+
+
 def _normalize(x, index):
     items = list(index) if isinstance(index, tuple) else [index]
-    consuming = sum(1 for i in items if i is not None and i is not Ellipsis)
+    consuming = sum(_consumed(i) for i in items if i is not None and i is not Ellipsis)
     if sum(1 for i in items if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consuming > x.ndim:

@@ -4,16 +4,33 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import dtype as dt
+from ..complex import ComplexTensor, from_numpy as complex_from_numpy
 from ..factory import zeros_like
 from ..realizer import realize
 from ..tensor import Tensor, host_array, to_args
 
 
 class Parameter(Tensor):
-    """A Tensor that a Module registers as a parameter (requires grad by default)."""
+    """A Tensor that a Module registers as a parameter (requires grad by default); of complex data, a
+    ComplexParameter (a complex tensor that is a Parameter)."""
+    def __new__(cls, data=None, requires_grad=True):
+        if cls is Parameter and (isinstance(data, Tensor) and data.is_complex() or np.iscomplexobj(data)):
+            return object.__new__(ComplexParameter)
+        return object.__new__(cls)
+
     def __init__(self, data, requires_grad=True):
         data = data.detach().numpy() if isinstance(data, Tensor) else data
         super().__init__(data, requires_grad=requires_grad, dtype=None if isinstance(data, np.ndarray) else "float")
+
+
+class ComplexParameter(ComplexTensor, Parameter):
+    """A complex Parameter: state_dict, load_state_dict, tinyllm.save / load take it as any other. (The optimizers'
+    updates are real ops, which a complex tensor refuses: train its view_as_real instead.)"""
+    def __init__(self, data, requires_grad=True):
+        z = complex_from_numpy(data.detach().numpy() if isinstance(data, Tensor) else np.asarray(data))
+        self._node, self.device, self._grad = z._node, z.device, None
+        self.is_leaf, self.requires_grad = True, False
+        self.requires_grad_(requires_grad)
 
 
 class Module:

@@ -23,10 +23,10 @@ from ..tensor import Tensor
 from .files import atomic_write
 
 # name in the file -> (NumPy storage dtype, little-endian), in the order the package writes them
-DTYPES = {"I64": "<i8", "F64": "<f8", "F32": "<f4", "BF16": "<u2", "F16": "<f2", "U16": "<u2", "I8": "i1",
+DTYPES = {"I64": "<i8", "F64": "<f8", "C64": "<c8", "F32": "<f4", "BF16": "<u2", "F16": "<f2", "U16": "<u2", "I8": "i1",
           "U8": "u1", "BOOL": "?"}
 _ORDER = {name: i for i, name in enumerate(DTYPES)}
-_BY_NUMPY = {"float64": "F64", "int64": "I64", "float32": "F32", "float16": "F16", "uint16": "U16", "int8": "I8",
+_BY_NUMPY = {"float64": "F64", "int64": "I64", "complex64": "C64", "float32": "F32", "float16": "F16", "uint16": "U16", "int8": "I8",
              "uint8": "U8", "bool": "BOOL"}
 MAX_HEADER = 100 * 1024 * 1024  # as the package: a longer header is a corrupt length, not a real one
 

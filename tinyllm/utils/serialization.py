@@ -18,12 +18,14 @@ import numpy as np
 
 from .. import dtype as dt
 from ..runtime import get as get_runtime
+from ..complex import from_numpy
 from ..tensor import Tensor, host_array
 from . import safetensors as st
 from .files import atomic_write
 
 STRUCTURE_KEY = "tinyllm.structure"
-STORED = ("float64", "float32", "float16", "int64", "int8", "uint8", "bool")  # NumPy dtypes of tinyllm's dtypes
+# NumPy dtypes of tinyllm's dtypes that a file holds (complex64 as safetensors' C64; the format has no complex128)
+STORED = ("float64", "float32", "float16", "int64", "int8", "uint8", "bool", "complex64")
 SUPPORTED = ("a dict of name -> tensor (model.state_dict()), or a dict nesting dicts, lists and tuples of tensors and "
              "plain values (int, float, bool, str, None), as optimizer.state_dict() or {'model': ..., 'optimizer': "
              "..., 'step': ...}")
@@ -75,6 +77,9 @@ def _pack(value, path, tensors):
 def _tensor(value, where):
     """What to store for a tensor value: a tinyllm Tensor as it is, else a NumPy array of a dtype the file holds."""
     if isinstance(value, Tensor):
+        if value.dtype is dt.complex128:
+            raise TypeError(f"tinyllm.save: {where} is complex128, which safetensors has no dtype for (its complex "
+                            "dtype is C64): save .to(tinyllm.complex64)")
         return value.detach()
     if not isinstance(value, np.ndarray):
         if not (hasattr(value, "detach") and hasattr(value, "cpu")):
@@ -126,6 +131,8 @@ def load(f, map_location=None, weights_only=None):
             tensors[name] = Tensor(dt.decode(array, dt.bfloat16), dtype=dt.bfloat16, device=device)
         elif kinds[name] == "U16":
             raise st.SafetensorsError(f"tinyllm.load: {path}: tensor {name!r} is U16, which tinyllm has no dtype for")
+        elif kinds[name] == "C64":  # interleaved float32 (re, im): a complex64 tensor
+            tensors[name] = from_numpy(array, device=device)
         else:
             tensors[name] = Tensor(array, device=device)
     if STRUCTURE_KEY not in metadata:
