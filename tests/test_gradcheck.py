@@ -119,6 +119,9 @@ def cases():
         "CHOLESKY": [(lambda a: P("CHOLESKY", sym(a)), [spd(2, 3, 3)])],
         "SOLVE": [(lambda a, b: P("SOLVE", a, b, arg="solve"), [spd(2, 3, 3), leaf(2, 3, 2)])],
         "SLOGDET": [(lambda a: P("SLOGDET", a, arg="logabsdet"), [spread(2, 3, 3)])],
+        # eig's vectors are unique up to a phase: |v|² (the sum over the (re, im) axis) does not depend on it
+        "EIG": [(lambda a: P("EIG", a, arg="L"), [spectrum(3, 3)]),
+                (lambda a: (lambda v: (v * v).sum(-1))(P("EIG", a, arg="V")), [spectrum(2, 3, 3)])],
     }
 
 
@@ -129,6 +132,13 @@ def spread(*shape):
     v = np.linalg.qr(rng.standard_normal((*b, n, n)))[0][..., :min(m, n)]
     s = 1.0 + 0.5 * np.arange(min(m, n))
     return tl.Tensor(u @ (s[:, None] * np.swapaxes(v, -1, -2)), dtype=tl.float64, requires_grad=True)
+
+
+def spectrum(*shape):
+    """A non-symmetric matrix (batch) with eigenvalues 1, 2, 3, ... and well-conditioned eigenvectors."""
+    q = np.eye(shape[-1]) + 0.3 * rng.standard_normal(shape)
+    lam = 1.0 + np.arange(shape[-1])
+    return tl.Tensor(q @ (lam[:, None] * np.linalg.inv(q)), dtype=tl.float64, requires_grad=True)
 
 
 def spd(*shape):
