@@ -514,3 +514,52 @@ def test_load_state_dict_errors_name_the_problem():
         optim.Adam(params).load_state_dict({**sd, "param_groups": [{**sd["param_groups"][0],
                                                                     "decoupled_weight_decay": True}]})
     assert opt.state_dict()["state"][0]["step"].item() == 1  # nothing changed by a refused load
+
+
+CPLX = [("SGD", dict(lr=0.1, momentum=0.9)), ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+        ("Adam", dict(lr=0.05)), ("Adam", dict(lr=0.05, weight_decay=0.1)), ("AdamW", dict(lr=0.05, weight_decay=0.1))]
+
+
+@pytest.mark.parametrize("name, kw", CPLX)
+def test_complex_parameters_train_as_torchs(name, kw):
+    """A complex parameter is updated as torch updates it: view_as_real(param) with view_as_real(grad), so Adam's
+    second moment is per real component (not |g|²); beside a real parameter in one step, its state complex as
+    torch's, and the state dict goes both ways."""
+    rng = np.random.default_rng(0)
+    w0 = (rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))).astype(np.complex64)
+    b0 = rng.standard_normal(4).astype(np.float32)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    p, b = nn.Parameter(tl.tensor(w0)), nn.Parameter(b0.copy())
+    tp, tb = torch.nn.Parameter(torch.tensor(w0)), torch.nn.Parameter(torch.tensor(b0))
+    assert type(p).__name__ == "ComplexParameter"
+    opt, topt = getattr(optim, name)([p, b], **kw), getattr(torch.optim, name)([tp, tb], **kw)
+
+    def train(steps):
+        for _ in range(steps):
+            z = tl.tensor(x) @ p
+            loss = (z.abs() ** 2).sum() + (z.real * b).sum()
+            opt.zero_grad(); loss.backward(); opt.step()
+            tz = torch.tensor(x).to(torch.complex64) @ tp
+            tloss = (tz.abs() ** 2).sum() + (tz.real * tb).sum()
+            topt.zero_grad(); tloss.backward(); topt.step()
+            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    train(4)
+    state, tstate = opt.state_dict()["state"], topt.state_dict()["state"]
+    for key, tv in tstate[0].items():
+        assert key in state[0]
+        v = state[0][key]
+        if key != "step":
+            assert v.dtype == tl.complex64 and v.shape == tv.shape
+        np.testing.assert_allclose(np.asarray(v.numpy()), tv.numpy(), rtol=1e-5, atol=1e-7)
+    # torch's state into a fresh tinyllm optimizer, and tinyllm's into a fresh torch one: training goes on the same
+    opt = getattr(optim, name)([p, b], **kw)
+    opt.load_state_dict(topt.state_dict())
+    assert all(v.dtype == tl.complex64 for v in opt.state[p].values() if isinstance(v, tl.Tensor))
+    saved = opt.state_dict()
+    topt = getattr(torch.optim, name)([tp, tb], **kw)
+    topt.load_state_dict({"param_groups": saved["param_groups"],
+                          "state": {i: {k: torch.tensor(np.asarray(v.numpy())) for k, v in s.items()}
+                                    for i, s in saved["state"].items()}})
+    train(3)

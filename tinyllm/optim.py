@@ -13,6 +13,13 @@ from .realizer import assign
 from .tensor import Tensor, host_array, keyword_aliases
 
 
+def _real(t):
+    """A complex tensor's real view (its storage, shape S + (2,)), a real tensor itself: as torch's optimizers, which
+    update view_as_real(param) with view_as_real(grad), so each moment is per real component."""
+    from .complex import ComplexTensor, view_as_real
+    return view_as_real(t) if isinstance(t, ComplexTensor) else t
+
+
 class Optimizer:
     CHUNKS = 8
 
@@ -138,7 +145,11 @@ class Optimizer:
                 if array.shape != tuple(p.shape):
                     raise ValueError(f"{where}: {key!r} has shape {array.shape}, but the parameter has shape "
                                      f"{tuple(p.shape)}")
-                out[key] = Tensor(array, dtype=p.dtype, device=p.device)
+                if p.is_complex():  # (a complex parameter's state is complex, as torch's)
+                    from .complex import from_numpy
+                    out[key] = from_numpy(array, dtype=p.dtype, device=p.device)
+                else:
+                    out[key] = Tensor(array, dtype=p.dtype, device=p.device)
         missing = [k for k in self._STATE_KEYS if k not in out]
         if out and missing:
             raise ValueError(f"{where} has {sorted(out)} but no {', '.join(map(repr, missing))}")
@@ -172,7 +183,7 @@ class Optimizer:
                 state = self.state.setdefault(p, {})
                 for name, value in self._host_step(group, state).items():
                     key = keys.setdefault(p, {})[name] = (i, state.get("step"), name, p.dtype, p.device)
-                    values[key] = (value, p)
+                    values[key] = (value, _real(p))  # (a complex parameter's: its real dtype)
             return values
 
         scalars = host_values(host_step)
@@ -211,7 +222,14 @@ class Optimizer:
         targets, values, writes = [], [], []
         for j, (p, group, hyper) in enumerate(chunk):
             state = self.state[p]
-            for t, v in self._update(p.detach(), p.grad, state, group, hyper):
+            if p.is_complex():  # the update of the real views; the state keeps complex tensors (torch's), their views
+                from .complex import view_as_complex
+                real = {k: _real(v) for k, v in state.items()}
+                updates = self._update(_real(p.detach()), _real(p.grad), real, group, hyper)
+                state.update({k: view_as_complex(v) for k, v in real.items() if k not in state})
+            else:
+                updates = self._update(p.detach(), p.grad, state, group, hyper)
+            for t, v in updates:
                 targets.append(state[t] if isinstance(t, str) else p)
                 values.append(v)
                 writes.append((j, t if isinstance(t, str) else None))

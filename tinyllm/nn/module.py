@@ -24,8 +24,8 @@ class Parameter(Tensor):
 
 
 class ComplexParameter(ComplexTensor, Parameter):
-    """A complex Parameter: state_dict, load_state_dict, tinyllm.save / load take it as any other. (The optimizers'
-    updates are real ops, which a complex tensor refuses: train its view_as_real instead.)"""
+    """A complex Parameter: state_dict, load_state_dict, tinyllm.save / load take it as any other, and the optimizers
+    update it as torch's do: view_as_real(param) with view_as_real(grad), the state complex tensors."""
     def __init__(self, data, requires_grad=True):
         z = complex_from_numpy(data.detach().numpy() if isinstance(data, Tensor) else np.asarray(data))
         self._node, self.device, self._grad = z._node, z.device, None
