@@ -115,7 +115,9 @@ def cases():
         "EIGH": [(lambda a: P("EIGH", sym(a), arg=("L", "L")), [spread(3, 3)]),
                  (lambda a: (lambda v: v * v)(P("EIGH", sym(a), arg=("V", "U"))), [spread(2, 3, 3)])],
         "QR": [(lambda a: P("QR", a, arg=("Q", False)), [spread(4, 3)]),
-               (lambda a: P("QR", a, arg=("R", False)), [spread(2, 3, 3)])],
+               (lambda a: P("QR", a, arg=("R", False)), [spread(2, 3, 3)]),
+               (lambda a: P("QR", a, arg=("Q", False)), [spread(3, 5)]),  # wide: A = [X | Y]
+               (lambda a: P("QR", a, arg=("R", True)), [spread(2, 2, 4)])],
         "CHOLESKY": [(lambda a: P("CHOLESKY", sym(a)), [spd(2, 3, 3)])],
         "SOLVE": [(lambda a, b: P("SOLVE", a, b, arg="solve"), [spd(2, 3, 3), leaf(2, 3, 2)])],
         "SLOGDET": [(lambda a: P("SLOGDET", a, arg="logabsdet"), [spread(2, 3, 3)])],

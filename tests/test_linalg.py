@@ -115,14 +115,14 @@ def test_eigvalsh(batch, n, seed):
 @given(batch=BATCH, m=SIDE, n=SIDE, mode=st.sampled_from(["reduced", "complete", "r"]), seed=SEEDS)
 def test_qr(batch, m, n, mode, seed):
     a = svd_input(np.random.default_rng(seed), batch, m, n)
-    differentiable = m >= n and (mode != "complete" or m == n)
+    differentiable = mode != "complete" or m <= n  # (a wide A's Q is m x m in either mode)
     if mode == "r":  # torch has no gradient for mode="r"; tinyllm's is reduced mode's R's
         helper_test_op([a.shape], lambda x: torch.linalg.qr(x).R, lambda x: tl.linalg.qr(x, mode="r").R, arrays=[a],
-                       tol=TOL, grad=m >= n)
+                       tol=TOL)
         assert tuple(tl.linalg.qr(tl.tensor(a), mode="r").Q.shape) == (0,)
     elif differentiable:
         run([a], lambda lib: lambda x: tuple(lib.linalg.qr(x, mode=mode)))
-    else:  # forward only: torch has no gradient here either (complete, m > n) or one tinyllm leaves out (m < n)
+    else:  # forward only: torch has no gradient here either (complete, m > n)
         helper_test_op([a.shape], lambda x: tuple(torch.linalg.qr(x, mode=mode)),
                        lambda x: tuple(tl.linalg.qr(x, mode=mode)), arrays=[a], tol=TOL, grad=False)
 
@@ -237,8 +237,8 @@ def _sym(x):
     return (x + x.transpose(-2, -1)) * 0.5
 
 
-@pytest.mark.parametrize("name", ["svd", "eigh", "qr", "cholesky", "solve", "inv", "det", "slogdet", "lstsq",
-                                  "pinv"])
+@pytest.mark.parametrize("name", ["svd", "eigh", "qr", "qr_wide", "cholesky", "solve", "inv", "det", "slogdet",
+                                  "lstsq", "pinv"])
 def test_gradcheck_float64(each_runtime, name):
     if each_runtime != "numpy":
         pytest.skip("gradcheck runs on the NumPy reference runtime")
@@ -253,6 +253,8 @@ def test_gradcheck_float64(each_runtime, name):
         "eigh": ([s], lambda x: (lambda L, V: (L * L).sum() + (V.abs() * tl.tensor(w[:, :3])).sum())(
             *tl.linalg.eigh(_sym(x)))),
         "qr": ([r], lambda x: (lambda Q, R: (Q * tl.tensor(w)).sum() + (R * R).sum())(*tl.linalg.qr(x))),
+        "qr_wide": ([svd_input(rng, (2,), 3, 5, np.float64)],  # m < n: A = [X | Y], X = Q U, Y = Q V
+                    lambda x: (lambda Q, R: (Q * tl.tensor(w[:, :3])).sum() + (R * R * R).sum())(*tl.linalg.qr(x))),
         "cholesky": ([p], lambda x: (tl.linalg.cholesky(_sym(x)) * tl.tensor(w[:, :3])).sum()),
         "solve": ([g, w[:, :3, :2].copy()], lambda x, y: (tl.linalg.solve(x, y) ** 2).sum()),
         "inv": ([g], lambda x: (tl.linalg.inv(x) * tl.tensor(w[:, :3])).sum()),
@@ -340,3 +342,24 @@ def test_c_runtime_replays_the_host_ops(each_runtime, monkeypatch):
     assert replayed[0] > 0, "no step replayed"
     with pytest.raises(tl.linalg.LinAlgError, match=r"linalg.inv: \(Batch element 0\)"):
         step(np.zeros((2, 3, 3), np.float32))
+
+
+@pytest.mark.parametrize("mode", ["reduced", "complete"])
+@pytest.mark.parametrize("m, n", [(2, 5), (3, 4), (1, 3)])
+def test_qr_wide_gradient_is_torchs(each_runtime, m, n, mode):
+    """A wide A (m < n): the gradient of Q and R (each alone and together) is torch's linalg_qr_backward's
+    (float64; test_qr runs float32 on every runtime)."""
+    if each_runtime != "numpy":
+        pytest.skip("float64 on the NumPy reference runtime")
+    rng = np.random.default_rng(m * 10 + n)
+    a = svd_input(rng, (2,), m, n, np.float64)
+    wq, wr = rng.standard_normal((2, m, m)), rng.standard_normal((2, m, n))
+    for uses in ("Q", "R", "QR"):
+        def loss(lib, x):
+            q, r = lib.linalg.qr(x, mode=mode)
+            out = (q * lib.tensor(wq)).sum() if "Q" in uses else 0.0
+            return out + ((r * lib.tensor(wr)) ** 2).sum() if "R" in uses else out
+        x, t = tl.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        loss(tl, x).backward()
+        loss(torch, t).backward()
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-7, atol=1e-9)

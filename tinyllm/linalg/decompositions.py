@@ -112,7 +112,7 @@ def eigvals(A):
 
 def qr(A, mode="reduced"):
     """(Q, R) with A = Q R, as torch.linalg.qr (a linalg_qr named tuple): mode "reduced", "complete", or "r"
-    (Q is then an empty tensor, as torch's). Gradients for m >= n with the reduced Q (or a square A)."""
+    (Q is then an empty tensor, as torch's). Gradients as torch's: any shape but a tall A with mode="complete"."""
     _check("qr", A)
     if mode not in ("reduced", "complete", "r"):
         raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', "

@@ -267,6 +267,21 @@ class EIGH(Decomposition):
         return (v.matmul(j).matmul(_mT(v)),)
 
 
+def _qr_square_grad(gq, gr, q, r):
+    """dA of A = Q R (m ≥ n, reduced) for the gradients gq of Q and gr of R (either may be None: zero):
+    [gQ + Q copyltu(R gRᵀ − gQᵀ Q)] R⁻ᵀ (QR's docstring)."""
+    n = r.shape[-1]
+    shape = r.shape[:-2] + (n, n)
+    lower = _band(n, r.dtype, 1, 1, 0, shape)
+    strict = _band(n, r.dtype, 1, 0, 0, shape)
+    mm = None if gr is None else r.matmul(_mT(gr))
+    if gq is not None:
+        mm = -(_mT(gq).matmul(q)) if mm is None else mm - _mT(gq).matmul(q)
+    x = q.matmul(mm * lower + _mT(mm * strict))
+    x = x + gq if gq is not None else x
+    return _mT(_solve(r, _mT(x)))
+
+
 @register
 class QR(Decomposition):
     """The QR decomposition A = Q R of A (..., m, n), k = min(m, n); `arg` = (part, complete): part "Q" gives Q
@@ -275,7 +290,15 @@ class QR(Decomposition):
     Backward (Walter & Lehmann, Seeger et al.; for m ≥ n and reduced Q, R; copyltu(M) = tril(M) + tril(M, −1)ᵀ):
         M = R gRᵀ − gQᵀ Q,   dA = [gQ + Q copyltu(M)] R⁻ᵀ
     split by linearity: from gQ, dA = [gQ − Q copyltu(gQᵀ Q)] R⁻ᵀ; from gR, dA = Q copyltu(R gRᵀ) R⁻ᵀ (R⁻ᵀ through
-    SOLVE). Other shapes raise NotImplementedError when the gradient is asked for."""
+    SOLVE).
+    A wide A (m < n; Q is m x m in either mode), as torch's linalg_qr_backward: split A = [X | Y] with X (m, m) and
+    R = [U | V] likewise, so X = Q U is a square QR and Y = Q V, i.e. V = Qᵀ Y. Then dV = dQᵀ Y + Qᵀ dY, so
+        tr(gVᵀ dV) = tr((Y gVᵀ)ᵀ dQ) + tr((Q gV)ᵀ dY):
+    gV adds Y gVᵀ to the gradient of Q and gives gY = Q gV; the square rule above on (gQ + Y gVᵀ, gU) gives gX, and
+    dA = [gX | gY]. By linearity again: from gQ, dA = [square rule of gQ | 0]; from gR = [gU | gV],
+    dA = [square rule of (Y gVᵀ, gU) | Q gV].
+    A tall A with mode='complete' raises NotImplementedError when the gradient is asked for (as torch: the extra
+    columns of Q are not determined by A)."""
     def infer(src, arg):
         (a,) = src
         part, complete = arg
@@ -292,19 +315,20 @@ class QR(Decomposition):
         (a,) = y.src
         part, complete = y.arg
         m, n = a.shape[-2:]
-        if m < n or (complete and m > n):
-            raise NotImplementedError(f"linalg.qr: the gradient is implemented for m >= n with mode='reduced' "
-                                      f"(or a square A), got a {m} x {n} A with mode="
-                                      f"{'complete' if complete else 'reduced'}")
+        if complete and m > n:
+            raise NotImplementedError(f"linalg.qr: the gradient of mode='complete' is implemented for m <= n, got a "
+                                      f"{m} x {n} A (as torch: use mode='reduced')")
         q = build("QR", a, arg=("Q", complete))
         r = build("QR", a, arg=("R", complete))
-        shape = a.shape[:-2] + (n, n)
-        lower = _band(n, a.dtype, 1, 1, 0, shape)
-        strict = _band(n, a.dtype, 1, 0, 0, shape)
-        mm = -(_mT(dy).matmul(q)) if part == "Q" else r.matmul(_mT(dy))
-        x = q.matmul(mm * lower + _mT(mm * strict))
-        x = x + dy if part == "Q" else x
-        return (_mT(_solve(r, _mT(x))),)
+        if m >= n:
+            return (_qr_square_grad(dy if part == "Q" else None, dy if part == "R" else None, q, r),)
+        u, axis = _narrow(r, -1, 0, m), len(a.shape) - 1
+        if part == "Q":
+            gx = _qr_square_grad(dy, None, q, u)
+            return (build("CAT", gx, const(0.0, a.shape[:-1] + (n - m,), a.dtype), arg=axis),)
+        gu, gv = _narrow(dy, -1, 0, m), _narrow(dy, -1, m, n)
+        gx = _qr_square_grad(_narrow(a, -1, m, n).matmul(_mT(gv)), gu, q, u)
+        return (build("CAT", gx, q.matmul(gv), arg=axis),)
 
 
 @register
