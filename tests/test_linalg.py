@@ -363,3 +363,30 @@ def test_qr_wide_gradient_is_torchs(each_runtime, m, n, mode):
         loss(tl, x).backward()
         loss(torch, t).backward()
         np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-7, atol=1e-9)
+
+
+SINGULAR = [[[1., 2], [2, 4]], [[0., 0], [1, 2]], [[1., 2, 3], [4, 5, 6], [7, 8, 9]], [[0., 0, 0], [1, 2, 3], [4, 5, 7]],
+            [[2., 1, 0], [4, 2, 0], [1, 3, 5]]]
+
+
+@pytest.mark.parametrize("a", SINGULAR)
+def test_det_gradient_at_a_singular_matrix_is_the_adjugate(each_runtime, a):
+    """A rank n - 1 A: det's gradient is finite, adj(A)ᵀ, torch's SVD formula (the one torch's backward takes with
+    create_graph=True; its plain backward of 2.13 answers 0 there); in a batch with a nonsingular A, that one keeps
+    LU's det(A) A⁻ᵀ."""
+    if each_runtime != "numpy":
+        pytest.skip("float64 on the NumPy reference runtime")
+    n = len(a)
+    a = np.stack([np.array(a), np.eye(n) * 2 + np.triu(np.ones((n, n)), 1)])
+    w = np.array([1.5, -0.5])
+    x, t = tl.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    y = tl.linalg.det(x)
+    (y * tl.tensor(w)).sum().backward()
+    ty = torch.linalg.det(t)
+    (tg,) = torch.autograd.grad((ty * torch.tensor(w)).sum(), t, create_graph=True)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), atol=1e-12)
+    assert np.isfinite(x.grad.numpy()).all()
+    np.testing.assert_allclose(x.grad.numpy(), tg.detach().numpy(), rtol=1e-7, atol=1e-9)
+    adj = np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(a[0], i, 0), j, 1)) for j in range(n)]
+                    for i in range(n)])  # cofactors: the adjugate's transpose
+    np.testing.assert_allclose(x.grad.numpy()[0], w[0] * adj, atol=1e-9)

@@ -175,11 +175,28 @@ def slogdet(A):
 
 
 def det(A):
-    """det A = sign · exp(log|det A|), as torch.linalg.det; gradient det(A) A⁻ᵀ (Giles 2008; inf / nan at a
-    singular A, where torch uses an SVD formula)."""
+    """det A = sign · exp(log|det A|), as torch.linalg.det. Gradient as torch's linalg_det_backward: the cofactor
+    matrix adj(A)ᵀ, which is det(A) A⁻ᵀ (Giles 2008) where A is invertible, and where it is singular (LU's sign 0)
+    the SVD form: with A = U diag(S) Vh, det A = α ∏ S for α = det U · det Vh = ±1 (piecewise constant), so
+        d det A = α Σᵢ (∏_{j≠i} sⱼ) dsᵢ,   dA = g α U diag(∏_{j≠i} sⱼ) Vh
+    (through SVD's S alone, dS = Uᵀ dA Vhᵀ's diagonal, and prod's exact product rule: finite, and nonzero for a rank
+    n − 1 A). Each batch element takes one formula: the singular ones read A through `where` into the SVD form, the
+    others into LU's (an identity stands in for the matrices the other formula skips, so neither sees inf / nan)."""
     _check("det", A, square=True)
     sign, logabsdet = slogdet(A)
-    return sign * logabsdet.exp()
+    d = sign * logabsdet.exp()
+    n = A.shape[-1]
+    if not A.requires_grad or n == 0:
+        return d
+    singular = sign == 0
+    mask = singular.reshape(*singular.shape, 1, 1)
+    identity = eye(n, dtype=A.dtype, device=A.device).expand(*A.shape)
+    sign_lu, logabsdet_lu = slogdet(mask.where(identity, A))
+    regular = sign_lu * logabsdet_lu.exp()
+    U, S, Vh = svd(mask.where(A, identity), full_matrices=False)
+    alpha = (slogdet(U.detach()).sign * slogdet(Vh.detach()).sign)
+    p = alpha * S.prod(-1)
+    return singular.where(d.detach() + (p - p.detach()), regular)
 
 
 def _tolerance(S, shape, atol, rtol, dtype):

@@ -391,7 +391,7 @@ class SLOGDET(Decomposition):
     """(sign, log|det A|) of a square A (..., n, n) by LAPACK's LU; `arg` picks the part ("sign" or "logabsdet"),
     each (...). A singular A gives sign 0 and logabsdet −inf, as torch.
     Backward (Giles 2008): the sign is piecewise constant (no gradient); d log|det A| = tr(A⁻¹ dA), so
-    dA = g A⁻ᵀ = g SOLVE(Aᵀ, I) (inf / nan at a singular A, where torch's det switches to an SVD formula)."""
+    dA = g A⁻ᵀ = g SOLVE(Aᵀ, I) (undefined at a singular A; linalg.det takes an SVD formula there)."""
     def infer(src, arg):
         (a,) = src
         _floats("slogdet", a)
