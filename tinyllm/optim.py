@@ -1,5 +1,7 @@
 """Optimizers with torch.optim's names, defaults and update rules. Each step builds the update of every
-parameter as graph and realizes it in a few chunks (C runtime: one kernel per parameter, see fuse_outputs)."""
+parameter as graph and realizes it in a few chunks (C runtime: one kernel per parameter, see fuse_outputs). A complex
+parameter is updated as torch's optimizers do it: its real view with its gradient's (each moment per real component),
+its state complex tensors (their real views updated), so state dicts pass between the two libraries."""
 import math
 import numbers
 
