@@ -17,7 +17,9 @@ compared bit for bit (as uint16; all NaNs equal) with:
                                                                      result first) differ by an ulp on some inputs, which
                                                                      a chain can amplify: those are checked one op at a
                                                                      time on every 16-bit value, within 1 ulp (sigmoid 2);
-                                                                     x / y is x·(1/y) here, two roundings: not compared
+                                                                     x / y (x·(1/y) in float32, rounded once) is torch's
+                                                                     but for some subnormal quotients: compared on a
+                                                                     grid by test_division_rounds_once_as_torch
 On the WGSL runtime (float16 only: WGSL has no bfloat16) the shader computes in f16; its exp and tanh are the
 adapter's, not correctly rounded, so chains of the correctly rounded ops are compared bit for bit and exp's overflow
 to inf is checked.
@@ -38,7 +40,8 @@ OPS = {
     "add": (lambda m, x, y: x + y, True),
     "sub": (lambda m, x, y: x - y, True),
     "mul": (lambda m, x, y: x * y, True),
-    # tinyllm's x / y is x · (1/y), two roundings (and 1/y overflows float16 for |y| < 2⁻¹⁶): not torch's quotient
+    # x / y is x · (1/y) in float32, rounded once: torch's float32 x / y rounded, except a quotient within a float32
+    # ulp of a midpoint between two 16-bit subnormals (1495 pairs of 10⁹ in float16), which may round the other way
     "div": (lambda m, x, y: x / y, False),
     "neg": (lambda m, x, y: -x, True),
     "abs": (lambda m, x, y: x.abs(), True),
@@ -190,3 +193,31 @@ def test_wgsl_fused_float16_chain_rounds_each_op(chain, seed):
     assert_bits(got, want, f"{' → '.join(chain)} in float16: WGSL vs the NumPy runtime", (x, y))
     t = tl.tensor([11.0, 12.0], device="wgsl", dtype=tl.float16)
     assert tl.isinf(tl.exp(t) * 0.5).any().item()
+
+
+@pytest.mark.parametrize("device", [r for r in RUNTIMES if r != "wgsl"])
+@pytest.mark.parametrize("low", sorted(LOW))
+def test_division_rounds_once_as_torch(device, low):
+    """x / y in 16 bits is computed in float32 and rounded once, as torch: 1e-3 / 1e-5 is 100 in float16 (where
+    1/y alone overflows to inf), subnormal divisors, zeros, infinities and NaN included, over every pair of a grid,
+    bit for bit torch's; fused (one kernel: CAST, RECIP, MUL, CAST) as the same steps realized one by one."""
+    dtype, tdtype = LOW[low]
+    grid = [0.0, -0.0, 1e-5, -1e-5, 1e-3, 2.0 ** -24, 3 * 2.0 ** -24, 2.0 ** -15, 6e-5, 1e-4, 0.1, 1 / 3, 1.0, -3.0,
+            7.0, 14.0, 1000.0, 65504.0, -65504.0, np.inf, -np.inf, np.nan]
+    if low == "bfloat16":
+        grid += [1e-38, 3e38, 1e-30]
+    v = tl.tensor(np.array(grid, np.float32), dtype=dtype).float().numpy()  # rounded to the dtype
+    x, y = np.repeat(v, v.size), np.tile(v, v.size)
+    want = torch.tensor(x).to(tdtype) / torch.tensor(y).to(tdtype)
+    a, b = tl.tensor(x, device=device, dtype=dtype), tl.tensor(y, device=device, dtype=dtype)
+    got = a / b
+    assert got.dtype is dtype
+    steps = [a.float().realize(), b.float().realize()]
+    steps.append(steps[1].reciprocal().realize())
+    unfused = (steps[0] * steps[2]).realize().to(dtype)
+    assert_bits(got, unfused, f"x / y in {low} on {device}: fused vs unfused", (x, y))
+    assert_bits(got, want, f"x / y in {low} on {device} vs torch", (x, y))
+    assert_bits(2.0 / b, 2.0 / torch.tensor(y).to(tdtype), f"2 / y in {low} on {device} vs torch", (y, y))
+    if low == "float16":
+        assert (tl.tensor([1e-3], device=device, dtype=dtype) / tl.tensor([1e-5], device=device, dtype=dtype)).item() \
+            == (torch.tensor([1e-3]).half() / torch.tensor([1e-5]).half()).item() == 99.875

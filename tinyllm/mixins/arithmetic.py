@@ -34,7 +34,7 @@ class Arithmetic(TensorLike):
     def __mul__(self, x): return self.mul(x)
     def __rmul__(self, x): return self._binary("MUL", x, reverse=True, name="mul")
     def __truediv__(self, x): return self.div(x)
-    def __rtruediv__(self, x): return self._as(x)._float() * self._float().reciprocal()
+    def __rtruediv__(self, x): return self._as(x).div(self)
     def __neg__(self): return self.neg()
     def __pow__(self, p): return self.pow(p)
     def __rpow__(self, base): return self._as(base).pow(self)

@@ -318,9 +318,14 @@ class MathOps(TensorLike):
     # ---- division with rounding, remainders ----
     def div(self, x, rounding_mode=None):
         """self / x, a float (for integers too), computed as self·(1/x); rounding_mode "trunc" rounds the quotient
-        toward zero and "floor" down, as torch's (integers then stay int64, exact)."""
+        toward zero and "floor" down, as torch's (integers then stay int64, exact). A 16-bit quotient is computed in
+        float32 and rounded once, as torch's: 1/x in float16 would round twice, and overflow for |x| < 2⁻¹⁶."""
         if rounding_mode is None:
-            return self._float() * self._as(x)._float().reciprocal()
+            a, b = self._float(), self._as(x)._float()
+            low = dt.result_type(a.dtype, b.dtype)
+            if low in (dt.float16, dt.bfloat16):
+                return (a.float() * b.float().reciprocal()).to(low)
+            return a * b.reciprocal()
         if rounding_mode not in ("trunc", "floor"):
             raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         return _divide(self, x, rounding_mode, "div")

@@ -213,7 +213,9 @@ class Reduce(TensorLike):
         """eˣ / Σ eˣ, shifted by the (constant) row max so nothing overflows."""
         x, dim = self._float(), self._dim(dim, "softmax")
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
-        return e / e.sum(dim, keepdim=True)
+        # e · (1/Σ) in x's dtype, not e / Σ (in 16 bits widened to float32): the graph the row and FlashAttention
+        # rewrites match (tinyllm/rewrite/rowwise.py, flash.py)
+        return e * e.sum(dim, keepdim=True).reciprocal()
 
     def log_softmax(self, dim=-1):
         x, dim = self._float(), self._dim(dim, "log_softmax")

@@ -36,10 +36,17 @@ def linear(x, weight, bias=None):
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """(x - mean) / √(var + eps) over the trailing `normalized_shape` axes, then scale and shift."""
+    """(x - mean) / √(var + eps) over the trailing `normalized_shape` axes, then scale and shift. In 16 bits it is
+    computed in float32 (weight and bias widened too) and rounded once at the end, as torch's."""
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
         raise RuntimeError(f"layer_norm: input of shape {x.shape} does not end in normalized_shape {normalized_shape}")
+    out = x.dtype
+    for v in (weight, bias):
+        out = out if v is None else dt.result_type(out, v.dtype)
+    if out in (dt.float16, dt.bfloat16):
+        wide = [None if v is None else v.float() for v in (x, weight, bias)]
+        return layer_norm(*wide[:1], normalized_shape, *wide[1:], eps=eps).to(out)
     dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     mean = x.mean(dims, keepdim=True)
     centered = x - mean
