@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from . import realizer
+from .complex import ComplexTensor, from_numpy as complex_from_numpy, view_as_complex, view_as_real
 from .factory import zeros_like
 from .graph import Node, bulk
 from .replay.jit import host_values
@@ -18,7 +19,6 @@ from .tensor import Tensor, host_array, keyword_aliases
 def _real(t):
     """A complex tensor's real view (its storage, shape S + (2,)), a real tensor itself: as torch's optimizers, which
     update view_as_real(param) with view_as_real(grad), so each moment is per real component."""
-    from .complex import ComplexTensor, view_as_real
     return view_as_real(t) if isinstance(t, ComplexTensor) else t
 
 
@@ -148,8 +148,7 @@ class Optimizer:
                     raise ValueError(f"{where}: {key!r} has shape {array.shape}, but the parameter has shape "
                                      f"{tuple(p.shape)}")
                 if p.is_complex():  # (a complex parameter's state is complex, as torch's)
-                    from .complex import from_numpy
-                    out[key] = from_numpy(array, dtype=p.dtype, device=p.device)
+                    out[key] = complex_from_numpy(array, dtype=p.dtype, device=p.device)
                 else:
                     out[key] = Tensor(array, dtype=p.dtype, device=p.device)
         missing = [k for k in self._STATE_KEYS if k not in out]
@@ -225,7 +224,6 @@ class Optimizer:
         for j, (p, group, hyper) in enumerate(chunk):
             state = self.state[p]
             if p.is_complex():  # the update of the real views; the state keeps complex tensors (torch's), their views
-                from .complex import view_as_complex
                 real = {k: _real(v) for k, v in state.items()}
                 updates = self._update(_real(p.detach()), _real(p.grad), real, group, hyper)
                 state.update({k: view_as_complex(v) for k, v in real.items() if k not in state})
