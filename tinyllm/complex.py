@@ -42,7 +42,7 @@ from . import dtype as dt
 from .graph import const
 from .mixins import cat
 from .mixins.products import Products
-from .tensor import Tensor
+from .tensor import Tensor, to_args
 from .runtime import get as get_runtime
 
 __all__ = ["ComplexTensor", "complex", "polar", "view_as_real", "view_as_complex", "real", "imag", "from_numpy",
@@ -220,7 +220,6 @@ class ComplexTensor(Tensor):
     def contiguous(self): return _wrap(_storage(self).contiguous())
 
     def to(self, *args, dtype=None, device=None):
-        from .tensor import to_args
         device, dtype = to_args(args, device, dtype)
         out = _storage(self)
         if dtype is not None:

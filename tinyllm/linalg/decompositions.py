@@ -11,6 +11,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..complex import _wrap
 from ..factory import eye
 from ..graph import build
 from ..mixins import broadcast_shape
@@ -89,7 +90,6 @@ def eigvalsh(A, UPLO="L"):
 
 def _complex(A, part):
     """The EIG primitive's part, (re, im) pairs on a trailing axis, as a complex tensor (tinyllm.complex)."""
-    from ..complex import _wrap
     return _wrap(_op(A, "EIG", part))
 
 
