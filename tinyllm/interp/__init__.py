@@ -1,0 +1,3 @@
+"""Looking inside models: TransformerLens's hook points (tinyllm/nn/hooks.py, on every model through
+tinyllm/models/hooks.py), the logit and tuned lens, sparse autoencoders and memorization probes. docs/interp.md
+describes each instrument and what it was checked against."""
