@@ -11,7 +11,8 @@ residuals come from one `model.run_with_cache` (tinyllm/models/hooks.py).
 
     logp = logit_lens(model, idx)                      # (n_layer + 1, B, T, vocab) log-probabilities
     tuned = TunedLens.train(model, train_tokens, steps=250)
-    rows = lens_report(model, val_tokens, tuned)       # per layer: KL to the final distribution and top-1 agreement
+    rows = tuned.report(model, val_tokens)             # per layer, both lenses: KL to the output, top-1 agreement
+    print(format_report(rows))
 """
 import numpy as np
 
@@ -69,14 +70,12 @@ def read_out(model, resid):
 def _check_idx(model, idx, what):
     """idx as a tinyllm int Tensor (B, T) on the model's device; a clear error for anything else."""
     if isinstance(idx, Tensor):
-        ok_dtype = not idx.dtype.is_float and not idx.dtype.is_complex if hasattr(idx.dtype, "is_complex") \
-            else not idx.dtype.is_float
-        shape = idx.shape
+        shape, kind = idx.shape, idx.dtype.name
+        ok_dtype = not (idx.dtype.is_float or idx.dtype.is_complex)
     else:
         arr = np.asarray(idx)
-        ok_dtype, shape = np.issubdtype(arr.dtype, np.integer), arr.shape
+        shape, kind, ok_dtype = arr.shape, arr.dtype.name, np.issubdtype(arr.dtype, np.integer)
     if len(shape) != 2 or not ok_dtype:
-        kind = idx.dtype.name if isinstance(idx, Tensor) else np.asarray(idx).dtype.name
         raise ValueError(f"{what}: idx must be 2-D integer token ids (B, T), got shape {tuple(shape)} of {kind}: "
                          "e.g. tl.tensor(ids[None, :]) for one sequence")
     T, ctx = shape[1], _context(model)
@@ -184,6 +183,11 @@ class TunedLens(nn.Module):
         layers = _check_layers(model, layers, "TunedLens")
         final, resids = _residuals(model, idx, layers)
         return stack(_slices(model, final, resids, layers, self.translate))
+
+    def report(self, model, tokens, windows=8, batch_size=4):
+        """lens_report(model, tokens, self): per layer, KL to the model's output and top-1 agreement of the logit
+        lens and this lens, on held-out `tokens`."""
+        return lens_report(model, tokens, self, windows=windows, batch_size=batch_size)
 
     def _check_model(self, model, what):
         n, d = _n_layers(model), _d_model(model)
