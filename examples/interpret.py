@@ -38,8 +38,8 @@ def lens(args):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}")
     model, tok, ckpt = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), args.device)
-    ids = _lens_prompt(tok, args.prompt, L._context(model))
-    train_ids, heldout_ids = _lens_tokens(args.ckpt_dir, tok, ckpt, L._context(model))
+    ids = _lens_prompt(tok, args.prompt, L.context_length(model))
+    train_ids, heldout_ids = _lens_tokens(args.ckpt_dir, tok, ckpt, L.context_length(model))
     idx = tinyllm.tensor(ids[None, :], device=args.device)
     tinyllm.manual_seed(args.seed)
     tuned = None
@@ -58,13 +58,14 @@ def lens(args):
         top = probs.argmax(-1)
         cells = [[(_token_text(tok, t), p[t]) for t, p in zip(row, layer)] for row, layer in zip(top, probs)]
         print(f"\n{title}: the top token and its probability, per layer (rows) and position (columns)")
+        print("(each column: the prompt's token there; each cell: the next token the lens predicts)")
         print(_lens_table(names, labels, cells))
         path = os.path.join(args.out_dir, title.replace(" ", "_") + ".png")
         _lens_figure(title, names, labels, cells, path)
         print(f"wrote {path}")
     rows = L.lens_report(model, heldout_ids, tuned, windows=args.report_windows, batch_size=args.batch_size)
     print(f"\nKL(model's output || lens) in nats and top-1 agreement with the model, on {args.report_windows} "
-          f"held-out windows of {L._context(model)} tokens:")
+          f"held-out windows of {L.context_length(model)} tokens:")
     print(L.format_report(rows))
 
 
@@ -135,9 +136,9 @@ def _lens_figure(title, names, labels, cells, path):
             ax.text(x, y, t, ha="center", va="center", fontsize=8, color="black" if p > 0.6 else "white")
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.set_xlabel("position (the prompt's tokens)")
+    ax.set_xlabel("the prompt's token at each position")
     ax.set_ylabel("residual read")
-    ax.set_title(f"{title}: top token per layer and position")
+    ax.set_title(f"{title}: the predicted next token per layer and position")
     fig.colorbar(im, ax=ax, label="probability of the top token")
     save_figure(fig, path)
 

@@ -21,7 +21,8 @@ from ..factory import stack
 from ..tensor import Tensor, no_grad
 from ..utils.progress import progress_bar
 
-__all__ = ["logit_lens", "TunedLens", "lens_report", "format_report", "layer_names"]
+__all__ = ["logit_lens", "TunedLens", "lens_report", "format_report", "layer_names", "read_out",
+           "context_length"]
 
 
 # ---- the model's parts a lens reads --------------------------------------------------------------------------
@@ -47,7 +48,8 @@ def _d_model(model):
     return _final_norm(model).normalized_shape[-1]
 
 
-def _context(model):
+def context_length(model):
+    """The most positions the model reads: its block_size (GPT) or max_position_embeddings (Llama)."""
     return getattr(model.config, model.max_positions_field)
 
 
@@ -78,7 +80,7 @@ def _check_idx(model, idx, what):
     if len(shape) != 2 or not ok_dtype:
         raise ValueError(f"{what}: idx must be 2-D integer token ids (B, T), got shape {tuple(shape)} of {kind}: "
                          "e.g. tl.tensor(ids[None, :]) for one sequence")
-    T, ctx = shape[1], _context(model)
+    T, ctx = shape[1], context_length(model)
     if not 1 <= T <= ctx:
         raise ValueError(f"{what}: idx has {T} positions, but the model reads 1 to {ctx} (its context): "
                          "pass a shorter sequence")
@@ -104,7 +106,7 @@ def _check_layers(model, layers, what):
 
 def _check_tokens(model, tokens, what):
     tokens = np.asarray(tokens)
-    T = _context(model)
+    T = context_length(model)
     if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"{what}: tokens must be a 1-D array of integer token ids, got shape {tokens.shape} of "
                          f"{tokens.dtype}")
@@ -210,7 +212,7 @@ class TunedLens(nn.Module):
         opt = AdamW(lens.parameters(), lr=lr, weight_decay=0.0)
         sched = LambdaLR(opt, lambda s: 1.0 - s / steps)
         rng = np.random.default_rng(seed)
-        T, n, device = _context(model), lens.n_layer, _device(model)
+        T, n, device = context_length(model), lens.n_layer, _device(model)
         bar = progress_bar(steps, "tuned lens", "step") if progress else None
         frozen = [p for p in model.parameters() if p.requires_grad]
         for p in frozen:
@@ -258,7 +260,7 @@ def lens_report(model, tokens, tuned=None, windows=8, batch_size=4):
     tokens = _check_tokens(model, tokens, "lens_report")
     if tuned is not None:
         tuned._check_model(model, "lens_report")
-    T, n, device = _context(model), _n_layers(model), _device(model)
+    T, n, device = context_length(model), _n_layers(model), _device(model)
     starts = np.linspace(0, len(tokens) - T, windows).astype(np.int64)
     lenses = {"logit": None} if tuned is None else {"logit": None, "tuned": tuned.translate}
     sums = {(k, m): np.zeros(n + 1) for k in lenses for m in ("kl", "top1")}
