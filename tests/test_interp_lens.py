@@ -191,8 +191,11 @@ def test_example_prints_the_tables_and_writes_the_heatmaps(tiny_ckpt):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     header = next(line for line in r.stdout.splitlines() if line.split() == list("the␣fox"))
     assert header
-    body = r.stdout.split("logit lens: the top token")[1].splitlines()
-    assert body[2].startswith("embed") and len(body[2].split()) == 1 + 2 * 7, r.stdout  # 7 cells: token, prob
+    body = r.stdout.split("logit lens: the top token")[1].split("\n\n")[0].splitlines()
+    rows = [line.split() for line in body if line.startswith(("embed", "final"))]
+    assert [row[0] for row in rows] == ["embed", "final"], r.stdout  # the tiny model's one layer, and its output
+    for row in rows:  # 7 cells: a token and its probability
+        assert len(row) == 1 + 2 * 7 and all(0 <= float(p) <= 1 for p in row[2::2]), r.stdout
     assert "tuned KL" in r.stdout and "logit top1" in r.stdout
 
 
