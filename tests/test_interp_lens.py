@@ -114,6 +114,7 @@ def test_training_the_tuned_lens_beats_the_logit_lens_at_every_layer(model):
     train, heldout = rng.integers(0, VOCAB, 400), rng.integers(0, VOCAB, 200)
     before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     lens = TunedLens.train(model, train, steps=60, batch_size=4, lr=1e-2, progress=False)
+    assert not model.training  # left as it was (eval)
     rows = lens_report(model, heldout, lens, windows=6, batch_size=3)
     assert lens.report(model, heldout, windows=6, batch_size=3) == rows
     table = format_report(rows)

@@ -127,6 +127,8 @@ def _residuals(model, idx, layers):
 
 
 def _slices(model, final, resids, layers, translate=None):
+    """The lens's log-probs per slice of `layers`: the model's own (`final`) for n_layer, else the residual, moved
+    by translate(l, h) when given (the tuned lens), read through the final norm and unembedding."""
     n = _n_layers(model)
     out = []
     for l in layers:
@@ -202,7 +204,7 @@ class TunedLens(nn.Module):
         """A tuned lens trained on `tokens` (1-D token ids): each of `steps` steps reads `batch_size` random
         windows of the model's context length, and AdamW (weight decay 0, lr decaying linearly to 0, as Belrose
         et al.'s schedule) lowers Σ_l KL(final ‖ lens_l), the KL in nats averaged over positions. The model stays
-        frozen (its residuals and output are detached, and its parameters get no gradient). A tqdm bar when
+        frozen (in eval mode, its residuals and output detached, its parameters given no gradient). A tqdm bar when
         `progress` and tqdm are there."""
         from ..optim import AdamW, LambdaLR
         tokens = _check_tokens(model, tokens, "TunedLens.train")
@@ -215,6 +217,8 @@ class TunedLens(nn.Module):
         T, n, device = context_length(model), lens.n_layer, _device(model)
         bar = progress_bar(steps, "tuned lens", "step") if progress else None
         frozen = [p for p in model.parameters() if p.requires_grad]
+        was_training = model.training
+        model.eval()  # no dropout: the lens learns the model's own distribution
         for p in frozen:
             p.requires_grad_(False)
         try:
@@ -234,6 +238,7 @@ class TunedLens(nn.Module):
         finally:
             for p in frozen:
                 p.requires_grad_(True)
+            model.train(was_training)
             if bar is not None:
                 bar.close()
         return lens.eval()
