@@ -36,12 +36,13 @@ def usable_path(path):
 
 
 def run_example(script, *flags, cwd):
-    """examples/SCRIPT with these flags on the numpy runtime (which compiles nothing), as a user runs it: a
-    subprocess's CompletedProcess, its output captured as text."""
+    """examples/SCRIPT with these flags (the first may be a subcommand) on the numpy runtime (which compiles
+    nothing), as a user runs it: a subprocess's CompletedProcess, its output captured as text."""
     import subprocess
     import sys
     examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-    cmd = [sys.executable, os.path.join(examples, script), "--runtime", "numpy", *flags]
+    sub = list(flags[:1]) if flags and not flags[0].startswith("-") else []  # a subcommand goes first
+    cmd = [sys.executable, os.path.join(examples, script), *sub, "--runtime", "numpy", *flags[len(sub):]]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 

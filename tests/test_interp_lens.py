@@ -161,14 +161,7 @@ def test_bad_input_is_named():
 
 # ---- examples/interpret.py lens ---------------------------------------------------------------------------------
 def run_lens(*flags, cwd):
-    """examples/interpret.py lens on the numpy runtime, as helpers.run_example runs a script (whose --runtime goes
-    before a subcommand, where interpret.py's parser does not take it)."""
-    import os
-    import subprocess
-    import sys
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "interpret.py")
-    return subprocess.run([sys.executable, script, "lens", "--runtime", "numpy", *flags], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return run_example("interpret.py", "lens", *flags, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
