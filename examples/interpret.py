@@ -43,7 +43,7 @@ def canaries(args):
     import numpy as np
     from gpt_files import CharTokenizer
     from tinyllm.interp import memorization as mem
-    counts = parse_counts(args.counts)
+    counts = check_canary_flags(args)
     rng = np.random.default_rng(args.seed)
     text, held_text, source = canary_corpus(args.data, args.train_chars, rng)
     planted = make_canaries(counts, args.per_count, args.secret_len, rng)
@@ -58,26 +58,14 @@ def canaries(args):
           f"{args.per_count} held out); e.g. {planted[-1]['text'].strip()!r}", flush=True)
     t0 = time.time()
     model = train_canary_model(args, tok.encode_ordinary(train_text))
-    train_s = time.time() - t0
-
     t1 = time.time()
-    alphabet = tok.encode_ordinary(DIGITS)
-    prefixes = np.stack([tok.encode_ordinary(c["prefix"]) for c in planted])  # equal lengths: names of one length
-    secrets = np.stack([tok.encode_ordinary(c["secret"]) for c in planted])
-    extracted = (mem.greedy_continuations(model, prefixes, args.secret_len, device=args.device) == secrets).all(1)
-    for c, p, s, hit in zip(planted, prefixes, secrets, extracted):
-        c["exposure"] = mem.exposure(model, p, s, alphabet, batch_size=args.eval_batch, device=args.device)
-        c["extracted"] = bool(hit)
+    probe_canaries(model, tok, planted, args)
+    half = args.block_size // 2  # memorization's prefix and suffix: together, the context
+    mem_train, mem_held = (mem.memorization(model, tok.encode_ordinary(t), half, half, n=args.windows,
+                                            seed=args.seed, device=args.device) for t in (text, held_text))
     rows = canary_table(planted, counts)
-    half = args.block_size // 2
-    mem_train = mem.memorization(model, tok.encode_ordinary(text), half, half, n=args.windows, seed=args.seed,
-                                 device=args.device)
-    mem_held = mem.memorization(model, tok.encode_ordinary(held_text), half, half, n=args.windows, seed=args.seed,
-                                device=args.device)
-    probe_s = time.time() - t1
-
-    print(f"\nexposure and extraction by duplicate count ({args.per_count} canaries each; training {train_s:.1f} s, "
-          f"probes {probe_s:.1f} s)")
+    print(f"\nexposure and extraction by duplicate count ({args.per_count} canaries each; training {t1 - t0:.1f} s, "
+          f"probes {time.time() - t1:.1f} s)")
     print(f"{'duplicates':>10}  {'mean exposure':>13}  {'min..max':>11}  {'log2|R|':>7}  {'extracted':>9}")
     for r in rows:
         label = "held out" if r["count"] == 0 else str(r["count"])
@@ -94,6 +82,21 @@ def canaries(args):
 DIGITS = "0123456789"
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 NAME_LEN = 6  # every canary's name has this many letters, so all prefixes are one length (one batched decode)
+
+
+MAX_SECRET_LEN = 6  # 10^6 candidates per canary: 10^5 forwarded rows each, minutes on 2 cores; 10^7 would be hours
+
+
+def check_canary_flags(args):
+    """The canaries flags that must be positive, and --counts parsed (parse_counts); a UsageError names the flag."""
+    for flag in ("train_chars", "per_count", "secret_len", "n_layer", "n_head", "n_embd", "block_size",
+                 "batch_size", "max_iters", "eval_batch", "windows"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be 1 or more")
+    if args.secret_len > MAX_SECRET_LEN:
+        raise UsageError(f"--secret-len {args.secret_len}: every one of the 10^{args.secret_len} secrets is scored "
+                         f"for each canary, too slow past {MAX_SECRET_LEN}")
+    return parse_counts(args.counts)
 
 
 def parse_counts(spec):
@@ -126,6 +129,26 @@ def canary_corpus(path, n_chars, rng):
         raise UsageError(f"{source}: {len(text):,} characters, fewer than --train-chars {n_chars:,} plus "
                          f"{need - n_chars:,} held out: lower --train-chars")
     return text[:n_chars], text[n_chars:need], source
+
+
+def probe_canaries(model, tok, canaries, args):
+    """Each canary's "exposure" (an ExposureResult over all 10^--secret-len secrets) and whether greedy decoding
+    from its prefix "extracted" its secret, added to its dict; a progress bar over the canaries."""
+    import numpy as np
+    from tinyllm.interp import memorization as mem
+    from tinyllm.utils.progress import progress_bar
+    alphabet = tok.encode_ordinary(DIGITS)
+    prefixes = np.stack([tok.encode_ordinary(c["prefix"]) for c in canaries])  # equal lengths: names of one length
+    secrets = np.stack([tok.encode_ordinary(c["secret"]) for c in canaries])
+    extracted = (mem.greedy_continuations(model, prefixes, args.secret_len, device=args.device) == secrets).all(1)
+    bar = progress_bar(len(canaries), f"exposure over 10^{args.secret_len} secrets", "canary")
+    for c, prefix, secret, hit in zip(canaries, prefixes, secrets, extracted):
+        c["exposure"] = mem.exposure(model, prefix, secret, alphabet, batch_size=args.eval_batch, device=args.device)
+        c["extracted"] = bool(hit)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
 
 
 def make_canaries(counts, per_count, secret_len, rng):
@@ -283,7 +306,8 @@ def parse_args(argv=None):
                                                          "(default: %(default)s)")
     q.add_argument("--per-count", type=int, default=4, help="canaries per count, and held out (default: %(default)s)")
     q.add_argument("--secret-len", type=int, default=5, help="digits of each secret: |R| = 10^N candidates, all "
-                                                             "scored (default: %(default)s)")
+                                                             "scored, 10^(N-1) rows forwarded per canary (at most "
+                                                             "6; default: %(default)s)")
     q.add_argument("--n-layer", type=int, default=3, help="transformer blocks (default: %(default)s)")
     q.add_argument("--n-head", type=int, default=4, help="attention heads (default: %(default)s)")
     q.add_argument("--n-embd", type=int, default=128, help="embedding width (default: %(default)s)")

@@ -129,6 +129,8 @@ def test_secret_log_perplexities_match_a_per_candidate_brute_force(spread_gpt):
     np.testing.assert_allclose(grid.ravel(), brute, rtol=1e-5)
     np.testing.assert_allclose(mem.log_perplexities(spread_gpt, prefix, every, batch_size=5), brute, rtol=1e-5)
     assert brute.max() - brute.min() > 1.0  # the candidates differ: the ranks below mean something
+    one = mem.secret_log_perplexities(spread_gpt, prefix, alphabet, 1)  # secrets of one token: the prefix's forward
+    np.testing.assert_allclose(one, brute_force_log_perplexities(spread_gpt, prefix, alphabet[:, None]), rtol=1e-5)
     # over the whole vocabulary the candidates are every continuation: their probabilities sum to 1
     whole = mem.secret_log_perplexities(spread_gpt, prefix, np.arange(11), 2, batch_size=4)
     np.testing.assert_allclose(np.exp2(-whole).sum(), 1.0, rtol=1e-5)
@@ -167,8 +169,9 @@ def test_probes_run_on_a_llama():
                               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16))
     result = mem.memorization(model, np.arange(40) % 11, 4, 4, n=5)
     assert result.n == 5 and 0.0 <= result.token_agreement <= 1.0
-    grid = mem.secret_log_perplexities(model, np.array([1, 2]), np.arange(11), 2)  # every 2-token continuation
-    np.testing.assert_allclose(np.exp2(-grid).sum(), 1.0, rtol=1e-5)  # a distribution over them: total mass 1
+    grid = mem.secret_log_perplexities(model, np.array([1, 2, 0]), np.arange(11), 2)  # every 2-token continuation
+    every = np.indices((11, 11)).reshape(2, -1).T
+    np.testing.assert_allclose(grid.ravel(), mem.log_perplexities(model, [1, 2, 0], every, batch_size=50), rtol=1e-5)
     assert mem.exposure(model, np.array([1, 2]), np.array([4, 3]), np.array([3, 4])).n_candidates == 4
 
 

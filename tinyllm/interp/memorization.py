@@ -193,12 +193,41 @@ def log_perplexities(model, prefix, candidates, batch_size=256, device=None):
     return out
 
 
+@no_grad()
+def _prefix_state(model, prefix, device):
+    """One forward over prefix (1-D ids): the log-probabilities (V,) of the token after it, and each layer's keys
+    and values as the caches a decode step reads (generation.attend_cached: keys (1, H_kv, P, hs + 1), their last
+    component the slot's score bias, 0 for every written slot; values (1, H_kv, P, hs))."""
+    kv = []
+    idx = factory.tensor(prefix[None], device=device)
+    logits = model.lm_head(model._features(idx, kv)[:, -1]).numpy()[0].astype(np.float64)
+    caches = [factory.cat([t, factory.zeros(*t.shape[:-1], 1, dtype=t.dtype, device=t.device)], -1)
+              if i % 2 == 0 else t for i, t in enumerate(kv)]
+    logits -= logits.max()
+    return logits - np.log(np.exp(logits).sum()), [c.realize() for c in caches]
+
+
+@no_grad()
+def _log_probs_after(model, caches, toks, pos, device):
+    """log-softmax of the logits at each position of toks (B, T), which follow the P tokens the caches hold (B
+    rows of them: the prefix's, shared): a (B, T, V) float64 NumPy array. A decode step's forward
+    (_decode_features), so the prefix is not recomputed for every row."""
+    B = toks.shape[0]
+    rows = [c.expand(B, *c.shape[1:]) for c in caches]
+    x, _ = model._decode_features(factory.tensor(np.ascontiguousarray(toks), device=device),
+                                  factory.tensor([pos], device=device), rows)
+    logits = model.lm_head(x).numpy().astype(np.float64)
+    logits -= logits.max(axis=-1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+
+
 def secret_log_perplexities(model, prefix, alphabet, length, batch_size=256, device=None):
     """Px of every secret of `length` tokens from `alphabet` (1-D distinct token ids) after `prefix`: an array of
     shape (|alphabet|,) * length, entry [i_1, ..., i_L] the log-perplexity in bits of the secret alphabet[i_1] …
-    alphabet[i_L]. Exact and |alphabet| times cheaper than log_perplexities over all |alphabet|^length secrets:
-    one teacher-forced row per secret of length - 1 tokens gives every conditional along it, and its last
-    position's distribution scores all |alphabet| last tokens at once."""
+    alphabet[i_L]. Exact, and cheaper than log_perplexities over all |alphabet|^length secrets twice over: the
+    prefix is run once and its keys and values shared by every row (a decode step over the secret's tokens), and
+    one row per secret's first length - 1 tokens gives every conditional along it, its last position's
+    distribution scoring all |alphabet| last tokens at once (|alphabet|^(length-1) rows of length - 1 tokens)."""
     fn = "secret_log_perplexities"
     prefix = _ids(fn, "prefix", prefix)
     alphabet = _ids(fn, "alphabet", alphabet, min_len=2)
@@ -210,15 +239,17 @@ def secret_log_perplexities(model, prefix, alphabet, length, batch_size=256, dev
     _check_context(fn, model, P, length, ("the prefix's length", "the secret's length"))
     _check_vocab(fn, "prefix", prefix, model)
     _check_vocab(fn, "alphabet", alphabet, model)
-    # every secret's first length - 1 tokens, as alphabet indices, in C order of the result's first axes
-    heads = (np.indices((A,) * (length - 1)).reshape(length - 1, -1).T if length > 1
-             else np.zeros((1, 0), dtype=np.int64))  # (A^(L-1), L-1)
-    out = np.empty((len(heads), A))
     with _EvalMode(model):
+        first, caches = _prefix_state(model, prefix, device)  # the first secret token's distribution: every row's
+        if length == 1:
+            return -first[alphabet] / math.log(2)
+        # every secret's first length - 1 tokens, as alphabet indices, in C order of the result's first axes
+        heads = np.indices((A,) * (length - 1)).reshape(length - 1, -1).T  # (A^(L-1), L-1)
+        out = np.empty((len(heads), A))
         for i in range(0, len(heads), batch_size):
             head = heads[i:i + batch_size]
-            rows = np.concatenate([np.broadcast_to(prefix, (len(head), P)), alphabet[head]], axis=1)
-            lp = _log_probs(model, rows, device)[:, P - 1:][:, :, alphabet]  # (B, L, A): over the alphabet's tokens
+            after = _log_probs_after(model, caches, alphabet[head], P, device)[:, :, alphabet]  # (B, L-1, A)
+            lp = np.concatenate([np.broadcast_to(first[alphabet], (len(head), 1, A)), after], axis=1)  # (B, L, A)
             along = np.take_along_axis(lp[:, :-1], head[:, :, None], axis=2)[:, :, 0].sum(1)  # the head's tokens
             out[i:i + batch_size] = -(along[:, None] + lp[:, -1]) / math.log(2)
     return out.reshape((A,) * length)
