@@ -4,15 +4,12 @@ them and not held-out text (Carlini et al. 2022's k-extractability); the Secret 
 the function and the fix; examples/interpret.py canaries runs end to end.
 """
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import tinyllm as tl
-from helpers import reference_runtime, small_corpus, spread_weights  # noqa: F401  (reference_runtime: a fixture)
+from helpers import reference_runtime, run_example, small_corpus, spread_weights  # noqa: F401 (a fixture)
 from tinyllm.interp import memorization as mem
 from tinyllm.models.gpt import GPT, GPTConfig
 from tinyllm.models.llama import Llama, LlamaConfig
@@ -202,15 +199,12 @@ def test_bad_inputs_name_the_function_and_the_fix(spread_gpt):
 
 # ---- the example -------------------------------------------------------------------------------------------------
 def test_interpret_canaries_prints_its_table_and_writes_the_plot(tmp_path):
-    pytest.importorskip("matplotlib")
     corpus = small_corpus(tmp_path)
     out = tmp_path / "out"
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "interpret.py")
-    cmd = [sys.executable, script, "canaries", "--runtime", "numpy", "--data", str(corpus), "--out-dir", str(out),
-           "--train-chars", "6000", "--max-iters", "3", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
-           "--block-size", "24", "--batch-size", "4", "--secret-len", "2", "--per-count", "2", "--counts", "1,4",
-           "--windows", "4"]
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    r = run_example("interpret.py", "canaries", "--data", str(corpus), "--out-dir", str(out), "--train-chars", "6000",
+                    "--max-iters", "3", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "24",
+                    "--batch-size", "4", "--secret-len", "2", "--per-count", "2", "--counts", "1,4", "--windows", "4",
+                    cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["duplicates", "mean"])
@@ -226,7 +220,5 @@ def test_interpret_canaries_prints_its_table_and_writes_the_plot(tmp_path):
 
 
 def test_interpret_canaries_rejects_bad_counts(tmp_path):
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "interpret.py")
-    r = subprocess.run([sys.executable, script, "canaries", "--runtime", "numpy", "--counts", "4,x"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
+    r = run_example("interpret.py", "canaries", "--counts", "4,x", cwd=tmp_path)
     assert r.returncode == 2 and "--counts '4,x': give distinct positive whole numbers" in r.stderr
