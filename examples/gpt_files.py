@@ -308,6 +308,34 @@ def build_model(kind, config):
     return cls(config if isinstance(config, config_cls) else config_cls(**config))
 
 
+def plain_train_step(model, optimizer, params, jit=True):
+    """step(x, y) -> loss: the model's loss, backward, gradients clipped at norm 1, an optimizer step, zero_grad;
+    one replayed graph (tinyllm.jit) unless jit=False. (gpt.py's own step adds autocast, a GradScaler and data
+    parallelism.)"""
+    import tinyllm
+
+    def step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        tinyllm.nn.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+    return tinyllm.jit(step) if jit else step
+
+
+def encode_prompt(tok, prompt):
+    """The --prompt's token ids (int64), or a UsageError when the tokenizer cannot encode it or it is empty."""
+    try:
+        ids = np.asarray(tok.encode(prompt, allowed_special="all") if hasattr(tok, "special_tokens")
+                         else tok.encode_ordinary(prompt), dtype=np.int64)
+    except ValueError as e:
+        raise UsageError(f"--prompt: {e}; the model knows only the tokens it was trained on") from None
+    if ids.size == 0:
+        raise UsageError("--prompt is empty: give at least one character")
+    return ids
+
+
 def load_model(path, device):
     """The model (GPT or Llama) of the checkpoint file at `path`, its weights loaded, on `device`, in eval mode; with
     its tokenizer and the checkpoint (load_checkpoint's dict)."""

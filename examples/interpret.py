@@ -23,7 +23,7 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
 from tinyllm import runtime as tl_runtime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
 from flags import add_old_name  # noqa: E402
-from gpt_files import CKPT_NAME, UsageError, load_model, run_cli  # noqa: E402
+from gpt_files import CKPT_NAME, UsageError, encode_prompt, load_model, plain_train_step, run_cli  # noqa: E402
 
 
 def lens(args):
@@ -71,13 +71,7 @@ def lens(args):
 
 def _lens_prompt(tok, prompt, context):
     """The prompt's token ids, or a UsageError when the tokenizer cannot encode it or it outgrows the context."""
-    try:
-        ids = np.asarray(tok.encode(prompt, allowed_special="all") if hasattr(tok, "special_tokens")
-                         else tok.encode_ordinary(prompt), dtype=np.int64)
-    except ValueError as e:
-        raise UsageError(f"--prompt: {e}; the model knows only the tokens it was trained on") from None
-    if ids.size == 0:
-        raise UsageError("--prompt is empty: give at least one character")
+    ids = encode_prompt(tok, prompt)
     if ids.size > context:
         raise UsageError(f"--prompt is {ids.size} tokens, longer than the model's context ({context}): shorten it")
     return ids
@@ -157,7 +151,7 @@ def canaries(args):
     import time
     import numpy as np
     from gpt_files import CharTokenizer
-    from tinyllm.interp import memorization as mem
+    from tinyllm.interp import memorized as mem
     counts = check_canary_flags(args)
     rng = np.random.default_rng(args.seed)
     text, held_text, source = canary_corpus(args.data, args.train_chars, rng)
@@ -249,7 +243,7 @@ def probe_canaries(model, tok, canaries, args):
     """Each canary's "exposure" (an ExposureResult over all 10^--secret-len secrets) and whether greedy decoding
     from its prefix "extracted" its secret, added to its dict; a progress bar over the canaries."""
     import numpy as np
-    from tinyllm.interp import memorization as mem
+    from tinyllm.interp import memorized as mem
     from tinyllm.utils.progress import progress_bar
     alphabet = tok.encode_ordinary(DIGITS)
     prefixes = np.stack([tok.encode_ordinary(c["prefix"]) for c in canaries])  # equal lengths: names of one length
@@ -324,14 +318,7 @@ def train_canary_model(args, data):
                                              max_iters=args.max_iters)
     params = list(model.parameters())
 
-    @tinyllm.jit
-    def train_step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
-        tinyllm.nn.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss
+    train_step = plain_train_step(model, optimizer, params)
 
     bar = progress_bar(args.max_iters, "training", "step")
     model.train()

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py and gpt
 from flags import add_old_name  # noqa: E402
 from gpt import get_batch, new_config  # noqa: E402
 from gpt_files import (CKPT_NAME, MODELS, CharTokenizer, UsageError, build_model, load_model,  # noqa: E402
-                       model_kind, run_cli, shakespeare_plays)
+                       model_kind, plain_train_step, run_cli, shakespeare_plays)
 
 DEFAULTS = dict(play="tempest", n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=32, pretrain_iters=1500,
                 pretrain_lr=3e-3, finetune_iters=300, lora_lr=1e-2, full_lr=1e-3, r=3, alpha=12, dropout=0.0,
@@ -168,15 +168,7 @@ def train(model, params, data, steps, lr, args, device, desc, weight_decay=0.0):
     scheduler = tinyllm.optim.LambdaLR(optimizer, tinyllm.optim.warmup_cosine(warmup, steps, 0.1))
     rng = np.random.default_rng(args.seed)
 
-    def step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
-        tinyllm.nn.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss
-    if not args.no_jit:
-        step = tinyllm.jit(step)
+    step = plain_train_step(model, optimizer, params, jit=not args.no_jit)
     bar = progress_bar(steps, desc, "step")
     model.train()
     tail = []

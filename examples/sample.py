@@ -20,7 +20,6 @@ import os
 import sys
 import time
 
-import numpy as np
 
 try:
     import tinyllm
@@ -30,7 +29,7 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
 from tinyllm import runtime as tl_runtime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
 from flags import add_old_name  # noqa: E402
-from gpt_files import CKPT_NAME, UsageError, load_model, run_cli  # noqa: E402
+from gpt_files import CKPT_NAME, UsageError, encode_prompt, load_model, run_cli  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -72,17 +71,6 @@ def parse_args(argv=None):
     except ValueError as e:
         p.error(str(e).replace("temperature", "--temperature").replace("top_p", "--top-p").replace("min_p", "--min-p"))
     return args
-
-
-def encode_prompt(tok, prompt):
-    try:
-        ids = np.asarray(tok.encode(prompt, allowed_special="all") if hasattr(tok, "special_tokens")
-                         else tok.encode_ordinary(prompt), dtype=np.int64)
-    except ValueError as e:
-        raise UsageError(f"--prompt: {e}; the model knows only the tokens it was trained on") from None
-    if ids.size == 0:
-        raise UsageError("--prompt is empty: give at least one character (the default is a newline)")
-    return ids
 
 
 def main(argv=None):

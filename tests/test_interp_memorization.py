@@ -1,4 +1,4 @@
-"""Memorization probes (tinyllm/interp/memorization.py): a tiny GPT overfit on a few hundred characters reproduces
+"""Memorization probes (tinyllm/interp/memorized.py): a tiny GPT overfit on a few hundred characters reproduces
 them and not held-out text (Carlini et al. 2022's k-extractability); the Secret Sharer's exposure (Carlini et al.
 2019) ranks the secret exactly among all candidates, checked against a per-candidate brute force; bad inputs name
 the function and the fix; examples/interpret.py canaries runs end to end.
@@ -10,7 +10,7 @@ import pytest
 
 import tinyllm as tl
 from helpers import reference_runtime, run_example, small_corpus, spread_weights  # noqa: F401 (a fixture)
-from tinyllm.interp import memorization as mem
+from tinyllm.interp import memorized as mem
 from tinyllm.models.gpt import GPT, GPTConfig
 from tinyllm.models.llama import Llama, LlamaConfig
 

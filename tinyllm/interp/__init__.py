@@ -2,5 +2,5 @@
 tinyllm/models/hooks.py), the logit and tuned lens, sparse autoencoders and memorization probes. docs/interp.md
 describes each instrument and what it was checked against."""
 from .lens import TunedLens, format_report, lens_report, logit_lens  # noqa: F401
-from .memorization import (ExposureResult, MemorizationResult, exposure, extraction, log_perplexities,  # noqa: F401
+from .memorized import (ExposureResult, MemorizationResult, exposure, extraction, log_perplexities,  # noqa: F401
                            memorization)
