@@ -9,6 +9,7 @@ which the fused attention never holds: tinyllm computes them beside it); every p
 --repeats forwards, the libraries and rows interleaved round by round; each library's ratio divides by its own
 no-hook forward. Threads: --threads for both (TINYLLM_THREADS, torch.set_num_threads), pinned (OMP_PROC_BIND)."""
 import argparse
+from importlib.metadata import version
 import os
 import statistics
 import sys
@@ -73,7 +74,8 @@ def main():
                 times[key].append(time.perf_counter() - start)
     med = {key: statistics.median(t) * 1e3 for key, t in times.items()}
     print(f"config M (6 layers, 6 heads, 384 wide), batch {args.batch} x {args.block} tokens, {args.threads} "
-          f"threads, median of {args.repeats}; tinyllm on the C runtime, TransformerLens {torch.__version__} eager")
+          f"threads, median of {args.repeats}; tinyllm on the C runtime, TransformerLens {version('transformer-lens')} "
+          f"on torch {torch.__version__} (eager)")
     print(f"| hooks | tinyllm ms | ratio to its no-hook forward | TransformerLens ms | ratio | tinyllm / TL |")
     print("|---|---:|---:|---:|---:|---:|")
     for row in rows:
