@@ -285,10 +285,12 @@ def train_step_loss(sae, x, dead=None):
     mse = ((recon - x) ** 2).mean()
     loss = mse
     if dead is not None and dead.any() and sae.aux_coef > 0:
-        k_aux = min(sae.aux_k, int(dead.sum()))
-        aux_idx = Tensor(_topk_indices(p, k_aux, allowed=dead).astype(np.int64), device=x.device)
+        # always aux_k columns (one graph shape, its schedule reused), those not dead masked out by a 0 weight
+        aux = _topk_indices(p, min(sae.aux_k, sae.d_hidden), allowed=dead)
+        aux_idx = Tensor(aux.astype(np.int64), device=x.device)
+        keep = Tensor(dead[aux].astype(np.float32), device=x.device)
         err = (x - recon).detach()
-        aux_recon = _sparse_decode(sae, pre.gather(1, aux_idx).relu(), aux_idx)
+        aux_recon = _sparse_decode(sae, pre.gather(1, aux_idx).relu() * keep, aux_idx)
         aux = ((aux_recon - err) ** 2).mean() / ((err * err).mean() + 1e-12)
         loss = loss + sae.aux_coef * aux
     active = np.take_along_axis(p, idx, 1) > 0
