@@ -8,9 +8,11 @@ import numpy as np
 
 from .. import factory, nn
 from ..nn import functional as F
+from ..nn.hooks import attention, point, point_expanded, point_heads
 from ..utils.checkpoint import checkpoint
 from ..utils.checks import whole_number
 from .generation import GenerationMixin, attend_cached, decode_layers, positions
+from .hooks import HookedMixin
 from .pretrained import PreTrainedModel
 
 
@@ -51,6 +53,8 @@ def check_config(name, config, sizes, dropout):
 
 
 class CausalSelfAttention(nn.Module):
+    hook_points = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
+
     def __init__(self, config):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
@@ -60,20 +64,20 @@ class CausalSelfAttention(nn.Module):
     def _qkv(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        return (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        return (point_heads(self, name, t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2))  # (B, nh, T, hs)
+                for name, t in (("hook_q", q), ("hook_k", k), ("hook_v", v)))
 
     def _out(self, y):
         B, _, T, _ = y.shape
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, self.n_embd)))
+        z = point(self, "hook_z", y.transpose(1, 2))  # (B, T, nh, hs)
+        return self.resid_dropout(self.c_proj(z.reshape(B, T, self.n_embd)))
 
     def forward(self, x, cache=None):
         """With `cache` (a list to append to): also the keys and values of x's positions (B, nh, T, hs)."""
         q, k, v = self._qkv(x)
         if cache is not None:
             cache.extend((k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        return self._out(y)
+        return self._out(attention(self, q, k, v, dropout_p=self.dropout if self.training else 0.0))
 
     def decode(self, x, k_cache, v_cache):
         """x (B, T, C) at the T positions after the cache's (generation.attend_cached): y and x's cache rows."""
@@ -82,6 +86,8 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
+    hook_points = ("hook_pre", "hook_post")
+
     def __init__(self, config):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
@@ -89,10 +95,13 @@ class MLP(nn.Module):
         self.approximate = GELU_FORMS[config.gelu]
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
+        pre = point(self, "hook_pre", self.c_fc(x))
+        return self.dropout(self.c_proj(point(self, "hook_post", F.gelu(pre, approximate=self.approximate))))
 
 
 class Block(nn.Module):
+    hook_points = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+
     def __init__(self, config):
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(config)
@@ -100,8 +109,9 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cache=None):
-        x = x + self.attn(self.ln_1(x), cache)
-        return x + self.mlp(self.ln_2(x))
+        x = point(self, "hook_resid_pre", x)
+        x = point(self, "hook_resid_mid", x + point(self, "hook_attn_out", self.attn(self.ln_1(x), cache)))
+        return point(self, "hook_resid_post", x + point(self, "hook_mlp_out", self.mlp(self.ln_2(x))))
 
     def decode(self, x, k_cache, v_cache):
         y, k, v = self.attn.decode(self.ln_1(x), k_cache, v_cache)
@@ -109,7 +119,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x)), k, v
 
 
-class GPT(PreTrainedModel, GenerationMixin, nn.Module):
+class GPT(PreTrainedModel, GenerationMixin, HookedMixin, nn.Module):
     """nanoGPT's GPT. Weights come from a checkpoint directory, `GPT.from_pretrained(dir)` (examples/gpt.py's
     --ckpt-dir, or `model.save_pretrained(dir)`'s: tinyllm/models/pretrained.py), or from nanoGPT's ckpt.pt,
     `GPT.from_nanogpt_checkpoint(path)`. (nanoGPT's own `GPT.from_pretrained('gpt2')` downloads Hugging Face's
@@ -144,6 +154,7 @@ class GPT(PreTrainedModel, GenerationMixin, nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self._init_weights()
         self.lm_head.weight = self.transformer.wte.weight  # weight tying, as GPT-2
+        self._name_hook_points()
 
     def _init_weights(self):
         """GPT-2's init: N(0, 0.02) for weights (1 for the layer norms'), 0 for biases, and residual projections
@@ -163,16 +174,17 @@ class GPT(PreTrainedModel, GenerationMixin, nn.Module):
         self._check_forward(idx, targets)
         x = self._features(idx)
         if targets is None:
-            return self.lm_head(x[:, -1:, :]), None  # inference: only the last position is needed
-        logits = self.lm_head(x)
+            return self._unembed(x[:, -1:, :]), None  # inference: only the last position is needed
+        logits = self._unembed(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def _features(self, idx, cache=None):
         """The last layer norm's output at every position of idx (B, T). With `cache` (a list), each layer's keys
         and values (B, nh, T, hs) are appended to it."""
-        pos = factory.arange(idx.shape[1], device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        pos = self.transformer.wpe(factory.arange(idx.shape[1], device=idx.device))
+        tok = point(self, "hook_embed", self.transformer.wte(idx))
+        x = self.transformer.drop(tok + point_expanded(self, "hook_pos_embed", pos, tok.shape))
         for block in self.transformer.h:
             x = checkpoint(block, x) if self.config.checkpoint and self.training and cache is None else block(x, cache)
         return self.transformer.ln_f(x)
@@ -224,6 +236,16 @@ class GPT(PreTrainedModel, GenerationMixin, nn.Module):
         no_decay = [p for p in params if p.ndim < 2]
         return AdamW([{"params": decay, "weight_decay": weight_decay},
                       {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate, betas=betas)
+
+    # ---- TransformerLens's hook points (tinyllm/models/hooks.py) ----
+    hook_points = ("hook_embed", "hook_pos_embed", "unembed.hook_in", "unembed.hook_out")
+
+    def _hook_modules(self):
+        yield "", self
+        for l, block in enumerate(self.transformer.h):
+            yield from ((f"blocks.{l}", block), (f"blocks.{l}.ln1", block.ln_1), (f"blocks.{l}.attn", block.attn),
+                        (f"blocks.{l}.ln2", block.ln_2), (f"blocks.{l}.mlp", block.mlp))
+        yield "ln_final", self.transformer.ln_f
 
     # ---- generation's hooks (tinyllm/models/generation.py) ----
     max_positions_field = "block_size"

@@ -15,9 +15,11 @@ import numpy as np
 
 from .. import factory, nn
 from ..nn import functional as F
+from ..nn.hooks import attention, point, point_heads
 from ..utils.checkpoint import checkpoint
 from .generation import GenerationMixin, attend_cached, decode_layers, positions
-from .gpt import GPT, check_config
+from .gpt import GPT, Block, check_config
+from .hooks import HookedMixin
 from .pretrained import PreTrainedModel
 
 
@@ -87,6 +89,9 @@ class LlamaConfig:
 
 
 class LlamaAttention(nn.Module):
+    hook_points = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_attn_scores", "hook_pattern",
+                   "hook_z")  # TransformerLens's: q and k before and after the rotation
+
     def __init__(self, config):
         c = config
         self.n_head, self.n_kv_head, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -99,24 +104,24 @@ class LlamaAttention(nn.Module):
     def _qkv(self, x, cos, sin):
         """q (B, H, T, hd) and k, v (B, H_kv, T, hd), q and k rotated to their positions."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        rotate = F.apply_rotary_pos_emb
-        return rotate(q, cos, sin, self.interleaved), rotate(k, cos, sin, self.interleaved), v
+        q, k, v = (point_heads(self, name, proj(x).view(B, T, heads, self.head_dim).transpose(1, 2))
+                   for name, proj, heads in (("hook_q", self.q_proj, self.n_head), ("hook_k", self.k_proj, self.n_kv_head),
+                                             ("hook_v", self.v_proj, self.n_kv_head)))
+        q, k = (point_heads(self, name, F.apply_rotary_pos_emb(t, cos, sin, self.interleaved))
+                for name, t in (("hook_rot_q", q), ("hook_rot_k", k)))
+        return q, k, v
 
     def _out(self, y):
         B, _, T, _ = y.shape
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+        z = point(self, "hook_z", y.transpose(1, 2))  # (B, T, H, hd)
+        return self.o_proj(z.reshape(B, T, self.n_head * self.head_dim))
 
     def forward(self, x, cos, sin, cache=None):
         """With `cache` (a list to append to): also the keys and values of x's positions (B, H_kv, T, hd)."""
         q, k, v = self._qkv(x, cos, sin)
         if cache is not None:
             cache.extend((k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        return self._out(y)
+        return self._out(attention(self, q, k, v, dropout_p=self.dropout if self.training else 0.0))
 
     def decode(self, x, cos, sin, k_cache, v_cache):
         """x (B, T, C) at the T positions after the cache's (generation.attend_cached): y and x's cache rows."""
@@ -125,6 +130,8 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
+    hook_points = Block.hook_points
+
     def __init__(self, config):  # in HF's order, so state dicts list the same keys in the same order
         self.self_attn = LlamaAttention(config)
         self.mlp = nn.SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
@@ -132,8 +139,11 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, x, cos, sin, cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = point(self, "hook_resid_pre", x)
+        attn_out = point(self, "hook_attn_out", self.self_attn(self.input_layernorm(x), cos, sin, cache))
+        x = point(self, "hook_resid_mid", x + attn_out)
+        mlp_out = point(self, "hook_mlp_out", self.mlp(self.post_attention_layernorm(x)))
+        return point(self, "hook_resid_post", x + mlp_out)
 
     def decode(self, x, cos, sin, k_cache, v_cache):
         y, k, v = self.self_attn.decode(self.input_layernorm(x), cos, sin, k_cache, v_cache)
@@ -152,7 +162,7 @@ class LlamaModel(nn.Module):
                                              interleaved=config.rope_interleaved)
 
 
-class Llama(PreTrainedModel, GenerationMixin, nn.Module):
+class Llama(PreTrainedModel, GenerationMixin, HookedMixin, nn.Module):
     """Hugging Face's LlamaForCausalLM: `model` (LlamaModel) and `lm_head`, tied to model.embed_tokens when
     config.tie_word_embeddings. model(idx) gives the logits at every position (B, T, V), as HF's;
     model(idx, targets) also the mean cross-entropy against targets (B, T) (the next tokens: unlike HF's
@@ -181,6 +191,7 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
         self._init_weights()
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self._name_hook_points()
 
     def _init_weights(self):
         """HF's init: N(0, initializer_range) for the embedding and every projection, 1 for the norms' weights,
@@ -197,7 +208,7 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
 
     def forward(self, idx, targets=None):
         self._check_forward(idx, targets)
-        logits = self.lm_head(self._features(idx))
+        logits = self._unembed(self._features(idx))
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
@@ -207,7 +218,7 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
         """The final norm's output at every position of idx (B, T); with `cache` (a list), each layer's keys and
         values (B, H_kv, T, hd), keys rotated, are appended to it."""
         cos, sin = self.model.rotary_emb(factory.arange(idx.shape[1], device=idx.device))
-        x = self.model.embed_tokens(idx)
+        x = point(self, "hook_embed", self.model.embed_tokens(idx))
         for layer in self.model.layers:
             if self.config.checkpoint and self.training and cache is None:
                 x = checkpoint(layer, x, cos, sin)
@@ -224,6 +235,17 @@ class Llama(PreTrainedModel, GenerationMixin, nn.Module):
         return model.to(device=device) if device is not None else model
 
     configure_optimizers = GPT.configure_optimizers  # AdamW, decay on the 2-D weights only
+
+    # ---- TransformerLens's hook points (tinyllm/models/hooks.py) ----
+    hook_points = ("hook_embed", "unembed.hook_in", "unembed.hook_out")
+
+    def _hook_modules(self):
+        yield "", self
+        for l, layer in enumerate(self.model.layers):
+            yield from ((f"blocks.{l}", layer), (f"blocks.{l}.ln1", layer.input_layernorm),
+                        (f"blocks.{l}.attn", layer.self_attn), (f"blocks.{l}.ln2", layer.post_attention_layernorm),
+                        (f"blocks.{l}.mlp", layer.mlp))
+        yield "ln_final", self.model.norm
 
     # ---- generation's hooks (tinyllm/models/generation.py) ----
     max_positions_field = "max_position_embeddings"

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from .. import autocast_mode as _autocast, dtype as dt
-from ..factory import bernoulli_mask
+from ..factory import bernoulli_mask, ones
 from ..tensor import Tensor
 
 
@@ -226,18 +226,24 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     heads = _gqa_heads(q, k, v, enable_gqa)
     if heads is not None:
         return _grouped_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, *heads)
+    att = attention_scores(q, k, attn_mask, is_causal, scale).softmax(-1)
+    if dropout_p:
+        att = dropout(att, dropout_p)
+    return att @ v
+
+
+def attention_scores(q, k, attn_mask=None, is_causal=False, scale=None):
+    """The scores scaled_dot_product_attention takes the softmax of: (q kᵀ) · scale, -inf where a bool mask (or
+    the causal one) drops a key, plus a float mask (TransformerLens's hook_attn_scores)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     att = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
-        from ..factory import ones
         keep = ones(L, S, dtype=dt.bool_, device=q.device).tril()
         att = att.masked_fill(~keep, float("-inf"))
     if attn_mask is not None:
         att = att.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype is dt.bool_ else att + attn_mask
-    att = att.softmax(-1)
-    if dropout_p:
-        att = dropout(att, dropout_p)
-    return att @ v
+    return att
 
 
 def _gqa_heads(q, k, v, enable_gqa):

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from .. import factory
-from . import functional as F
+from . import functional as F, hooks
 from .conv import conv
 from .module import Module, Parameter
 
@@ -46,7 +46,11 @@ class LayerNorm(Module):
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
 
+    hook_points = ("hook_scale", "hook_normalized")  # TransformerLens's (tinyllm/nn/hooks.py)
+
     def forward(self, x):
+        if hooks.wants(self, *self.hook_points):
+            return hooks.layer_norm(self, x)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
@@ -61,7 +65,11 @@ class RMSNorm(Module):
         self.eps = eps
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
 
+    hook_points = ("hook_scale", "hook_normalized")
+
     def forward(self, x):
+        if hooks.wants(self, *self.hook_points):
+            return hooks.rms_norm(self, x)
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self):
@@ -78,8 +86,12 @@ class SwiGLU(Module):
         self.up_proj = Linear(in_features, hidden_features, bias=bias)
         self.down_proj = Linear(hidden_features, in_features, bias=bias)
 
+    hook_points = ("hook_pre", "hook_pre_linear", "hook_post")  # TransformerLens's gated MLP's
+
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate = hooks.point(self, "hook_pre", self.gate_proj(x))
+        up = hooks.point(self, "hook_pre_linear", self.up_proj(x))
+        return self.down_proj(hooks.point(self, "hook_post", F.silu(gate) * up))
 
 
 class Dropout(Module):
