@@ -228,3 +228,67 @@ def test_metrics_match_numpy(kind):
     dead = int((~(f > 0).any(0)).sum())
     assert dead >= 3 and m["dead_features"] == dead and m["dead_fraction"] == pytest.approx(dead / 10)
     assert set(m) == {"explained_variance", "l0", "l1", "mse", "dead_features", "dead_fraction"}
+
+
+# ---- through a model's hooks ----------------------------------------------------------------------------------------
+HOOK = "blocks.0.hook_resid_post"
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    from helpers import spread_weights
+    from tinyllm.models import GPT, GPTConfig
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=11))
+    spread_weights(model, 0)
+    model.eval()
+    tokens = np.random.default_rng(0).integers(0, 11, 16 * 6)
+    return model, tokens
+
+
+def identity_sae(d):
+    """A real SAE that reconstructs exactly: latents relu(x) and relu(-x), decoded by +I and -I."""
+    sae = SparseAutoencoder(d, 2 * d, kind="relu")
+    eye = np.eye(d, dtype=np.float32)
+    sae.W_enc.copy_(np.concatenate([eye, -eye], 1))
+    sae.W_dec.copy_(np.concatenate([eye, -eye], 0))
+    return sae
+
+
+def test_ce_loss_score_is_one_for_a_perfect_and_zero_for_a_zero_reconstruction(tiny_gpt):
+    model, tokens = tiny_gpt
+    perfect = ce_loss_metrics(identity_sae(16), model, HOOK, tokens, batch_windows=4)  # two batches
+    assert perfect["ce_loss_score"] == pytest.approx(1.0, abs=1e-4)
+    zero = identity_sae(16)
+    zero.b_enc.copy_(np.full(32, -1e4, np.float32))  # no latent fires: the reconstruction is b_dec = 0
+    ablated = ce_loss_metrics(zero, model, HOOK, tokens)
+    assert ablated["ce_loss_score"] == pytest.approx(0.0, abs=1e-6)
+    # the three cross-entropies: the model's own next-token loss, and zeroing the residual changes it (a random
+    # model: not necessarily for the worse)
+    idx = tl.tensor(tokens.reshape(6, 16))
+    _, loss = model(idx[:, :-1], idx[:, 1:])
+    assert perfect["ce_loss_without_sae"] == pytest.approx(loss.item(), rel=1e-5)
+    assert perfect["ce_loss_with_sae"] == pytest.approx(loss.item(), rel=1e-4)
+    assert abs(ablated["ce_loss_with_ablation"] - loss.item()) > 0.1
+    half = identity_sae(16)  # half the reconstruction: a score between, by the formula
+    half.W_dec.copy_(half.W_dec.numpy() * 0.5)
+    m = ce_loss_metrics(half, model, HOOK, tokens)
+    want = (m["ce_loss_with_ablation"] - m["ce_loss_with_sae"]) / (m["ce_loss_with_ablation"] - m["ce_loss_without_sae"])
+    assert m["ce_loss_score"] == pytest.approx(want) and abs(want - 1) > 1e-3 and abs(want) > 1e-3
+    assert m["ce_loss_with_sae"] != pytest.approx(loss.item(), rel=1e-3)
+
+
+def test_train_on_a_models_hook_and_report_metrics(tiny_gpt):
+    """train_sae((model, hook_name, tokens)) reads the hook over windows of the context length; sae_metrics with
+    the model adds ce_loss_score."""
+    from tinyllm.interp.sae import collect_activations
+    model, tokens = tiny_gpt
+    acts = collect_activations(model, HOOK, tokens, batch_windows=4, progress=False)
+    _, cache = model.run_with_cache(tl.tensor(tokens.reshape(6, 16)), names_filter=[HOOK])
+    np.testing.assert_allclose(acts, cache[HOOK].numpy().reshape(-1, 16), rtol=1e-5, atol=1e-6)
+    sae = train_sae((model, HOOK, tokens), expansion=4, k=4, tokens=2048, batch_size=32, progress=False, lr=3e-3)
+    assert (sae.d_in, sae.d_hidden) == (16, 64)
+    m = sae_metrics(sae, acts, model=model, hook_name=HOOK, tokens=tokens)
+    assert m["l0"] <= 4 and 0.3 < m["explained_variance"] <= 1 and np.isfinite(m["ce_loss_score"])
+    with pytest.raises(ValueError, match=r"SparseAutoencoder.*d_in=16.*got width 64"):
+        sae_metrics(sae, np.zeros((4, 64), np.float32))
