@@ -1,6 +1,8 @@
 """Sparse autoencoders (tinyllm/interp/sae.py): the maps and gradients beside torch, recovery of planted feature
 directions by both kinds, the training invariants (unit-norm decoder rows, encoder = decoder transpose at init,
 resampling, AuxK), SAELens's metrics against NumPy formulas, ce_loss_score through a GPT's hooks, and errors."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -292,3 +294,33 @@ def test_train_on_a_models_hook_and_report_metrics(tiny_gpt):
     assert m["l0"] <= 4 and 0.3 < m["explained_variance"] <= 1 and np.isfinite(m["ce_loss_score"])
     with pytest.raises(ValueError, match=r"SparseAutoencoder.*d_in=16.*got width 64"):
         sae_metrics(sae, np.zeros((4, 64), np.float32))
+
+
+# ---- examples/interpret.py sae ----------------------------------------------------------------------------------
+def test_interpret_sae_example(tmp_path):
+    """On a checkpoint of examples/gpt.py --tiny: the metrics by SAELens's names, each feature's snippets, the PNG;
+    a layer out of range is one line on stderr and exit code 2."""
+    from helpers import run_example as run, small_corpus
+
+    def interpret(*flags):  # (run_example puts --runtime before the subcommand; interpret.py takes it after)
+        import subprocess
+        import sys
+        script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "interpret.py")
+        return subprocess.run([sys.executable, script, *flags, "--runtime", "numpy"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+    corpus = small_corpus(tmp_path)
+    r = run("gpt.py", "--tiny", "--data", str(corpus), "--ckpt-dir", str(tmp_path / "m"), "--max-iters", "2",
+            "--sample-tokens", "0", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    r = interpret("sae", "--ckpt-dir", str(tmp_path / "m"), "--layer", "0", "--tokens", "2048", "--collect", "1024",
+                  "--features", "2", "--snippets", "2", "--out-dir", str(out))
+    assert r.returncode == 0, r.stderr
+    for name in ("explained_variance", "l0", "l1", "mse", "dead_features", "ce_loss_score"):
+        assert f"  {name} " in r.stdout, r.stdout
+    assert r.stdout.count("top activations (the token in [ ])") == 2
+    png = out / "sae_features.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = interpret("sae", "--ckpt-dir", str(tmp_path / "m"), "--layer", "1", "--out-dir", str(out))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "--layer 1 is out of range: the model has 1 layer" in r.stderr
