@@ -104,10 +104,11 @@ def test_encode_decode_and_gradients_match_torch(kind):
         np.testing.assert_allclose(getattr(sae, name).grad.numpy(), g, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def test_training_step_of_topk_is_loss_parts():
-    """train_step_loss (top-k chosen on the host, the decoder a gather of k rows) gives loss_parts' loss and
+@pytest.mark.parametrize("d_hidden", [20, 160])  # the decoder: a masked product (20), a gather of k rows (160)
+def test_training_step_of_topk_is_loss_parts(d_hidden):
+    """train_step_loss (top-k chosen on the host, the decoder applied to those k) gives loss_parts' loss and
     gradients when no latent is dead, and reports which latents fired and the mean l0."""
-    sae = random_sae("topk", d_in=8, d_hidden=20, k=4, seed=2)
+    sae = random_sae("topk", d_in=8, d_hidden=d_hidden, k=4, seed=2)
     x = tl.tensor(np.random.default_rng(6).normal(0, 1, (11, 8)).astype(np.float32))
     loss, mse, fired, l0 = train_step_loss(sae, x)
     loss.backward()

@@ -258,11 +258,21 @@ def _topk_indices(p, k, allowed=None):
     return np.argpartition(-p, k - 1, axis=1)[:, :k]
 
 
-def _sparse_decode(sae, values, idx):
-    """sum_j values[:, j] * W_dec[idx[:, j]]: the decoder applied to k active latents per row by a gather, k·d_in
-    work per row instead of d_hidden·d_in (its gradient a scatter-add into W_dec's rows)."""
-    rows = sae.W_dec[idx]  # (B, k, d_in)
-    return (rows * values.unsqueeze(-1)).sum(1)
+def _decode_selected(sae, pre, idx, keep=None):
+    """sum_j relu(pre[b, idx[b, j]]) * W_dec[idx[b, j]] (no bias) for host indices idx (B, k), entries where `keep`
+    (a host bool array like idx) is False left out: the decoder applied to k chosen latents per row. Few per row
+    (k * 32 <= d_hidden): a gather of k rows of W_dec, k·d_in work per row instead of d_hidden·d_in (its gradient a
+    scatter-add into those rows); more: the dense product with a 0/1 mask, which is faster there."""
+    device = pre.device
+    if idx.shape[1] * 32 <= sae.d_hidden:
+        idx_t = Tensor(idx.astype(np.int64), device=device)
+        values = pre.gather(1, idx_t).relu()
+        if keep is not None:
+            values = values * Tensor(keep.astype(np.float32), device=device)
+        return (sae.W_dec[idx_t] * values.unsqueeze(-1)).sum(1)
+    mask = np.zeros(pre.shape, np.float32)
+    np.put_along_axis(mask, idx, 1.0 if keep is None else keep.astype(np.float32), axis=1)
+    return (pre.relu() * Tensor(mask, device=device)) @ sae.W_dec
 
 
 def train_step_loss(sae, x, dead=None):
@@ -271,7 +281,8 @@ def train_step_loss(sae, x, dead=None):
 
     relu: loss_parts(x). topk: the same maps as encode/decode, the top-k chosen on the host from the realized
     pre-activations (np.argpartition: the graph's argsort of d_hidden per row is the slow part otherwise) and the
-    decoder applied by a gather of the k rows; plus aux_coef * AuxK when `dead` (a bool mask) marks dead latents."""
+    decoder applied to those k (_decode_selected); plus aux_coef * AuxK when `dead` (a bool mask) marks dead
+    latents: the normalized MSE of the aux_k largest dead pre-activations' reconstruction of the error."""
     if sae.kind == "relu":
         out = sae.loss_parts(x)
         fired = out.feats.numpy() > 0
@@ -279,20 +290,16 @@ def train_step_loss(sae, x, dead=None):
     pre = sae.pre_acts(x)
     p = pre.numpy()
     idx = _topk_indices(p, sae.k)
-    idx_t = Tensor(idx.astype(np.int64), device=x.device)
-    values = pre.gather(1, idx_t).relu()
-    recon = _sparse_decode(sae, values, idx_t) + sae.b_dec
+    recon = _decode_selected(sae, pre, idx) + sae.b_dec
     mse = ((recon - x) ** 2).mean()
     loss = mse
     if dead is not None and dead.any() and sae.aux_coef > 0:
-        # always aux_k columns (one graph shape, its schedule reused), those not dead masked out by a 0 weight
+        # always aux_k latents (one graph shape, its schedule reused), those not dead weighted 0
         aux = _topk_indices(p, min(sae.aux_k, sae.d_hidden), allowed=dead)
-        aux_idx = Tensor(aux.astype(np.int64), device=x.device)
-        keep = Tensor(dead[aux].astype(np.float32), device=x.device)
         err = (x - recon).detach()
-        aux_recon = _sparse_decode(sae, pre.gather(1, aux_idx).relu() * keep, aux_idx)
-        aux = ((aux_recon - err) ** 2).mean() / ((err * err).mean() + 1e-12)
-        loss = loss + sae.aux_coef * aux
+        aux_recon = _decode_selected(sae, pre, aux, keep=dead[aux])
+        aux_loss = ((aux_recon - err) ** 2).mean() / ((err * err).mean() + 1e-12)
+        loss = loss + sae.aux_coef * aux_loss
     active = np.take_along_axis(p, idx, 1) > 0
     fired = np.zeros(sae.d_hidden, bool)
     fired[idx[active]] = True
