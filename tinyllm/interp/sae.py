@@ -193,9 +193,11 @@ def token_windows(tokens, length):
 
 
 def collect_activations(model, hook_name, tokens, max_tokens=None, batch_windows=8, progress=True):
-    """The activations at `hook_name` of `model` over `tokens` (1-D), read in windows of the model's context length
-    with model.run_with_cache(idx, names_filter=[hook_name]): a float32 NumPy array (n_tokens, width), n_tokens a
-    multiple of the context length (at most max_tokens, rounded down to whole windows)."""
+    """The activations at `hook_name` of `model` over `tokens` (1-D), read in windows of the model's context length:
+    a float32 NumPy array (n_tokens, width), n_tokens a multiple of the context length (at most max_tokens, rounded
+    down to whole windows). The values of model.run_with_cache(idx, names_filter=[hook_name]); read by a hook of
+    model.run_with_hooks that keeps the activation, whose logits are never realized, so only the graph up to the
+    hook runs (the layers after it cost nothing)."""
     T = context_length(model)
     windows = token_windows(tokens, T)
     if max_tokens is not None:
@@ -205,11 +207,9 @@ def collect_activations(model, hook_name, tokens, max_tokens=None, batch_windows
     with no_grad():
         for start in range(0, len(windows), batch_windows):
             idx = Tensor(windows[start:start + batch_windows], device=device)
-            _, cache = model.run_with_cache(idx, names_filter=[hook_name])
-            if hook_name not in cache:
-                raise ValueError(f"collect_activations: the model has no hook {hook_name!r} (its cache holds "
-                                 f"{sorted(cache)})")
-            acts = cache[hook_name].numpy()
+            kept = []
+            model.run_with_hooks(idx, fwd_hooks=[(hook_name, lambda act, hook: kept.append(act))])
+            acts = kept[0].numpy()
             acts = acts.reshape(-1, acts.shape[-1]).astype(np.float32)
             if out is None:
                 out = np.empty((windows.size, acts.shape[-1]), np.float32)
