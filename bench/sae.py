@@ -53,7 +53,7 @@ def main():
     p.add_argument("--tokens", type=int, default=2_000_000, help="activation vectors the SAE trains on")
     p.add_argument("--collect", type=int, default=262_144, help="train-split tokens whose activations are read")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=4e-3)
     p.add_argument("--aux-coef", type=float, default=1 / 32)
     p.add_argument("--dead-tokens", type=int, default=None, help="a latent is dead after this many tokens unfired")
     p.add_argument("--eval-tokens", type=int, default=65_536)

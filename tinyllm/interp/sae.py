@@ -306,7 +306,7 @@ def train_step_loss(sae, x, dead=None):
     return loss, mse, fired, float(active.sum(1).mean())
 
 
-def resample_dead(sae, optimizer, x, dead, rng):
+def resample_dead(sae, optimizer, x, dead, rng, encoder_scale=0.2):
     """Towards Monosemanticity's resampling of dead latents (relu): each dead latent's decoder row becomes a
     normalized input drawn with probability proportional to its squared reconstruction loss, its encoder column
     that direction scaled to 0.2 x the mean norm of the live encoder columns, its encoder bias 0, and the Adam
@@ -325,7 +325,7 @@ def resample_dead(sae, optimizer, x, dead, rng):
     alive = ~dead
     enc_norm = np.linalg.norm(W_enc[:, alive], axis=0).mean() if alive.any() else 1.0
     W_dec[dead_ids] = dirs
-    W_enc[:, dead_ids] = dirs.T * 0.2 * enc_norm
+    W_enc[:, dead_ids] = dirs.T * encoder_scale * enc_norm
     b_enc[dead_ids] = 0
     for p, value in ((sae.W_enc, W_enc), (sae.W_dec, W_dec), (sae.b_enc, b_enc)):
         p.copy_(value.astype(np.float32))
@@ -342,9 +342,20 @@ def resample_dead(sae, optimizer, x, dead, rng):
     return len(dead_ids)
 
 
+def init_from_data(sae, directions):
+    """Start each latent at a data point: W_dec's rows the normalized rows of `directions` (d_hidden, d_in: samples
+    of x - b_dec), W_enc their transpose. Every latent then starts inside the data's subspace and fires on the
+    inputs near its point; random directions in a residual stream whose variance sits in few dimensions leave most
+    latents below the top-k threshold from the first step, dead before AuxK or resampling can reach them."""
+    w = np.asarray(directions, np.float64)
+    w = (w / np.maximum(np.linalg.norm(w, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    sae.W_dec.copy_(w)
+    sae.W_enc.copy_(np.ascontiguousarray(w.T))
+
+
 def train_sae(source, d_hidden=None, expansion=8, kind="topk", k=32, l1=5.0, tokens=2_000_000, batch_size=1024,
-              lr=1e-3, aux_k=None, aux_coef=1 / 32, dead_tokens=None, resample_at=(0.25, 0.5, 0.75), device=None,
-              progress=True, seed=0, max_tokens=None, log_every=50):
+              lr=1e-3, aux_k=None, aux_coef=1 / 32, dead_tokens=None, resample_at=None, resample_scale=None, device=None,
+              progress=True, seed=0, max_tokens=None, log_every=50, init="data"):
     """Train a SparseAutoencoder with tinyllm's Adam on `source`, for `tokens` activation vectors seen (passes over
     the data, reshuffled each pass), in batches of `batch_size`; returns the SAE, with `sae.train_log`, a dict:
     history (a list of {step, tokens, loss, mse, l0, dead_fraction} every `log_every` steps), tokens (seen),
@@ -357,7 +368,8 @@ def train_sae(source, d_hidden=None, expansion=8, kind="topk", k=32, l1=5.0, tok
     (`scale`; the learning rate and l1 then do not depend on the layer's scale) and the scale is folded back into
     b_enc and b_dec at the end (the features of raw activations are s times those of scaled ones); b_dec starts at
     the geometric median of a sample; W_dec's gradient loses its component along the rows before each step and the
-    rows are normalized after it. relu: dead latents (not fired in `dead_tokens`, default 1/5 of the run) are
+    rows are normalized after it. init="data" (default) starts the latents at random data points (init_from_data;
+    W_enc still W_dec's transpose), init="random" at the constructor's random directions. relu: dead latents (not fired in `dead_tokens`, default 1/5 of the run) are
     resampled at the fractions `resample_at` of the run. topk: AuxK on the latents dead for `dead_tokens`
     (default: min(100k, 1/10 of the run)). A tqdm bar shows the rate and ETA."""
     if isinstance(source, tuple):
@@ -383,10 +395,19 @@ def train_sae(source, d_hidden=None, expansion=8, kind="topk", k=32, l1=5.0, tok
     rng = np.random.default_rng(seed)
     sample = acts[rng.choice(n, size=min(n, 4096), replace=False)]
     scale = float(np.sqrt((sample.astype(np.float64) ** 2).sum(1).mean() / d_in)) or 1.0
-    sae.b_dec.copy_((geometric_median(sample / scale)).astype(np.float32))
+    b_dec = geometric_median(sample / scale).astype(np.float32)
+    sae.b_dec.copy_(b_dec)
+    if init == "data":
+        init_from_data(sae, acts[rng.choice(n, size=d_hidden, replace=n < d_hidden)] / scale - b_dec)
+    elif init != "random":
+        raise ValueError(f"train_sae: init must be 'data' or 'random', got {init!r}")
     opt = Adam(sae.parameters(), lr=lr)
     steps = max(1, math.ceil(tokens / batch_size))
-    resample_steps = {int(f * steps) for f in resample_at} if kind == "relu" else set()
+    if resample_at is None:
+        resample_at = (0.25, 0.5, 0.75) if kind == "relu" else ()
+    if resample_scale is None:
+        resample_scale = 0.2 if kind == "relu" else 1.0
+    resample_steps = {max(1, int(f * steps)) for f in resample_at}
     log = {"history": [], "tokens": 0, "seconds": 0.0, "scale": scale, "resampled": 0}
     bar = progress_bar(steps * min(batch_size, n), f"SAE {kind} {d_in}→{d_hidden}", "tok") if progress else None
     order, pos, start = rng.permutation(n), 0, time.perf_counter()
@@ -408,7 +429,7 @@ def train_sae(source, d_hidden=None, expansion=8, kind="topk", k=32, l1=5.0, tok
         log["tokens"] += len(batch)
         if step in resample_steps:
             log["resampled"] += resample_dead(sae, opt, acts[rng.choice(n, min(n, 8192), replace=False)] / scale,
-                                              sae.dead_mask(), rng)
+                                              sae.dead_mask(), rng, resample_scale)
         if step % log_every == 0 or step == steps:
             entry = {"step": step, "tokens": log["tokens"], "loss": loss.item(), "mse": mse.item(), "l0": l0,
                      "dead_fraction": float(sae.dead_mask().mean())}
