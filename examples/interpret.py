@@ -171,7 +171,7 @@ def parse_args(argv=None):
     q.add_argument("--expansion", type=int, default=8, help="latents per residual dimension (default: %(default)s)")
     q.add_argument("--k", type=int, default=16, help="active latents per token, top-k (default: %(default)s)")
     q.add_argument("--batch-size", type=int, default=512, help="SAE batch size (default: %(default)s)")
-    q.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default: %(default)s)")
+    q.add_argument("--lr", type=float, default=4e-3, help="Adam's learning rate (default: %(default)s)")
     q.add_argument("--features", type=int, default=6, help="features to show (default: %(default)s)")
     q.add_argument("--snippets", type=int, default=5, help="top-activating snippets per feature (default: "
                                                            "%(default)s)")
