@@ -282,7 +282,8 @@ def train_step_loss(sae, x, dead=None):
     relu: loss_parts(x). topk: the same maps as encode/decode, the top-k chosen on the host from the realized
     pre-activations (np.argpartition: the graph's argsort of d_hidden per row is the slow part otherwise) and the
     decoder applied to those k (_decode_selected); plus aux_coef * AuxK when `dead` (a bool mask) marks dead
-    latents: the normalized MSE of the aux_k largest dead pre-activations' reconstruction of the error."""
+    latents: the normalized MSE of the aux_k largest dead pre-activations' reconstruction of the error e = x - x_hat,
+    as OpenAI's train.py computes it: per row ||W_dec z_aux - e||^2 / ||e + b_dec||^2, averaged."""
     if sae.kind == "relu":
         out = sae.loss_parts(x)
         fired = out.feats.numpy() > 0
@@ -298,7 +299,9 @@ def train_step_loss(sae, x, dead=None):
         aux = _topk_indices(p, min(sae.aux_k, sae.d_hidden), allowed=dead)
         err = (x - recon).detach()
         aux_recon = _decode_selected(sae, pre, aux, keep=dead[aux])
-        aux_loss = ((aux_recon - err) ** 2).mean() / ((err * err).mean() + 1e-12)
+        # OpenAI's normalized MSE of (W_dec z_aux + b_dec) against (err + b_dec), per row (their train.py)
+        target = err + sae.b_dec.detach()
+        aux_loss = (((aux_recon - err) ** 2).mean(-1) / ((target * target).mean(-1) + 1e-12)).mean()
         loss = loss + sae.aux_coef * aux_loss
     active = np.take_along_axis(p, idx, 1) > 0
     fired = np.zeros(sae.d_hidden, bool)
@@ -373,7 +376,7 @@ def train_sae(source, d_hidden=None, expansion=8, kind="topk", k=32, l1=5.0, tok
     transpose), init="random" at the constructor's random directions. On a residual stream whose variance sits in
     a few directions, random directions leave many latents below every top-k threshold from the first steps
     (bench/sae.py, a config M model's 3072 latents after 2M tokens: 59 % dead at init="random" and lr 1e-3, AuxK
-    notwithstanding; 2 % at init="data" and lr 4e-3, 0.7 % over the last 100k training tokens).
+    notwithstanding; about 2 % at init="data" and lr 4e-3, under 1 % over the last 100k training tokens).
 
     relu: dead latents (not fired in `dead_tokens`, default 1/5 of the run) are resampled (resample_dead, encoder
     columns at resample_scale = 0.2 x the live ones' mean norm) at the fractions `resample_at` of the run (default
