@@ -2,7 +2,7 @@
 blocks.N.hook_resid_post of examples/gpt.py's config M Shakespeare model, trained with tinyllm's autograd and Adam
 on the C runtime; its explained variance, L0, dead latents and ce_loss_score on held-out text.
 
-    python bench/sae.py --ckpt-dir /work/models/shakespeare-M            # layer 2, 8x, top-32, ~2M tokens
+    python bench/sae.py --ckpt-dir out/gpt-m            # layer 2, 8x, top-32, ~2M tokens
     python bench/sae.py --ckpt-dir DIR --layer 3 --tokens 1000000 --lr 2e-3
 
 The activations are read once (--collect tokens of the train split, windows of the model's context length), then
@@ -47,7 +47,7 @@ def split_tokens(ckpt_dir, name):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ckpt-dir", default="/work/models/shakespeare-M")
+    p.add_argument("--ckpt-dir", required=True, help="a checkpoint directory of examples/gpt.py")
     p.add_argument("--layer", type=int, default=2)
     p.add_argument("--expansion", type=int, default=8)
     p.add_argument("--k", type=int, default=32)
@@ -96,10 +96,11 @@ def main():
     print(f"# activations: {len(acts):,} train tokens read in {collect_s:.0f} s; metrics on {len(eval_acts):,} "
           f"val tokens, ce_loss_score on {args.eval_windows} val windows ({eval_s:.0f} s)")
     print()
-    print("| tokens trained | seconds | CPU seconds | tokens/s | explained_variance | l0 | dead (fraction) | ce_loss_score | "
-          "CE clean / SAE / zero-ablated |")
+    print("| tokens trained | seconds | CPU seconds | tokens/s | explained_variance | l0 | dead (fraction) "
+          "| ce_loss_score | CE clean / SAE / zero-ablated |")
     print("|---|---|---|---|---|---|---|---|---|")
-    print(f"| {sae.train_log['tokens']:,} | {train_s:.0f} | {train_cpu:.0f} | {sae.train_log['tokens'] / train_s:,.0f} | "
+    print(f"| {sae.train_log['tokens']:,} | {train_s:.0f} | {train_cpu:.0f} | "
+          f"{sae.train_log['tokens'] / train_s:,.0f} | "
           f"{m['explained_variance']:.3f} | {m['l0']:.1f} | {m['dead_features']} ({m['dead_fraction']:.2%}) | "
           f"{m['ce_loss_score']:.3f} | {m['ce_loss_without_sae']:.3f} / {m['ce_loss_with_sae']:.3f} / "
           f"{m['ce_loss_with_ablation']:.3f} |")

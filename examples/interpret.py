@@ -150,7 +150,8 @@ def sae(args):
         raise UsageError(f"--layer {layer} is out of range: the model has {n_layer} layers (0 to {n_layer - 1})")
     hook = f"blocks.{layer}.hook_resid_post"
     train_ids, held_out = sae_text(args.ckpt_dir, tok, ckpt)
-    print(f"SAE on {hook} of {args.ckpt_dir} ({n_layer} layer{'s' if n_layer != 1 else ''}, {ckpt['config'].get('n_embd', '?')} wide), "
+    width = ckpt["config"].get("n_embd", ckpt["config"].get("hidden_size", "?"))
+    print(f"SAE on {hook} of {args.ckpt_dir} ({n_layer} layer{'s' if n_layer != 1 else ''}, {width} wide), "
           f"runtime {args.device}")
     acts = collect_activations(model, hook, train_ids[:args.collect])
     sae_model = train_sae(acts, expansion=args.expansion, kind="topk", k=args.k, tokens=args.tokens,

@@ -1,7 +1,6 @@
 """Sparse autoencoders (tinyllm/interp/sae.py): the maps and gradients beside torch, recovery of planted feature
 directions by both kinds, the training invariants (unit-norm decoder rows, encoder = decoder transpose at init,
 resampling, AuxK), SAELens's metrics against NumPy formulas, ce_loss_score through a GPT's hooks, and errors."""
-import os
 
 import numpy as np
 import pytest
@@ -55,7 +54,8 @@ def numpy_encode(sae, x):
 
 def torch_loss(sae, x):
     """The SAE's loss in torch, written from the formulas, with the parameters as leaf tensors."""
-    params = {n: torch.tensor(getattr(sae, n).numpy(), requires_grad=True) for n in ("W_enc", "b_enc", "W_dec", "b_dec")}
+    params = {n: torch.tensor(getattr(sae, n).numpy(), requires_grad=True)
+              for n in ("W_enc", "b_enc", "W_dec", "b_dec")}
     xt = torch.tensor(x)
     pre = (xt - params["b_dec"]) @ params["W_enc"] + params["b_enc"]
     if sae.kind == "relu":
@@ -278,7 +278,8 @@ def test_ce_loss_score_is_one_for_a_perfect_and_zero_for_a_zero_reconstruction(t
     half = identity_sae(16)  # half the reconstruction: a score between, by the formula
     half.W_dec.copy_(half.W_dec.numpy() * 0.5)
     m = ce_loss_metrics(half, model, HOOK, tokens)
-    want = (m["ce_loss_with_ablation"] - m["ce_loss_with_sae"]) / (m["ce_loss_with_ablation"] - m["ce_loss_without_sae"])
+    ablated = m["ce_loss_with_ablation"]
+    want = (ablated - m["ce_loss_with_sae"]) / (ablated - m["ce_loss_without_sae"])
     assert m["ce_loss_score"] == pytest.approx(want) and abs(want - 1) > 1e-3 and abs(want) > 1e-3
     assert m["ce_loss_with_sae"] != pytest.approx(loss.item(), rel=1e-3)
 
@@ -305,12 +306,8 @@ def test_interpret_sae_example(tmp_path):
     a layer out of range is one line on stderr and exit code 2."""
     from helpers import run_example as run, small_corpus
 
-    def interpret(*flags):  # (run_example puts --runtime before the subcommand; interpret.py takes it after)
-        import subprocess
-        import sys
-        script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "interpret.py")
-        return subprocess.run([sys.executable, script, *flags, "--runtime", "numpy"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300)
+    def interpret(*flags):
+        return run("interpret.py", *flags, cwd=tmp_path)
     corpus = small_corpus(tmp_path)
     r = run("gpt.py", "--tiny", "--data", str(corpus), "--ckpt-dir", str(tmp_path / "m"), "--max-iters", "2",
             "--sample-tokens", "0", cwd=tmp_path)

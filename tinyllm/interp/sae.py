@@ -356,7 +356,8 @@ def init_from_data(sae, directions):
 
 
 def train_sae(source, d_hidden=None, expansion=8, kind="topk", k=32, l1=5.0, tokens=2_000_000, batch_size=1024,
-              lr=4e-3, aux_k=None, aux_coef=1 / 32, dead_tokens=None, resample_at=None, resample_scale=None, device=None,
+              lr=4e-3, aux_k=None, aux_coef=1 / 32, dead_tokens=None, resample_at=None, resample_scale=None,
+              device=None,
               progress=True, seed=0, max_tokens=None, log_every=50, init="data"):
     """Train a SparseAutoencoder with tinyllm's Adam on `source`, for `tokens` activation vectors seen (passes over
     the data, reshuffled each pass), in batches of `batch_size`; returns the SAE, with `sae.train_log`, a dict:
