@@ -171,6 +171,8 @@ def sae(args):
     for f, column in zip(features, values.T):
         print(f"\nfeature {f}: fires on {(column > 0).mean():.2%} of tokens; top activations (the token in [ ]):")
         for pos in np.argsort(-column)[:args.snippets]:
+            if column[pos] <= 0:  # a rare feature: fewer firings than --snippets
+                break
             print(f"  {column[pos]:7.3f}  {snippet(tok, tokens, pos)}")
     os.makedirs(args.out_dir, exist_ok=True)
     path = plot_features(features, values, os.path.join(args.out_dir, "sae_features.png"), hook)
