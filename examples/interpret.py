@@ -203,8 +203,8 @@ def sae_text(ckpt_dir, tok, ckpt):
 
 
 def pick_features(sae_model, acts, count, batch_size=4096):
-    """`count` live latents spread over the range of firing rates (the most and least frequent left out), and their
-    activations on `acts`: (ids, values (N, count))."""
+    """`count` live latents spread over the range of firing rates (the most and least frequent left out; those that
+    fire on at least 20 tokens where there are enough), and their activations on `acts`: (ids, values (N, count))."""
     import numpy as np
     from tinyllm import Tensor, no_grad
     fired, device = np.zeros(sae_model.d_hidden, np.int64), sae_model.W_enc.device
@@ -215,6 +215,8 @@ def pick_features(sae_model, acts, count, batch_size=4096):
     live = np.flatnonzero(fired)[np.argsort(fired[fired > 0])]
     if not len(live):
         raise UsageError("the SAE has no live latent: train it on more tokens (--tokens)")
+    common = live[fired[live] >= 20]  # a histogram of a handful of firings shows little: those that fire enough
+    live = common if len(common) >= count else live
     ids = live[np.linspace(len(live) // 10, len(live) - 1 - len(live) // 10, min(count, len(live))).astype(int)]
     values = np.empty((len(acts), len(ids)), np.float32)
     with no_grad():
