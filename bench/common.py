@@ -1,6 +1,7 @@
 """What every bench shares: the environment of a worker subprocess that runs at a fixed thread count, the pause
 between libraries timed side by side, and the training step they time."""
 import os
+import platform
 
 SETTLE_S = 0.15  # sleep between libraries: > OpenBLAS's idle spin (2^28 cycles, ~0.1 s) and libgomp's (~ms)
 
@@ -37,3 +38,15 @@ def gpt_train_step(model, opt, autocast=None):
         opt.zero_grad()
         return loss
     return step
+
+
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo), for a bench's header."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

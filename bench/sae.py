@@ -15,7 +15,6 @@ on a machine shared with other work the wall time grows, the CPU time much less.
 """
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -24,17 +23,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from common import cpu_model  # noqa: E402  (bench/common.py: bench/ is the script directory)
 
 
 def split_tokens(ckpt_dir, name):
@@ -87,7 +76,7 @@ def main():
 
     cfg = ckpt["config"]
     print(f"# python bench/sae.py {' '.join(sys.argv[1:])}")
-    print(f"# CPU: {cpu_name()}, {os.cpu_count()} cores; load average {load[0]:.1f}-{load[1]:.1f}; runtime "
+    print(f"# CPU: {cpu_model()}, {os.cpu_count()} cores; load average {load[0]:.1f}-{load[1]:.1f}; runtime "
           f"{args.runtime}")
     print(f"# model: {args.ckpt_dir} (gpt, {cfg['n_layer']} layers, {cfg['n_embd']} wide, context {cfg['block_size']}),"
           f" hook {hook}")

@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import importlib.metadata  # noqa: E402
 import importlib.resources  # noqa: E402
 
+from common import cpu_model  # noqa: E402  (bench/common.py: bench/ is the script directory)
 import tiktoken  # noqa: E402
 import tiktoken.load  # noqa: E402
 import tokenizers  # noqa: E402
@@ -96,17 +97,6 @@ def timed(fn):
 
 def summary(seconds):
     return statistics.median(seconds), min(seconds), max(seconds)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def version(package):
