@@ -110,7 +110,7 @@ __attribute__((target("avx512f,fma"))) static double fma_time_512(int iters) {
 
 // The best of several alternating tries of each, so a preemption or a neighbour's burst on a shared core does
 // not decide; the first tries also warm the 512-bit unit up (Intel powers its upper half on demand).
-static int full_width_once(void) {
+static int calibrate_full_width(void) {
     const int iters = 2000;  // 24k FMAs: ~10 us at 2 per cycle and 1.2 GHz
     double t256 = 1e30, t512 = 1e30;
     for (int r = 0; r < 24; r++) {
@@ -121,15 +121,6 @@ static int full_width_once(void) {
     // Same instruction count: full width takes the same time for twice the FLOPs (ratio 1), double-pumped twice
     // the time (ratio 2).
     return t512 < 1.33 * t256;
-}
-
-// Interference only slows a try down, and a slowed 512-bit best reads as double-pumped: on a busy machine (a
-// vCPU descheduled through a whole round) one calibration can say so of a full-width unit. A "full" verdict
-// cannot come from noise, so up to four rounds, the first "full" deciding.
-static int calibrate_full_width(void) {
-    for (int round = 0; round < 4; round++)
-        if (full_width_once()) return 1;
-    return 0;
 }
 #else
 static int calibrate_full_width(void) { return 0; }
