@@ -27,7 +27,7 @@ LAYERS = [
     ("library", ["tinyllm.nn", "tinyllm.optim", "tinyllm.amp", "tinyllm.quantization", "tinyllm.sampling",
                  "tinyllm.utils"]),
     ("models", ["tinyllm.models"]),
-    ("applications", ["tinyllm.distributed", "tinyllm.tokenizer", "tinyllm.interp"]),
+    ("applications", ["tinyllm.distributed", "tinyllm.tokenizer", "tinyllm.interp", "tinyllm.grammar"]),
 ]
 
 # (importer, imported): allowed against the contract, each with its reason. Keep this short.

@@ -70,7 +70,7 @@ class GenerationMixin:
 
     @no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, *, top_p=None, min_p=None, generator=None,
-                 use_cache=True, draft_model=None, num_speculative_tokens=4, stream=False, stats=None):
+                 use_cache=True, draft_model=None, num_speculative_tokens=4, stream=False, stats=None, grammar=None):
         """Extend idx (B, T) by max_new_tokens tokens, each sampled from the model's next-token distribution given
         the last max_positions tokens (nanoGPT's crop) and fed back in. Returns the (B, T + max_new_tokens) int64
         tensor; with stream=True, an iterator that yields each step's new tokens as a (B, 1) int64 tensor as soon
@@ -89,6 +89,11 @@ class GenerationMixin:
         follow this model's own distribution exactly, faster when the draft is much cheaper than this model and
         guesses well (a high acceptance rate).
 
+        grammar (tinyllm.grammar.compile's, for this model's tokenizer): every row's continuation is a string of the
+        grammar's language followed by end of text, rows that end early padded with end of text; the mask is applied
+        to the logits before temperature, top-k and top-p, so each token is drawn from the model's distribution
+        renormalised over the tokens the grammar allows. (Not with a draft model yet.)
+
         stats (a dict, optional) is cleared and filled in place as the tokens are generated: "emitted", the new
         tokens so far, and with a draft model its acceptance counts, named as vLLM's speculative-decoding metrics
         name them: "rounds" (verifications), "proposed" (draft tokens proposed), "accepted" (of them, accepted) and
@@ -101,6 +106,12 @@ class GenerationMixin:
         factory.numpy_generator(generator)  # (its TypeError now, not at the first token)
         if draft_model is not None:
             self._check_draft(draft_model, idx, num_speculative_tokens, name)
+            if grammar is not None:
+                raise NotImplementedError(f"{name}: grammar= with draft_model= (speculative decoding) is not built "
+                                          "yet (issue 45): generate without the draft")
+        if grammar is not None and grammar.n_vocab > self.config.vocab_size:
+            raise ValueError(f"{name}: the grammar's tokenizer has {grammar.n_vocab} tokens, more than the model's "
+                             f"vocab_size {self.config.vocab_size}: compile it for this model's tokenizer")
         ids = idx.numpy()
         vocab = self.config.vocab_size
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):
@@ -116,7 +127,7 @@ class GenerationMixin:
         stats["emitted"] = 0
         sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
         if draft_model is None:
-            steps = self._generate_steps(idx, max_new_tokens, sampling, generator, use_cache, stats)
+            steps = self._generate_steps(idx, max_new_tokens, sampling, generator, use_cache, stats, grammar)
         else:
             stats.update(rounds=0, proposed=0, accepted=0, draft_acceptance_rate=math.nan)
             self.speculative_stats = stats
@@ -174,22 +185,43 @@ class GenerationMixin:
                              f"{self.config.vocab_size}: a draft must share the target's tokens")
         whole_number(fn, "num_speculative_tokens", k, 1)
 
-    def _generate_steps(self, idx, max_new_tokens, sampling, generator, use_cache, stats):
+    def _generate_steps(self, idx, max_new_tokens, sampling, generator, use_cache, stats, grammar=None):
         """The generator behind generate(): no_grad around each step's work (a generator's body runs while its
         caller's code runs, so a no_grad spanning a yield would leak into the caller)."""
         with no_grad():
             ids = idx.numpy().astype(np.int64)
             decoder = self._decoder(ids.shape[0], idx.device, use_cache)
+        matchers = None if grammar is None else [grammar.matcher() for _ in range(ids.shape[0])]
         try:
             for _ in range(max_new_tokens):
                 with no_grad():
                     logits = decoder.logits(ids)
+                    if matchers is not None:
+                        logits = logits.masked_fill(~self._grammar_mask(grammar, matchers, logits), float("-inf"))
                     nxt = sample(logits, **sampling, generator=generator).numpy().astype(np.int64)
+                    for m, token in zip(matchers or (), nxt[:, 0]):
+                        if not m.is_terminated():
+                            m.accept(token)
                     ids = np.concatenate([ids, nxt], axis=1)
                 stats["emitted"] += 1
                 yield Tensor(nxt, device=idx.device)
         finally:
             decoder.busy = False
+
+    def _grammar_mask(self, grammar, matchers, logits):
+        """(B, vocab) bool tensor of the tokens each row's matcher allows; a finished row allows end of text alone
+        (its padding), and the model's ids past the tokenizer's are never allowed."""
+        mask = np.zeros((len(matchers), logits.shape[-1]), bool)
+        for row, m in zip(mask, matchers):
+            if m.is_terminated():
+                row[grammar.eot] = True
+            else:
+                row[:grammar.n_vocab] = m.allowed()
+                if not row.any():
+                    raise ValueError(f"{type(self).__name__}.generate: no token of the vocabulary continues the "
+                                     f"output in {grammar.description}: the grammar needs bytes this tokenizer's "
+                                     "tokens cannot spell")
+        return Tensor(mask, device=logits.device)
 
     def _speculative_steps(self, draft, idx, max_new_tokens, k, sampling, generator, stats):
         """generate() with a draft model (Leviathan et al. 2023; Chen et al. 2023). Each round the draft proposes

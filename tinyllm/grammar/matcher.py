@@ -1,0 +1,211 @@
+"""A grammar's byte automaton matched against a tokenizer's tokens: which tokens may come next.
+
+A grammar is compiled to a deterministic automaton over bytes (tinyllm/grammar/regex_dfa.py for regexes; the
+`LiteralDFA` below for a set of strings) whose every state can still reach acceptance. Tokens are byte strings
+(`decode_single_token_bytes`), held in a trie; the mask of a state walks the trie once, stepping the automaton by
+each edge's byte and cutting every subtree whose state is dead (LLGuidance's token-trie walk). A token that ends
+in the middle of a UTF-8 character is allowed exactly when some continuation of that character can still match,
+since the automaton runs on bytes. The mask depends on the automaton's state alone, so each state's mask is
+computed once and cached. End of text (the tokenizer's `eot_token`) is allowed exactly where the output so far is
+in the language; it is never text.
+"""
+import weakref
+
+import numpy as np
+
+DEAD = -1
+
+
+class LiteralDFA:
+    """The automaton of a finite set of byte strings: a trie, state 0 its root; every state is live (it lies on
+    the way to some string)."""
+
+    def __init__(self, strings):
+        self.edges, self.final = [{}], [False]
+        for s in strings:
+            state = 0
+            for b in s:
+                nxt = self.edges[state].get(b)
+                if nxt is None:
+                    nxt = len(self.edges)
+                    self.edges[state][b] = nxt
+                    self.edges.append({})
+                    self.final.append(False)
+                state = nxt
+            self.final[state] = True
+        self.start = 0
+
+    def step(self, state, byte):
+        return self.edges[state].get(byte, DEAD) if state != DEAD else DEAD
+
+    def accepting(self, state):
+        return state != DEAD and self.final[state]
+
+    def live(self, state):
+        return state != DEAD
+
+
+class TokenTrie:
+    """The tokenizer's tokens (all but end of text) as a trie over their bytes: `children[node]` {byte: node},
+    `ends[node]` the ids of the tokens whose bytes end there. Built once per tokenizer."""
+
+    def __init__(self, tokenizer, eot):
+        self.children, self.ends = [{}], [[]]
+        for i in range(tokenizer.n_vocab):
+            if i == eot:
+                continue
+            node = 0
+            for b in tokenizer.decode_single_token_bytes(i):
+                nxt = self.children[node].get(b)
+                if nxt is None:
+                    nxt = len(self.children)
+                    self.children[node][b] = nxt
+                    self.children.append({})
+                    self.ends.append([])
+                node = nxt
+            self.ends[node].append(i)
+
+    def allowed(self, dfa, state, out):
+        """Set out[id] for every token whose bytes, fed to `dfa` from `state`, leave it live (an iterative walk)."""
+        stack = [(0, state)]
+        while stack:
+            node, s = stack.pop()
+            if node:  # the root's tokens are empty byte strings: they change nothing and are never allowed
+                out[self.ends[node]] = True
+            for b, child in self.children[node].items():
+                t = dfa.step(s, b)
+                if t != DEAD:
+                    stack.append((child, t))
+
+
+def _token_bytes_access(tokenizer):
+    missing = [a for a in ("n_vocab", "eot_token", "decode_single_token_bytes") if not hasattr(tokenizer, a)]
+    if missing:
+        raise TypeError(f"grammar.compile: the tokenizer ({type(tokenizer).__name__}) has no {', '.join(missing)}: a "
+                        "grammar needs each token's bytes (tiktoken's Encoding and tinyllm's Tokenizer have them)")
+
+
+class Grammar:
+    """A compiled grammar for one tokenizer: its automaton, the tokenizer's token trie, and each state's mask
+    (cached). `matcher()` starts a new output."""
+
+    def __init__(self, dfa, tokenizer, trie, description):
+        self.dfa, self.tokenizer, self.trie, self.description = dfa, tokenizer, trie, description
+        self.n_vocab, self.eot = tokenizer.n_vocab, tokenizer.eot_token
+        self._masks = {}
+        if not dfa.live(dfa.start):
+            raise ValueError(f"grammar.compile: {description} matches no string at all (its language is empty)")
+
+    def mask(self, state):
+        m = self._masks.get(state)
+        if m is None:
+            m = np.zeros(self.n_vocab, bool)
+            self.trie.allowed(self.dfa, state, m)
+            m[self.eot] = self.dfa.accepting(state)
+            m.flags.writeable = False
+            self._masks[state] = m
+        return m
+
+    def matcher(self):
+        return Matcher(self)
+
+    def __repr__(self):
+        return f"<Grammar {self.description} n_vocab={self.n_vocab}>"
+
+
+class Matcher:
+    """One output's place in a grammar: allowed() the tokens that may come next, accept(token) one of them,
+    rollback(n) the last n (end of text included), is_terminated() once end of text is accepted."""
+
+    def __init__(self, grammar):
+        self.grammar = grammar
+        self._states = [grammar.dfa.start]  # the state after each accepted token (the first: before any)
+        self._terminated = False
+
+    def allowed(self):
+        """A read-only bool array (n_vocab,): True for each token after which the output can still be completed
+        (end of text: where it is complete already). All False once terminated."""
+        if self._terminated:
+            return np.zeros(self.grammar.n_vocab, bool)
+        return self.grammar.mask(self._states[-1])
+
+    def accept(self, token):
+        """Append `token`; a ValueError (naming it and the position) when the grammar does not allow it there, the
+        state left as it was."""
+        g = self.grammar
+        token = int(token)
+        position = len(self._states) - 1 + self._terminated
+        if not 0 <= token < g.n_vocab:
+            raise ValueError(f"Matcher.accept: token id {token} is outside the vocabulary [0, {g.n_vocab})")
+        if self._terminated:
+            raise ValueError(f"Matcher.accept: token {token} at position {position} follows end of text")
+        state = self._states[-1]
+        if token == g.eot:
+            if not g.dfa.accepting(state):
+                raise ValueError(f"Matcher.accept: end of text (token {token}) at position {position}, but the "
+                                 f"output is not complete in {g.description}")
+            self._terminated = True
+            return
+        for b in g.tokenizer.decode_single_token_bytes(token):
+            state = g.dfa.step(state, b)
+            if state == DEAD:
+                raise ValueError(f"Matcher.accept: token {token} "
+                                 f"({g.tokenizer.decode_single_token_bytes(token)!r}) at position {position} "
+                                 f"cannot continue any string of {g.description}")
+        self._states.append(state)
+
+    def rollback(self, n=1):
+        """Take back the last n accepted tokens (end of text counts as one)."""
+        accepted = len(self._states) - 1 + self._terminated
+        if not 0 <= n <= accepted:
+            raise ValueError(f"Matcher.rollback: cannot take back {n} tokens, {accepted} were accepted")
+        if n and self._terminated:
+            self._terminated, n = False, n - 1
+        del self._states[len(self._states) - n:]
+
+    def is_terminated(self):
+        return self._terminated
+
+
+_tries = weakref.WeakKeyDictionary()  # tokenizer -> its TokenTrie
+_compiled = weakref.WeakKeyDictionary()  # tokenizer -> {(kind, spec): Grammar}
+
+
+def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None):
+    """The grammar of exactly one spec for `tokenizer` (anything with n_vocab, eot_token and
+    decode_single_token_bytes), cached per (spec, tokenizer):
+    - regex: a Python `re` pattern, matched as re.fullmatch on the output's text;
+    - choice: a list of strings, the output one of them.
+    (json_schema and gbnf are not built yet: issue 45.)"""
+    given = {k: v for k, v in dict(regex=regex, choice=choice, json_schema=json_schema, gbnf=gbnf).items()
+             if v is not None}
+    if len(given) != 1:
+        raise TypeError(f"grammar.compile: give exactly one of regex=, choice=, json_schema=, gbnf=; got "
+                        f"{', '.join(given) or 'none'}")
+    _token_bytes_access(tokenizer)
+    (kind, spec), = given.items()
+    if kind in ("json_schema", "gbnf"):
+        raise NotImplementedError(f"grammar.compile: {kind}= is not built yet (issue 45); regex= and choice= are")
+    if kind == "choice":
+        if isinstance(spec, str) or not all(isinstance(s, str) for s in spec):
+            raise TypeError(f"grammar.compile: choice must be a list of strings, got {spec!r}")
+        if not spec:
+            raise ValueError("grammar.compile: choice=[] has no option: give at least one string")
+        key = (kind, tuple(spec))
+    else:
+        if not isinstance(spec, str):
+            raise TypeError(f"grammar.compile: regex must be a str pattern, got {type(spec).__name__}")
+        key = (kind, spec)
+    cache = _compiled.setdefault(tokenizer, {})
+    if key in cache:
+        return cache[key]
+    if kind == "choice":
+        dfa, description = LiteralDFA(s.encode("utf-8") for s in spec), f"choice={list(spec)!r}"
+    else:
+        from .regex_dfa import compile_regex
+        dfa, description = compile_regex(spec), f"regex {spec!r}"
+    trie = _tries.get(tokenizer)
+    if trie is None:
+        trie = _tries[tokenizer] = TokenTrie(tokenizer, tokenizer.eot_token)
+    cache[key] = grammar = Grammar(dfa, tokenizer, trie, description)
+    return grammar
