@@ -101,8 +101,8 @@ def walk(grammar, oracle, seed, steps=12):
     out, compared, ended = b"", 0, False
     for _ in range(steps):
         want, got = oracle(out), m.allowed()
-        np.testing.assert_array_equal(got, want, err_msg=f"after {out!r}: tokens "
-                                      f"{[TOK.decode_single_token_bytes(int(i)) for i in np.flatnonzero(got != want)][:8]}")
+        wrong = [TOK.decode_single_token_bytes(int(i)) for i in np.flatnonzero(got != want)][:8]
+        np.testing.assert_array_equal(got, want, err_msg=f"after {out!r}: tokens {wrong}")
         compared += 1
         choices = np.flatnonzero(got)
         if not len(choices):

@@ -79,7 +79,12 @@ class TokenTrie:
 
 
 def _token_bytes_access(tokenizer):
-    missing = [a for a in ("n_vocab", "eot_token", "decode_single_token_bytes") if not hasattr(tokenizer, a)]
+    missing = []
+    for a in ("n_vocab", "eot_token", "decode_single_token_bytes"):
+        try:
+            getattr(tokenizer, a)
+        except (AttributeError, KeyError):  # (tinyllm's Tokenizer without <|endoftext|>: a KeyError)
+            missing.append(a)
     if missing:
         raise TypeError(f"grammar.compile: the tokenizer ({type(tokenizer).__name__}) has no {', '.join(missing)}: a "
                         "grammar needs each token's bytes (tiktoken's Encoding and tinyllm's Tokenizer have them)")

@@ -1,0 +1,78 @@
+"""Generate text that must match a regular expression, or be one of a few choices, from a model trained by
+examples/gpt.py with a tokenizer that has an end-of-text token (--tokenizer bpe or gpt2).
+
+    python examples/constrained.py --ckpt-dir out/gpt-bpe --regex "\\d{4}-\\d{2}-\\d{2}"     # a date
+    python examples/constrained.py --ckpt-dir out/gpt-bpe --choice yes no maybe --prompt "Answer:"
+
+Each sample is printed with whether it matched (it always does when it ended within --max-new-tokens). A missing
+checkpoint, a tokenizer without end of text, or an invalid pattern stops with one line and exit code 2.
+"""
+import argparse
+import os
+import sys
+
+try:
+    import tinyllm
+except ModuleNotFoundError:  # run from a checkout that is not pip-installed: use the tinyllm beside examples/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import tinyllm
+from tinyllm import runtime as tl_runtime
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
+from gpt_files import CKPT_NAME, UsageError, encode_prompt, load_model, run_cli  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ckpt-dir", required=True,
+                   help=f"the --ckpt-dir of examples/gpt.py (the directory of {CKPT_NAME})")
+    spec = p.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--regex", help="a Python re pattern the whole output must match (re.fullmatch)")
+    spec.add_argument("--choice", nargs="+", help="the output is one of these strings")
+    p.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
+    p.add_argument("--num-samples", type=int, default=4, help="samples, generated as one batch (default: 4)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per sample at most (default: 32)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0: always the likeliest token (default: 0.8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samples (default: 0)")
+    p.add_argument("--runtime", help="the tinyllm runtime, e.g. numpy or c (default: $TINYLLM_RUNTIME, else c where "
+                                     "built, else numpy)")
+    args = p.parse_args(argv)
+    if args.num_samples < 1 or args.max_new_tokens < 1:
+        p.error("--num-samples and --max-new-tokens must be at least 1")
+    return args
+
+
+def main(argv=None):
+    import re
+
+    import numpy as np
+    from tinyllm import grammar
+    args = parse_args(argv)
+    try:
+        device = tl_runtime.get(args.runtime).name
+    except ValueError as e:
+        raise UsageError(f"--runtime: {e}") from None
+    model, tok, _ = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), device)
+    try:
+        spec = dict(regex=args.regex) if args.regex is not None else dict(choice=args.choice)
+        g = grammar.compile(tok, **spec)
+    except (ValueError, TypeError) as e:
+        raise UsageError(str(e)) from None
+    prompt = encode_prompt(tok, args.prompt)
+    idx = tinyllm.tensor(np.tile(prompt, (args.num_samples, 1)), device=device)
+    out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, grammar=g,
+                         generator=tinyllm.Generator().manual_seed(args.seed)).numpy()[:, len(prompt):]
+    for n, row in enumerate(out):
+        ended = np.flatnonzero(row == g.eot)
+        ids = row[:ended[0]] if len(ended) else row
+        text = b"".join(tok.decode_single_token_bytes(int(t)) for t in ids).decode("utf-8", errors="replace")
+        if not len(ended):
+            verdict = f"unfinished after {args.max_new_tokens} tokens"
+        elif args.regex is not None:
+            verdict = "matches" if re.fullmatch(args.regex, text) else "DOES NOT MATCH"
+        else:
+            verdict = "one of the choices" if text in args.choice else "NOT A CHOICE"
+        print(f"{n}: {text!r} ({len(ids)} tokens; {verdict})")
+
+
+if __name__ == "__main__":
+    run_cli(main, "constrained.py")
