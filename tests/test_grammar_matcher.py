@@ -4,6 +4,8 @@ allowed() is True for exactly the tokens after which the output is still a prefi
 then accept, rollback and end of text, and the errors."""
 import functools
 import random
+import re
+import unicodedata
 
 import numpy as np
 import pytest
@@ -50,31 +52,58 @@ def choice_oracle(options, prefix):
 
 @functools.lru_cache(maxsize=None)
 def completions(lead):
-    """Every character whose UTF-8 encoding starts with the incomplete sequence `lead`."""
+    """The characters whose UTF-8 encoding starts with the incomplete sequence `lead` and that Python's own
+    Unicode database assigns (the `regex` module's newer Unicode classifies characters `re` does not know); None
+    when there are more than 4,096 (a lone lead byte of a 3- or 4-byte character: too many to check here; the
+    automaton's own tests, tests/test_grammar_regex.py, check those splits)."""
+    size = 2 if lead[0] < 0xE0 else 3 if lead[0] < 0xF0 else 4
+    if len(lead) >= size:  # as long as its character, and not one: invalid, nothing completes it
+        return []
+    if 6 * (size - len(lead)) > 12:
+        return None
     out = []
-    for c in range(0x80, 0x110000):
-        if 0xD800 <= c < 0xE000:
+    for rest in range(1 << (6 * (size - len(lead)))):
+        tail = bytes(0x80 | (rest >> (6 * k)) & 0x3F for k in reversed(range(size - len(lead))))
+        try:
+            c = (lead + tail).decode()
+        except UnicodeDecodeError:
             continue
-        e = chr(c).encode()
-        if len(e) > len(lead) and e.startswith(lead):
-            out.append(chr(c))
+        if unicodedata.category(c) != "Cn":
+            out.append(c)
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def disagree(c):
+    """Whether `re` (the grammar's meaning) and the `regex` module (the oracle) class character c differently
+    in \\d, \\w or \\s: their Unicode versions and definitions differ (\\x1c-\\x1f are whitespace to re only,
+    combining marks word characters to regex only). The oracle says nothing about such characters."""
+    return any(bool(re.fullmatch(k, c)) != bool(regex.fullmatch(k, c)) for k in (r"\d", r"\w", r"\s"))
+
+
+@functools.lru_cache(maxsize=None)
 def regex_live(pattern, data):
     """Whether bytes `data` can be continued to a full match of `pattern` (the `regex` module's partial match;
-    an incomplete trailing UTF-8 character counts when one of its completions can)."""
+    an incomplete trailing UTF-8 character counts when one of its completions can); None when that cannot be
+    checked here (completions returns None)."""
     for cut in range(0, min(4, len(data)) + 1):
         head, tail = data[:len(data) - cut], data[len(data) - cut:]
         try:
             text = head.decode()
         except UnicodeDecodeError:
             continue
+        if any(disagree(ch) for ch in text):
+            return None
         if not tail:
             return regex.fullmatch(pattern, text, partial=True) is not None
-        if tail[0] < 0xC0 or (tail[0] >= 0xF5):  # not a lead byte: this cut is no incomplete character
+        if not 0xC0 <= tail[0] < 0xF5:  # not a lead byte: this cut is no incomplete character
             continue
-        return any(regex.fullmatch(pattern, text + c, partial=True) is not None for c in completions(tail))
+        chars = completions(tail)
+        if chars is None:
+            return None
+        if any(regex.fullmatch(pattern, text + c, partial=True) is not None for c in chars if not disagree(c)):
+            return True
+        return None if any(disagree(c) for c in chars) else False
     return False
 
 
@@ -86,11 +115,16 @@ def regex_complete(pattern, data):
 
 
 def regex_oracle(pattern, prefix):
-    allowed = np.zeros(TOK.n_vocab, bool)
+    """(allowed, checked): the oracle's verdict per token, and where it could give one."""
+    allowed, checked = np.zeros(TOK.n_vocab, bool), np.ones(TOK.n_vocab, bool)
     for t in range(TOK.n_vocab - 1):
-        allowed[t] = regex_live(pattern, prefix + TOK.decode_single_token_bytes(t))
+        live = regex_live(pattern, prefix + TOK.decode_single_token_bytes(t))
+        allowed[t], checked[t] = bool(live), live is not None
     allowed[TOK.eot_token] = regex_complete(pattern, prefix)
-    return allowed
+    return allowed, checked
+
+
+COVERAGE = [0, 0]  # (tokens the oracle judged, tokens compared) over the walks
 
 
 def walk(grammar, oracle, seed, steps=12):
@@ -101,10 +135,15 @@ def walk(grammar, oracle, seed, steps=12):
     out, compared, ended = b"", 0, False
     for _ in range(steps):
         want, got = oracle(out), m.allowed()
-        wrong = [TOK.decode_single_token_bytes(int(i)) for i in np.flatnonzero(got != want)][:8]
-        np.testing.assert_array_equal(got, want, err_msg=f"after {out!r}: tokens {wrong}")
+        checked = np.ones(TOK.n_vocab, bool)
+        if isinstance(want, tuple):
+            want, checked = want
+        wrong = [TOK.decode_single_token_bytes(int(i)) for i in np.flatnonzero((got != want) & checked)][:8]
+        np.testing.assert_array_equal(got[checked], want[checked], err_msg=f"after {out!r}: tokens {wrong}")
         compared += 1
-        choices = np.flatnonzero(got)
+        COVERAGE[0] += int(checked.sum())
+        COVERAGE[1] += checked.size
+        choices = np.flatnonzero(got & checked)  # (the next prefix one the oracle can check)
         if not len(choices):
             break
         t = int(rng.choice(list(choices)))
@@ -139,10 +178,13 @@ PATTERNS = [r"\d+", r"[a-c]+@[a-c]+\.c", r"(ab|cd)*x?", r"\d{2,4}-\w+", r'"[^"\\
 def test_regex_masks_equal_the_regex_modules_partial_match(pattern):
     g = compile(TOK, regex=pattern)
     compared = 0
+    COVERAGE[:] = [0, 0]
     for seed in range(4):
         _, n, _ = walk(g, lambda prefix: regex_oracle(pattern, prefix), seed, steps=8)
         compared += n
     assert compared >= 4
+    # the oracle judges every token but the lone lead bytes of 3- and 4-byte characters (21 of 329)
+    assert COVERAGE[0] >= 0.9 * COVERAGE[1]
 
 
 def test_a_token_that_splits_a_character_is_allowed_when_a_completion_matches():
