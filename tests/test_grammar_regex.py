@@ -232,6 +232,23 @@ def test_dfa_is_deterministic_and_memoized():
     assert dfa.step(DEAD, ord("a")) == DEAD and not dfa.live(DEAD) and not dfa.accepting(DEAD)
 
 
+def test_transitions_row_agrees_with_step():
+    for pattern in (r"\w+@\w+", r"é+ü?", r'"([^"\\]|\\["\\/bfnrt])*"'):
+        fresh, stepped = compile_regex(pattern), compile_regex(pattern)
+        rng = random.Random(1)
+        s = t = fresh.start
+        for _ in range(6):
+            row = fresh.transitions(s)
+            assert len(row) == 256 and all(stepped.live(stepped.step(t, b)) == (row[b] != DEAD) for b in range(256))
+            live = [b for b in range(256) if row[b] != DEAD]
+            if not live:
+                break
+            b = rng.choice(live)
+            s, t = row[b], stepped.step(t, b)
+            assert fresh.accepting(s) == stepped.accepting(t)
+    assert compile_regex("a").transitions(DEAD) == [DEAD] * 256
+
+
 def test_never_matching_pattern_starts_dead():
     # not in PATTERNS: regex's partial match does not look inside an empty class (it calls "" a partial match)
     dfa = compile_regex(r"[^\s\S]")

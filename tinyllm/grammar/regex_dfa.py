@@ -5,6 +5,8 @@
     s = dfa.step(s, byte)             # next state, DEAD when no continuation can match
     dfa.accepting(s)                  # the bytes so far fullmatch the pattern
     dfa.live(s)                       # some continuation (possibly empty) reaches acceptance; False for DEAD
+    dfa.transitions(s)                # the next state for each of the 256 bytes (a list)
+    dfa.walk(data), dfa.fullmatch(data), dfa.num_states, dfa.pattern
 
 The pattern is parsed here (positions are kept for the errors), character sets (`[...]`, `.`, `\\d`, `\\w`, `\\s` and
 their negations) take re's own meaning: the set's text is run by `re` over every code point once (cached), and the
@@ -97,6 +99,9 @@ def _char_ranges(c):
 
 # ---------------------------------------------------------------- parser (positions kept for the errors)
 
+_BRACES = re.compile(r"\{(\d*)(,(\d*))?\}")
+
+
 class _Parser:
     # AST: ("set", ranges) | ("cat", [nodes]) | ("alt", [nodes]) | ("rep", node, min, max-or-None)
     def __init__(self, pattern):
@@ -136,11 +141,11 @@ class _Parser:
 
     def quantifier(self):
         c, start = self.peek(), self.i
-        if c in ("*", "+", "?") and c:
+        if c in ("*", "+", "?"):
             self.i += 1
             lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
         elif c == "{":
-            m = re.compile(r"\{(\d*)(,(\d*))?\}").match(self.p, self.i)
+            m = _BRACES.match(self.p, self.i)
             if m is None or m.group(0) == "{}":
                 return None                             # a literal '{', as in re
             lo = int(m.group(1)) if m.group(1) else 0
@@ -388,6 +393,23 @@ class RegexDFA:
             return DEAD
         nxt = self._table[state][byte]
         return self._compute(state, byte) if nxt == _UNKNOWN else nxt
+
+    def transitions(self, state):
+        """The next state for every byte 0..255 from `state` (a list, computed in one pass; all DEAD from DEAD)."""
+        if state < 0:
+            return [DEAD] * 256
+        row = self._table[state]
+        if _UNKNOWN in row:
+            targets = [[] for _ in range(256)]
+            trans = self._nfa.trans
+            for u in self._sets[state]:
+                for lo, hi, v in trans[u]:
+                    for b in range(lo, hi + 1):
+                        targets[b].append(v)
+            for b in range(256):
+                if row[b] == _UNKNOWN:
+                    row[b] = self._intern(self._closure(targets[b]))
+        return list(row)
 
     def accepting(self, state):
         return state >= 0 and self._accepting[state]
