@@ -1,1 +1,3 @@
-"""Constrained decoding: grammars compiled to byte-level automata, matched against a tokenizer's tokens (issue 45; in progress)."""
+"""Constrained decoding (issue 45, in progress): grammars compiled to byte-level automata (regex_dfa.py), matched
+against a tokenizer's tokens (matcher.py); `compile(tokenizer, regex=... | choice=...)`."""
+from .matcher import Grammar, Matcher, compile  # noqa: F401
