@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-DEAD = -1
+from .regex_dfa import DEAD  # (-1: no continuation can match)
 
 
 class LiteralDFA:
