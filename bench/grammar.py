@@ -1,6 +1,7 @@
 """Constrained decoding's mask time against llguidance, on GPT-2's 50,257 tokens, one thread, the same regexes and the
 same token paths side by side in one process.
 
+    pip install llguidance                       # the reference (not a dependency of tinyllm or its tests)
     python bench/grammar.py                      # the patterns below, 8 paths each of up to 48 tokens
     python bench/grammar.py --paths 4 --tokens 32
 
