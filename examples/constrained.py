@@ -16,9 +16,8 @@ try:
 except ModuleNotFoundError:  # run from a checkout that is not pip-installed: use the tinyllm beside examples/
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tinyllm
-from tinyllm import runtime as tl_runtime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
-from gpt_files import CKPT_NAME, UsageError, encode_prompt, load_model, run_cli  # noqa: E402
+from gpt_files import CKPT_NAME, UsageError, device_of, encode_prompt, load_model, run_cli  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -47,10 +46,7 @@ def main(argv=None):
     import numpy as np
     from tinyllm import grammar
     args = parse_args(argv)
-    try:
-        device = tl_runtime.get(args.runtime).name
-    except ValueError as e:
-        raise UsageError(f"--runtime: {e}") from None
+    device = device_of(args.runtime)
     model, tok, _ = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), device)
     try:
         spec = dict(regex=args.regex) if args.regex is not None else dict(choice=args.choice)

@@ -34,13 +34,12 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tinyllm
 from tinyllm import factory
-from tinyllm import runtime as tl_runtime
 from tinyllm.rewrite import flash as tl_flash
 from tinyllm.models.gpt import GPTConfig
 from tinyllm.models.llama import LlamaConfig
 from tinyllm.tokenizer import Tokenizer
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
-from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKESPEARE_INSTALL,  # noqa: E402
+from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKESPEARE_INSTALL, device_of,  # noqa: E402
                        TOKENIZER_FILE, TOKENIZERS, Failed, UsageError, build_model, check_tensors, load_checkpoint,
                        make_tokenizer, read_corpus, restore_optimizer, run_cli, save_checkpoint, tokenized_splits,
                        tokenizer_record)
@@ -305,10 +304,7 @@ def main(argv=None):
     par = Parallel(args)
     log = Progress() if par.is_main else Progress(stream=open(os.devnull, "w"))  # rank 0 alone reports
     t_start = time.time()
-    try:
-        device = tl_runtime.get(args.runtime).name
-    except ValueError as e:
-        raise UsageError(f"--runtime: {e}") from None
+    device = device_of(args.runtime)
     ckpt_path = os.path.join(args.ckpt_dir, CKPT_NAME)
     if not args.resume and not args.overwrite and os.path.exists(ckpt_path):
         raise UsageError(f"{ckpt_path} already holds a trained model: --resume continues it, --overwrite trains "

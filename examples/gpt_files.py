@@ -324,6 +324,15 @@ def plain_train_step(model, optimizer, params, jit=True):
     return tinyllm.jit(step) if jit else step
 
 
+def device_of(runtime):
+    """The device name of --runtime (None: the default runtime), or a UsageError that lists the available ones."""
+    from tinyllm import runtime as tl_runtime
+    try:
+        return tl_runtime.get(runtime).name
+    except ValueError as e:
+        raise UsageError(f"--runtime: {e}") from None
+
+
 def encode_prompt(tok, prompt):
     """The --prompt's token ids (int64), or a UsageError when the tokenizer cannot encode it or it is empty."""
     try:

@@ -20,10 +20,10 @@ try:
 except ModuleNotFoundError:  # run from a checkout that is not pip-installed: use the tinyllm beside examples/
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tinyllm
-from tinyllm import runtime as tl_runtime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt_files.py beside this file, however it is run
 from flags import add_old_name  # noqa: E402
-from gpt_files import CKPT_NAME, UsageError, encode_prompt, load_model, plain_train_step, run_cli  # noqa: E402
+from gpt_files import (CKPT_NAME, UsageError, device_of, encode_prompt, load_model, plain_train_step,  # noqa: E402
+                       run_cli)
 
 
 def lens(args):
@@ -569,10 +569,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        args.device = tl_runtime.get(args.runtime).name
-    except ValueError as e:
-        raise UsageError(f"--runtime: {e}") from None
+    args.device = device_of(args.runtime)
     {"lens": lens, "sae": sae, "canaries": canaries}[args.command](args)
 
 

@@ -34,13 +34,12 @@ try:
 except ModuleNotFoundError:  # run from a checkout that is not pip-installed: use the tinyllm beside examples/
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tinyllm
-from tinyllm import runtime as tl_runtime
 from tinyllm.nn import lora
 from tinyllm.utils.progress import progress_bar
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py and gpt_files.py beside this file
 from flags import add_old_name  # noqa: E402
 from gpt import get_batch, new_config  # noqa: E402
-from gpt_files import (CKPT_NAME, MODELS, CharTokenizer, UsageError, build_model, load_model,  # noqa: E402
+from gpt_files import (CKPT_NAME, MODELS, CharTokenizer, UsageError, build_model, device_of, load_model,  # noqa: E402
                        model_kind, plain_train_step, run_cli, shakespeare_plays)
 
 DEFAULTS = dict(play="tempest", n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=32, pretrain_iters=1500,
@@ -190,10 +189,7 @@ def train(model, params, data, steps, lr, args, device, desc, weight_decay=0.0):
 def main(argv=None):
     args = parse_args(argv)
     t_start = time.time()
-    try:
-        device = tl_runtime.get(args.runtime).name
-    except ValueError as e:
-        raise UsageError(f"--runtime: {e}") from None
+    device = device_of(args.runtime)
     texts = shakespeare_plays()
     if args.play not in texts:
         raise UsageError(f"--play {args.play}: no such text; the package has {', '.join(texts)}")

@@ -26,11 +26,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py and gpt_files.py beside this file
 from gpt import Progress, get_batch  # noqa: E402 (gpt.py puts the checkout on sys.path if tinyllm is not installed)
 from flags import add_old_name  # noqa: E402
-from gpt_files import (CKPT_NAME, UsageError, load_model, read_corpus, run_cli,  # noqa: E402
+from gpt_files import (CKPT_NAME, UsageError, device_of, load_model, read_corpus, run_cli,  # noqa: E402
                        tokenized_splits)
 
 import tinyllm  # noqa: E402
-from tinyllm import runtime as tl_runtime  # noqa: E402
 from tinyllm import quantization  # noqa: E402
 from tinyllm.models.gpt import GPT, GPTConfig  # noqa: E402
 from tinyllm.nn import functional as F  # noqa: E402
@@ -109,10 +108,7 @@ def main(argv=None):
         ckpt_dir = TINY_DIR
         if not os.path.isfile(os.path.join(ckpt_dir, CKPT_NAME)):
             train_tiny(ckpt_dir)
-    try:
-        device = tl_runtime.get(args.runtime).name
-    except ValueError as e:
-        raise UsageError(f"--runtime: {e}") from None
+    device = device_of(args.runtime)
     ckpt_path = os.path.join(ckpt_dir, CKPT_NAME)
     model, tok, ckpt = load_model(ckpt_path, device)
     val = held_out_split(ckpt_path, tok, ckpt["tokenizer"])
