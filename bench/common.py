@@ -50,3 +50,14 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def split_tokens(ckpt_dir, name):
+    """The token file examples/gpt.py cached beside a checkpoint ("train" or "val": train.bin / val.bin), as a
+    memmap of the dtype its data.json names."""
+    import json
+
+    import numpy as np
+    with open(os.path.join(ckpt_dir, "data.json")) as f:
+        meta = json.load(f)
+    return np.memmap(os.path.join(ckpt_dir, f"{name}.bin"), dtype=meta["dtype"], mode="r")

@@ -7,7 +7,6 @@ top-1 agreement with the model, on held-out windows (val.bin), after training th
 Prints the command's settings, the training time and the table; the tuned lens must have the lower KL at every
 layer below the output (the last line says whether it does)."""
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,14 +25,12 @@ def main():
     args = p.parse_args()
     sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
     import numpy as np
+    from common import split_tokens  # bench/common.py: bench/ is the script directory
     from gpt_files import CKPT_NAME, load_model
     from tinyllm.interp import TunedLens, format_report, lens_report
 
     model, _, _ = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), args.runtime)
-    with open(os.path.join(args.ckpt_dir, "data.json")) as f:
-        dtype = json.load(f)["dtype"]  # gpt.py's token files, and their dtype
-    train, val = (np.fromfile(os.path.join(args.ckpt_dir, f"{s}.bin"), dtype=dtype).astype(np.int64)
-                  for s in ("train", "val"))
+    train, val = (np.asarray(split_tokens(args.ckpt_dir, s), np.int64) for s in ("train", "val"))
     start = time.perf_counter()
     lens = TunedLens.train(model, train, steps=args.steps, batch_size=args.batch_size, lr=args.lr)
     trained = time.perf_counter() - start

@@ -23,15 +23,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from common import cpu_model  # noqa: E402  (bench/common.py: bench/ is the script directory)
-
-
-def split_tokens(ckpt_dir, name):
-    """The token file examples/gpt.py cached beside the checkpoint (train.bin / val.bin), as a uint16 memmap."""
-    import json
-    with open(os.path.join(ckpt_dir, "data.json")) as f:
-        meta = json.load(f)
-    return np.memmap(os.path.join(ckpt_dir, f"{name}.bin"), dtype=meta["dtype"], mode="r")
+from common import cpu_model, split_tokens  # noqa: E402  (bench/common.py: bench/ is the script directory)
 
 
 def main():

@@ -39,7 +39,7 @@ def lens(args):
             raise UsageError(f"{flag} must be at least 1, got {value}")
     model, tok, ckpt = load_model(os.path.join(args.ckpt_dir, CKPT_NAME), args.device)
     ids = _lens_prompt(tok, args.prompt, L.context_length(model))
-    train_ids, heldout_ids = _lens_tokens(args.ckpt_dir, tok, ckpt, L.context_length(model))
+    train_ids, heldout_ids = checkpoint_text(args.ckpt_dir, tok, ckpt, L.context_length(model))
     idx = tinyllm.tensor(ids[None, :], device=args.device)
     tinyllm.manual_seed(args.seed)
     tuned = None
@@ -77,10 +77,10 @@ def _lens_prompt(tok, prompt, context):
     return ids
 
 
-def _lens_tokens(ckpt_dir, tok, ckpt, context):
-    """(training tokens, held-out tokens) for the tuned lens and the report: the train.bin / val.bin that
-    examples/gpt.py wrote beside the checkpoint when they are its tokenizer's, else Shakespeare's plays split
-    90/10 as gpt.py splits them."""
+def checkpoint_text(ckpt_dir, tok, ckpt, context):
+    """(training tokens, held-out tokens) as int64 arrays, for the tuned lens, the SAE and their reports: the
+    train.bin / val.bin that examples/gpt.py wrote beside the checkpoint when they are its tokenizer's (and longer
+    than the context), else Shakespeare's plays split 90/10 as gpt.py splits them."""
     import json
     from gpt_files import shakespeare_plays, token_ids
     try:
@@ -149,7 +149,7 @@ def sae(args):
     if not 0 <= layer < n_layer:
         raise UsageError(f"--layer {layer} is out of range: the model has {n_layer} layers (0 to {n_layer - 1})")
     hook = f"blocks.{layer}.hook_resid_post"
-    train_ids, held_out = sae_text(args.ckpt_dir, tok, ckpt)
+    train_ids, held_out = checkpoint_text(args.ckpt_dir, tok, ckpt, model.max_positions)
     width = ckpt["config"].get("n_embd", ckpt["config"].get("hidden_size", "?"))
     print(f"SAE on {hook} of {args.ckpt_dir} ({n_layer} layer{'s' if n_layer != 1 else ''}, {width} wide), "
           f"runtime {args.device}")
@@ -177,29 +177,6 @@ def sae(args):
     os.makedirs(args.out_dir, exist_ok=True)
     path = plot_features(features, values, os.path.join(args.out_dir, "sae_features.png"), hook)
     print(f"\nwrote {path}")
-
-
-def sae_text(ckpt_dir, tok, ckpt):
-    """(train ids, held-out ids) of the text the checkpoint was trained on: examples/gpt.py's token files beside it
-    (train.bin, val.bin) when data.json says they are of this tokenizer, else Shakespeare's plays tokenized here
-    (90 % / 10 %, examples/gpt.py's split)."""
-    import json
-    import numpy as np
-    try:
-        with open(os.path.join(ckpt_dir, "data.json")) as f:
-            meta = json.load(f)
-        if meta["key"]["tokenizer"] == ckpt["tokenizer"]:
-            return tuple(np.memmap(os.path.join(ckpt_dir, f"{name}.bin"), dtype=meta["dtype"], mode="r")
-                         for name in ("train", "val"))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    from gpt_files import shakespeare_plays, token_ids
-    text = "".join(shakespeare_plays().values())
-    n = int(0.9 * len(text))
-    try:
-        return token_ids(tok, text[:n], "tokenizing train"), token_ids(tok, text[n:], "tokenizing val")
-    except ValueError as e:
-        raise UsageError(f"Shakespeare's text: {e}: this checkpoint's tokenizer cannot encode it") from None
 
 
 def pick_features(sae_model, acts, count, batch_size=4096):
