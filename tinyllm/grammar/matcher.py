@@ -94,8 +94,9 @@ class Grammar:
     """A compiled grammar for one tokenizer: its automaton, the tokenizer's token trie, and each state's mask
     (cached). `matcher()` starts a new output."""
 
-    def __init__(self, dfa, tokenizer, trie, description):
+    def __init__(self, dfa, tokenizer, trie, description, choices=None):
         self.dfa, self.tokenizer, self.trie, self.description = dfa, tokenizer, trie, description
+        self.choices = choices  # choice=[...]'s options (generate samples a whole one), else None
         self.n_vocab, self.eot = tokenizer.n_vocab, tokenizer.eot_token
         self._masks = {}
         if not dfa.live(dfa.start):
@@ -212,5 +213,5 @@ def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None):
     trie = _tries.get(tokenizer)
     if trie is None:
         trie = _tries[tokenizer] = TokenTrie(tokenizer, tokenizer.eot_token)
-    cache[key] = grammar = Grammar(dfa, tokenizer, trie, description)
+    cache[key] = grammar = Grammar(dfa, tokenizer, trie, description, list(spec) if kind == "choice" else None)
     return grammar
