@@ -177,12 +177,15 @@ _tries = weakref.WeakKeyDictionary()  # tokenizer -> its TokenTrie
 _compiled = weakref.WeakKeyDictionary()  # tokenizer -> {(kind, spec): Grammar}
 
 
-def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None):
+def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None, whitespace_flexible=False):
     """The grammar of exactly one spec for `tokenizer` (anything with n_vocab, eot_token and
     decode_single_token_bytes), cached per (spec, tokenizer):
     - regex: a Python `re` pattern, matched as re.fullmatch on the output's text;
-    - choice: a list of strings, the output one of them.
-    (json_schema and gbnf are not built yet: issue 45.)"""
+    - choice: a list of strings, the output one of them (generate samples a whole option);
+    - json_schema: a JSON Schema (dict, bool or JSON text), the output a JSON document it validates, compact, or
+      with at most 64 whitespace bytes between tokens with whitespace_flexible=True (tinyllm/grammar/json_schema.py
+      says which keywords and conventions);
+    - gbnf: a grammar in llama.cpp's GBNF format, `root` its start rule."""
     given = {k: v for k, v in dict(regex=regex, choice=choice, json_schema=json_schema, gbnf=gbnf).items()
              if v is not None}
     if len(given) != 1:
@@ -190,9 +193,19 @@ def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None):
                         f"{', '.join(given) or 'none'}")
     _token_bytes_access(tokenizer)
     (kind, spec), = given.items()
-    if kind in ("json_schema", "gbnf"):
-        raise NotImplementedError(f"grammar.compile: {kind}= is not built yet (issue 45); regex= and choice= are")
-    if kind == "choice":
+    if whitespace_flexible and kind != "json_schema":
+        raise TypeError("grammar.compile: whitespace_flexible= applies to json_schema= only")
+    if kind == "json_schema":
+        import json
+        try:
+            key = (kind, spec if isinstance(spec, (str, bytes)) else json.dumps(spec), bool(whitespace_flexible))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"grammar.compile: json_schema must be a JSON Schema (dict, bool or JSON text): {exc}")
+    elif kind == "gbnf":
+        if not isinstance(spec, str):
+            raise TypeError(f"grammar.compile: gbnf must be the grammar's text (str), got {type(spec).__name__}")
+        key = (kind, spec)
+    elif kind == "choice":
         if isinstance(spec, str) or not all(isinstance(s, str) for s in spec):
             raise TypeError(f"grammar.compile: choice must be a list of strings, got {spec!r}")
         if not spec:
@@ -207,6 +220,15 @@ def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None):
         return cache[key]
     if kind == "choice":
         dfa, description = LiteralDFA(s.encode("utf-8") for s in spec), f"choice={list(spec)!r}"
+    elif kind == "json_schema":
+        from .cfg import CFG
+        from .json_schema import schema_grammar
+        dfa = CFG(*schema_grammar(spec, whitespace_flexible), "json_schema")
+        description = "the JSON schema"
+    elif kind == "gbnf":
+        from .cfg import CFG
+        from .gbnf import parse_gbnf
+        dfa, description = CFG(*parse_gbnf(spec), "gbnf"), "the GBNF grammar"
     else:
         from .regex_dfa import compile_regex
         dfa, description = compile_regex(spec), f"regex {spec!r}"

@@ -277,10 +277,12 @@ class _NFA:
     def __init__(self):
         self.trans = []                                 # state -> [(lo, hi, target)]
         self.eps = []                                   # state -> [target]
+        self.calls = []                                 # state -> [(rule, target)]: a grammar rule's sub-rule
 
     def new(self):
         self.trans.append([])
         self.eps.append([])
+        self.calls.append([])
         return len(self.trans) - 1
 
     def build(self, node, s, e):
@@ -311,6 +313,10 @@ class _NFA:
         elif kind == "alt":
             for branch in node[1]:
                 self.build(branch, s, e)
+        elif kind == "ref":                             # (grammar.cfg: a call of rule node[1], resolved to an int)
+            self.calls[s].append((node[1], e))
+        elif kind == "list":                            # items in order, each optional or not, sep between
+            self.build_list(node[1], node[2], s, e)
         else:                                           # rep: every copy of the body gets fresh states
             _, body, lo, hi = node
             cur = s
@@ -333,18 +339,43 @@ class _NFA:
                 self.eps[cur].append(e)
 
 
+    def build_list(self, items, sep, s, e):
+        """The items (node, optional, repeated) in order, the present ones separated by `sep`, in linear size:
+        first[i] enters item i with no separator before it, rest[i] with one (JSON objects' optional members)."""
+        first, rest = e, e
+        for node, optional, repeated in reversed(items):
+            f, r = self.new(), self.new()
+            after = self.new()                          # item i done: the rest follow with separators
+            self.build(node, f, after)
+            mid = self.new()
+            self.build(sep, r, mid)
+            self.build(node, mid, after)
+            if repeated:
+                self.eps[after].append(r)
+            self.eps[after].append(rest)
+            if optional:
+                self.eps[f].append(first)
+                self.eps[r].append(rest)
+            first, rest = f, r
+        self.eps[s].append(first)
+
+
 class RegexDFA:
     """A byte-level DFA for `pattern` (fullmatch on UTF-8), subset-constructed on demand and memoized."""
 
-    def __init__(self, pattern, nfa, start, final):
+    def __init__(self, pattern, nfa, start, final, productive=()):
         self.pattern = pattern
         self._nfa, self._final = nfa, final
+        # a grammar rule's calls of sub-rules that derive some string (`productive`) are edges; others are cut
+        self._calls = [[(k, v) for k, v in c if k in productive] for c in nfa.calls]
         n = len(nfa.trans)
         rev = [[] for _ in range(n)]                    # co-reachability: which NFA states can reach `final`
         for u in range(n):
             for v in nfa.eps[u]:
                 rev[v].append(u)
             for _, _, v in nfa.trans[u]:
+                rev[v].append(u)
+            for _, v in self._calls[u]:
                 rev[v].append(u)
         good, stack = {final}, [final]
         while stack:
@@ -357,6 +388,8 @@ class RegexDFA:
         self._sets = []                                 # DFA state -> sorted tuple of NFA states
         self._table = []                                # DFA state -> [256 next states, _UNKNOWN until computed]
         self._accepting = []
+        self._call_edges = []                           # DFA state -> ((rule, next DFA state), ...) or None
+        self._has_bytes = []
         self.start = self._intern(self._closure([start]))
 
     def _closure(self, states):
@@ -367,8 +400,8 @@ class RegexDFA:
                 if v not in seen:
                     seen.add(v)
                     stack.append(v)
-        trans, good, final = self._nfa.trans, self._good, self._final
-        return frozenset(u for u in seen if u in good and (trans[u] or u == final))
+        trans, calls, good, final = self._nfa.trans, self._calls, self._good, self._final
+        return frozenset(u for u in seen if u in good and (trans[u] or calls[u] or u == final))
 
     def _intern(self, key):
         if not key:
@@ -379,6 +412,8 @@ class RegexDFA:
             self._sets.append(tuple(sorted(key)))
             self._table.append([_UNKNOWN] * 256)
             self._accepting.append(self._final in key)
+            self._call_edges.append(None)
+            self._has_bytes.append(any(self._nfa.trans[u] for u in key))
         return sid
 
     def _compute(self, state, byte):
@@ -413,6 +448,22 @@ class RegexDFA:
 
     def accepting(self, state):
         return state >= 0 and self._accepting[state]
+
+    def has_bytes(self, state):
+        """Whether some byte continues `state` directly (not through a sub-rule)."""
+        return state >= 0 and self._has_bytes[state]
+
+    def calls(self, state):
+        """((rule, state after the rule), ...): the sub-rules a grammar rule may call from `state`."""
+        edges = self._call_edges[state]
+        if edges is None:
+            targets = {}
+            for u in self._sets[state]:
+                for k, v in self._calls[u]:
+                    targets.setdefault(k, []).append(v)
+            edges = tuple((k, self._intern(self._closure(vs))) for k, vs in sorted(targets.items()))
+            edges = self._call_edges[state] = tuple((k, t) for k, t in edges if t != DEAD)
+        return edges
 
     def live(self, state):
         return state >= 0                               # every interned state is a non-empty set of co-reachable states

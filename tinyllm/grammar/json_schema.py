@@ -1,0 +1,566 @@
+"""JSON Schema to a context-free grammar over the document's text (cfg.py), for constrained decoding.
+
+The language is every JSON document the schema validates, written compactly (or, with `whitespace_flexible`, with
+at most 64 whitespace bytes between tokens), with these conventions a generator needs:
+- an object's members come in the order of the schema's `properties` (each optional one may be absent), then the
+  `required` names it does not list, then any additional properties; where `additionalProperties` is absent, an
+  object with `properties` takes no other member, one without takes any (an additional property's name is written
+  without escapes);
+- strings are accepted in every JSON spelling: raw characters (any Unicode), the short escapes and `\\uXXXX`
+  (surrogate pairs too), each counting as one character for minLength/maxLength; `pattern` (re syntax, searched
+  as JSON Schema says) accepts raw characters, short escapes and BMP `\\u` escapes; `format`s are raw ASCII;
+- numbers with bounds are written without an exponent, and their bounds must be integers; integers without an
+  exponent or fraction; `oneOf` is matched as `anyOf` (it cannot see which branches overlap).
+A keyword this module does not implement raises ValueError naming it and where it is; none is ignored. Annotations
+(title, description, default, examples, ...) are ignored, as validators do.
+"""
+import json
+import math
+
+from . import nodes as N
+from .regex_dfa import _Parser
+
+__all__ = ["schema_grammar"]
+
+_ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated",
+                "readOnly", "writeOnly", "$defs", "definitions", "$anchor", "contentMediaType", "contentEncoding"}
+_KEYWORDS = {"type", "properties", "required", "additionalProperties", "enum", "const", "items", "prefixItems",
+             "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
+             "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "uniqueItems",
+             "minProperties"}
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_OBJECT_KEYS = {"properties", "required", "additionalProperties", "minProperties"}
+_ARRAY_KEYS = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"}
+_STRING_KEYS = {"minLength", "maxLength", "pattern", "format"}
+_NUMBER_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+_D = "[0-9]"
+_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"      # 0001-9999
+_LEAP = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]{_D}|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]{_D}|30)"
+         f"|02-(?:0[1-9]|1{_D}|2[0-8]))|{_LEAP}-02-29)")
+_TIME = f"(?:[01]{_D}|2[0-3]):[0-5]{_D}:[0-5]{_D}(?:\\.{_D}+)?(?:[Zz]|[+-](?:[01]{_D}|2[0-3]):[0-5]{_D})"
+_ATEXT = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_FORMATS = {                                             # what jsonschema's FormatChecker accepts, as regexes
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt]{_TIME}",
+    "email": f"{_ATEXT}+(?:\\.{_ATEXT}+)*@(?:{_LABEL}\\.)+{_LABEL}",
+    "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "ipv4": f"{_OCTET}(?:\\.{_OCTET}){{3}}",
+    "hostname": f"{_LABEL}(?:\\.{_LABEL})*",
+}
+_SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+_ALL_CHARS = ((0, 0xD7FF), (0xE000, 0x10FFFF))
+_NOT_RAW = ((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C))     # JSON strings escape these
+
+
+def _hex_digit(lo, hi):
+    ranges = []
+    if lo <= 9:
+        ranges.append((48 + lo, 48 + min(hi, 9)))
+    if hi >= 10:
+        a, b = max(lo, 10) - 10, hi - 10
+        ranges += [(65 + a, 65 + b), (97 + a, 97 + b)]
+    return N.chars(sorted(ranges))
+
+
+def _u_escapes(lo, hi):
+    """`\\uXXXX` for the code points [lo, hi] (hex digits in either case)."""
+    return N.cat(N.lit("\\u"), N.alt(*(N.cat(*(_hex_digit(p, q) for p, q in seq))
+                                      for seq in N.digit_sequences(lo, hi, 4, 16))))
+
+
+def json_char(ranges, astral_escapes=False):
+    """One decoded character in the code-point `ranges`, in every JSON spelling: raw where JSON allows it, the
+    short escapes, `\\u` escapes of BMP code points, and (astral_escapes) surrogate-pair escapes of any astral one."""
+    branches = []
+    raw = N.subtract(ranges, _NOT_RAW)
+    if raw:
+        branches.append(N.chars(raw))
+    for c, e in _SHORT_ESCAPES.items():
+        if N.intersect(ranges, ord(c), ord(c)):
+            branches.append(N.lit("\\" + e))
+    for lo, hi in N.intersect(ranges, 0, 0xFFFF):
+        branches.append(_u_escapes(lo, hi))
+    if astral_escapes:
+        branches.append(N.cat(_u_escapes(0xD800, 0xDBFF), _u_escapes(0xDC00, 0xDFFF)))
+    return N.alt(*branches) if branches else N.NOTHING
+
+
+_ANY_CHAR = json_char(_ALL_CHARS, astral_escapes=True)
+
+
+def _string_literal(text):
+    return N.cat(N.lit('"'), *(json_char(((ord(c), ord(c)),)) for c in text), N.lit('"'))
+
+
+def _key_not_in(names):
+    """A raw (unescaped) JSON string that is none of `names`: through the names' trie, leave it by a character no
+    name continues with, or stop where no name ends."""
+    raw = N.subtract(_ALL_CHARS, _NOT_RAW)
+    trie = {}
+    for name in names:
+        node = trie
+        for c in name:
+            node = node.setdefault(c, {})
+        node[None] = True
+
+    branches = []
+    stack = [("", trie)]
+    while stack:
+        prefix, node = stack.pop()
+        children = sorted(ord(c) for c in node if c is not None)
+        other = N.subtract(raw, tuple((c, c) for c in children))
+        tails = [N.cat(N.chars(other), N.rep(N.chars(raw)))]
+        if None not in node:
+            tails.append(N.EMPTY)
+        branches.append(N.cat(N.lit(prefix), N.alt(*tails)))
+        # (a name with a character JSON escapes can never equal a raw key: no need to follow it)
+        stack += [(prefix + c, child) for c, child in node.items()
+                  if c is not None and N.subtract(((ord(c), ord(c)),), _NOT_RAW)]
+    return N.cat(N.lit('"'), N.alt(*branches), N.lit('"'))
+
+
+def _pattern_ast(pattern, where):
+    """JSON Schema's `pattern` (an unanchored re search) over the decoded characters of a JSON string."""
+    body, anchored_start, anchored_end = pattern, False, False
+    if body.startswith("^"):
+        body, anchored_start = body[1:], True
+    if body.endswith("$") and not body.endswith("\\$"):
+        body, anchored_end = body[:-1], True
+    try:
+        ast = _Parser(body).parse()
+    except (ValueError, IndexError) as exc:
+        raise ValueError(f"json_schema: pattern {pattern!r} at {where}: {exc}") from None
+    if (anchored_start or anchored_end) and _top_alternation(body):
+        raise ValueError(f"json_schema: pattern {pattern!r} at {where}: an anchor beside a top-level '|' is not "
+                         "supported; group the alternatives: ^(?:a|b)$")
+    anything = N.rep(_ANY_CHAR)
+    return N.cat(N.EMPTY if anchored_start else anything, _map_sets(ast), N.EMPTY if anchored_end else anything)
+
+
+def _top_alternation(body):
+    depth, i = 0, 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = body.find("]", i + 2)
+            i = (j if j > 0 else len(body)) + 1
+            continue
+        depth += c == "("
+        depth -= c == ")"
+        if c == "|" and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def _map_sets(node):
+    """The regex AST with each character set turned into the JSON spellings of its characters."""
+    kind = node[0]
+    if kind == "set":
+        return json_char(node[1])
+    if kind in ("cat", "alt"):
+        return (kind, [_map_sets(n) for n in node[1]])
+    if kind == "rep":
+        return ("rep", _map_sets(node[1]), node[2], node[3])
+    return node
+
+
+def _number_ast(lo, lo_excl, hi, hi_excl, integer, where):
+    """Numbers (or integers) within the bounds (None: unbounded)."""
+    sign = N.opt(N.lit("-"))
+    digits = N.chars(((48, 57),))
+    if integer:
+        if lo is not None:
+            lo = math.floor(lo) + 1 if lo_excl and float(lo).is_integer() else math.ceil(lo)
+        if hi is not None:
+            hi = math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi)
+        if lo is None and hi is None:
+            return N.cat(sign, N.decimal_range(0, None))
+        branches = []
+        if hi is None or hi >= 0:
+            branches.append(N.decimal_range(max(lo, 0) if lo is not None else 0, hi))
+        if lo is None or lo < 0:                        # -x for x in [max(1, -hi), -lo]
+            top = None if lo is None else -lo
+            bottom = 1 if hi is None or hi >= 0 else -hi
+            if top is None or bottom <= top:
+                branches.append(N.cat(N.lit("-"), N.decimal_range(bottom, top)))
+        return N.alt(*branches) if branches else N.NOTHING
+    frac_any = N.opt(N.cat(N.lit("."), N.rep(digits, 1)))
+    if lo is None and hi is None:
+        exp = N.opt(N.cat(N.chars(((69, 69), (101, 101))), N.opt(N.chars(((43, 43), (45, 45)))), N.rep(digits, 1)))
+        return N.cat(sign, N.decimal_range(0, None), frac_any, exp)
+    for b in (lo, hi):
+        if b is not None and not float(b).is_integer():
+            raise ValueError(f"json_schema: a number's bound {b} at {where} is not an integer: only integer bounds "
+                             "are supported on numbers (integers may have any bounds)")
+    frac = {"any": frac_any, "zero": N.opt(N.cat(N.lit("."), N.rep(N.lit("0"), 1))),
+            "nonzero": N.cat(N.lit("."), N.rep(digits), N.chars(((49, 57),)), N.rep(digits))}
+
+    def pieces(op, a):                                  # u = I + f >= 0 under one condition: [(Ilo, Ihi, frac)]
+        a = int(a)
+        if op == ">=":
+            return [(0, None, "any")] if a <= 0 else [(a, None, "any")]
+        if op == ">":
+            return [(0, None, "any")] if a < 0 else [(a + 1, None, "any"), (a, a, "nonzero")]
+        if op == "<=":
+            return [] if a < 0 else [(0, a - 1, "any"), (a, a, "zero")] if a > 0 else [(0, 0, "zero")]
+        return [] if a <= 0 else [(0, a - 1, "any")]
+
+    def meet(ps, qs):
+        out = []
+        for a, b, f in ps:
+            for c, d, g in qs:
+                x, y = max(a, c), (b if d is None else d if b is None else min(b, d))
+                h = f if g == "any" else g if f == "any" else f if f == g else None
+                if h is not None and (y is None or x <= y):
+                    out.append((x, y, h))
+        return out
+
+    branches = []
+    for negative in (False, True):                      # the value is u, or -u written with a minus
+        conds = [(0, None, "any")]
+        if lo is not None:
+            op = (">" if lo_excl else ">=") if not negative else ("<" if lo_excl else "<=")
+            conds = meet(conds, pieces(op, -lo if negative else lo))
+        if hi is not None:
+            op = (">" if hi_excl else ">=") if negative else ("<" if hi_excl else "<=")
+            conds = meet(conds, pieces(op, -hi if negative else hi))
+        for a, b, f in conds:
+            branches.append(N.cat(N.lit("-") if negative else N.EMPTY, N.decimal_range(a, b), frac[f]))
+    return N.alt(*branches) if branches else N.NOTHING
+
+
+class _Compiler:
+    def __init__(self, root, whitespace_flexible):
+        self.root = root
+        ws = N.rep(N.chars(((9, 10), (13, 13), (32, 32))), 0, 64) if whitespace_flexible else N.EMPTY
+        self.ws = ws
+        self.comma = N.cat(ws, N.lit(","), ws)
+        self.colon = N.cat(ws, N.lit(":"), ws)
+        self.rules = {}
+
+    # ---- $ref
+    def resolve(self, pointer, where):
+        if not isinstance(pointer, str) or not pointer.startswith("#"):
+            raise ValueError(f"json_schema: $ref {pointer!r} at {where} cannot be resolved: only references inside "
+                             "the schema ('#', '#/$defs/Name', a JSON pointer) are supported")
+        node = self.root
+        path = pointer[1:]
+        if path and not path.startswith("/"):
+            raise ValueError(f"json_schema: $ref {pointer!r} at {where} cannot be resolved: anchors are not "
+                             "supported, use a JSON pointer ('#/$defs/Name')")
+        from urllib.parse import unquote
+        for part in path.split("/")[1:]:
+            part = unquote(part).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                raise ValueError(f"json_schema: $ref {pointer!r} at {where} cannot be resolved: no {part!r} in "
+                                 "the schema")
+        return node
+
+    def deref(self, schema, where):
+        """The schema with a bare top-level $ref followed (for merging under allOf)."""
+        seen = set()
+        while isinstance(schema, dict) and "$ref" in schema:
+            pointer = schema["$ref"]
+            if pointer in seen:
+                raise ValueError(f"json_schema: $ref {pointer!r} at {where} refers to itself")
+            seen.add(pointer)
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            target = self.resolve(pointer, where)
+            schema = self.merge(target, rest, where) if _validating(rest) else target
+        return schema
+
+    # ---- schemas
+    def value(self, schema, where):
+        if schema is True:
+            return self.any_value()
+        if schema is False:
+            return N.NOTHING
+        if not isinstance(schema, dict):
+            raise TypeError(f"json_schema: a schema must be an object or a boolean, got {schema!r} at {where}")
+        for key in schema:
+            if key not in _KEYWORDS and key not in _ANNOTATIONS:
+                raise ValueError(f"json_schema: keyword {key!r} at {where} is not supported (supported: "
+                                 f"{', '.join(sorted(_KEYWORDS))})")
+        if not _validating(schema):
+            return self.any_value()
+        if "$ref" in schema:
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            if _validating(rest):
+                return self.value(self.merge(self.resolve(schema["$ref"], where), rest, where), where)
+            return self.rule(schema["$ref"], where)
+        if "allOf" in schema:
+            merged = {k: v for k, v in schema.items() if k != "allOf"}
+            for i, sub in enumerate(_list(schema, "allOf", where)):
+                merged = self.merge(merged, self.deref(sub, f"{where}/allOf/{i}"), f"{where}/allOf/{i}")
+            return self.value(merged, where)
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                rest = {k: v for k, v in schema.items() if k != key}
+                return N.alt(*(self.value(self.merge(rest, self.deref(sub, f"{where}/{key}/{i}"), where),
+                                          f"{where}/{key}/{i}")
+                               for i, sub in enumerate(_list(schema, key, where))))
+        if "const" in schema or "enum" in schema:
+            return self.enum(schema, where)
+        types = schema.get("type", list(_TYPES))
+        types = [types] if isinstance(types, str) else types
+        for t in types:
+            if t not in _TYPES:
+                raise ValueError(f"json_schema: type {t!r} at {where} is not a JSON Schema type ({', '.join(_TYPES)})")
+        if "number" in types and "integer" in types:
+            types = [t for t in types if t != "integer"]
+        if schema.get("uniqueItems") not in (None, False):
+            raise ValueError(f"json_schema: keyword 'uniqueItems': true at {where} is not supported")
+        if schema.get("minProperties", 0) not in (0,):
+            raise ValueError(f"json_schema: keyword 'minProperties' at {where} is not supported")
+        out = []
+        for t in _TYPES:
+            if t not in types:
+                continue
+            if t == "null":
+                out.append(N.lit("null"))
+            elif t == "boolean":
+                out += [N.lit("true"), N.lit("false")]
+            elif t == "string":
+                out.append(self.string(schema, where))
+            elif t in ("number", "integer"):
+                out.append(_number_ast(*_bounds(schema, where), t == "integer", where))
+            elif t == "object":
+                out.append(self.object(schema, where))
+            else:
+                out.append(self.array(schema, where))
+        return N.alt(*out) if out else N.NOTHING
+
+    def rule(self, pointer, where):
+        if pointer not in self.rules:
+            self.rules[pointer] = N.NOTHING             # (placed first: a recursive $ref finds the rule)
+            self.rules[pointer] = self.value(self.resolve(pointer, where), pointer)
+        return N.ref(pointer)
+
+    def any_value(self):
+        if "$any" not in self.rules:
+            self.rules["$any"] = N.NOTHING
+            string = N.cat(N.lit('"'), N.rep(_ANY_CHAR), N.lit('"'))
+            member = N.cat(string, self.colon, N.ref("$any"))
+            self.rules["$any"] = N.alt(
+                N.cat(N.lit("{"), self.ws, N.opt(N.cat(member, N.rep(N.cat(self.comma, member)))), self.ws,
+                      N.lit("}")),
+                N.cat(N.lit("["), self.ws, N.opt(N.cat(N.ref("$any"), N.rep(N.cat(self.comma, N.ref("$any"))))),
+                      self.ws, N.lit("]")),
+                string, _number_ast(None, False, None, False, False, "#"), N.lit("true"), N.lit("false"),
+                N.lit("null"))
+        return N.ref("$any")
+
+    def enum(self, schema, where):
+        values = [schema["const"]] if "const" in schema else _list(schema, "enum", where)
+        if "const" in schema and "enum" in schema:
+            values = [v for v in values if any(_same(v, e) for e in schema["enum"])]
+        others = {k for k in schema if k not in ("const", "enum", "type") and k not in _ANNOTATIONS}
+        if others:
+            raise ValueError(f"json_schema: {', '.join(sorted(others))} beside enum/const at {where} is not "
+                             "supported")
+        if "type" in schema:
+            types = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
+            values = [v for v in values if _type_of(v) in types or (_type_of(v) == "integer" and "number" in types)]
+        return N.alt(*(self.literal(v) for v in values)) if values else N.NOTHING
+
+    def literal(self, v):
+        if isinstance(v, str):
+            return _string_literal(v)
+        if isinstance(v, dict):
+            members = [N.cat(_string_literal(k), self.colon, self.literal(x)) for k, x in v.items()]
+            body = [m if i == 0 else N.cat(self.comma, m) for i, m in enumerate(members)]
+            return N.cat(N.lit("{"), self.ws, *body, self.ws, N.lit("}"))
+        if isinstance(v, list):
+            body = [self.literal(x) if i == 0 else N.cat(self.comma, self.literal(x)) for i, x in enumerate(v)]
+            return N.cat(N.lit("["), self.ws, *body, self.ws, N.lit("]"))
+        return N.lit(json.dumps(v))
+
+    def string(self, schema, where):
+        lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        if "format" in schema:
+            fmt = schema["format"]
+            if fmt not in _FORMATS:
+                raise ValueError(f"json_schema: format {fmt!r} at {where} is not supported (supported: "
+                                 f"{', '.join(sorted(_FORMATS))})")
+            if "pattern" in schema or lo or hi is not None:
+                raise ValueError(f"json_schema: format with pattern/minLength/maxLength at {where} is not supported")
+            return N.cat(N.lit('"'), _Parser(_FORMATS[fmt]).parse(), N.lit('"'))
+        if "pattern" in schema:
+            if lo or hi is not None:
+                raise ValueError(f"json_schema: pattern with minLength/maxLength at {where} is not supported")
+            return N.cat(N.lit('"'), _pattern_ast(schema["pattern"], where), N.lit('"'))
+        return N.cat(N.lit('"'), N.rep(_ANY_CHAR, lo, hi), N.lit('"'))
+
+    def object(self, schema, where):
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        items = []
+        for name, sub in props.items():
+            member = N.cat(_string_literal(name), self.colon, self.value(sub, f"{where}/properties/{name}"))
+            items.append((member, name not in required, False))
+        for name in required:
+            if name not in props:
+                items.append((N.cat(_string_literal(name), self.colon, self.any_value()), False, False))
+        extra = schema.get("additionalProperties", True if not props else False)
+        if extra is not False:
+            member = N.cat(_key_not_in(list(props) + [r for r in required if r not in props]), self.colon,
+                           self.value(extra, f"{where}/additionalProperties"))
+            items.append((member, True, True))
+        body = ("list", items, self.comma) if items else N.EMPTY
+        return N.cat(N.lit("{"), self.ws, body, self.ws, N.lit("}"))
+
+    def array(self, schema, where):
+        items = schema.get("items", True)
+        prefix = schema.get("prefixItems", [])
+        if isinstance(items, list):                     # draft 4-2019: items as a list, additionalItems after
+            prefix, items = items, schema.get("additionalItems", True)
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        asts = [self.value(s, f"{where}/prefixItems/{i}") for i, s in enumerate(prefix)]
+        tail = None if items is False else self.value(items, f"{where}/items")
+        if tail is None:
+            hi = len(prefix) if hi is None else min(hi, len(prefix))
+        if hi is not None and lo > hi:
+            return N.NOTHING
+
+        def elem(j):
+            return asts[j] if j < len(asts) else tail
+
+        def rest(j):                                    # the elements from j on, each after a comma
+            if hi is not None and j >= hi:
+                return N.EMPTY
+            if j >= len(asts) and j >= lo:
+                return N.rep(N.cat(self.comma, tail), 0, None if hi is None else hi - j)
+            e = N.cat(self.comma, elem(j), rest(j + 1))
+            return N.opt(e) if j >= lo else e
+        if hi == 0:
+            body = N.EMPTY
+        else:
+            body = N.cat(elem(0), rest(1))
+            body = N.opt(body) if lo == 0 else body
+        return N.cat(N.lit("["), self.ws, body, self.ws, N.lit("]"))
+
+    # ---- allOf: one schema with both's constraints
+    def merge(self, a, b, where):
+        if a is True or a == {}:
+            return b
+        if b is True or b == {}:
+            return a
+        if a is False or b is False:
+            return False
+        out = dict(a)
+        for key, v in b.items():
+            if key not in out or key in _ANNOTATIONS:
+                out[key] = v
+                continue
+            u = out[key]
+            if _same(u, v):
+                continue
+            if key == "properties":
+                out[key] = {**u, **{k: ({"allOf": [u[k], s]} if k in u else s) for k, s in v.items()}}
+            elif key == "required":
+                out[key] = list(u) + [r for r in v if r not in u]
+            elif key == "type":
+                tu = [u] if isinstance(u, str) else u
+                tv = [v] if isinstance(v, str) else v
+                t = [x for x in tu if x in tv or (x == "integer" and "number" in tv)]
+                t += [x for x in tv if x == "integer" and "number" in tu and x not in t]
+                out[key] = t
+            elif key == "enum":
+                out[key] = [x for x in u if any(_same(x, y) for y in v)]
+            elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
+                out[key] = max(u, v)
+            elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
+                out[key] = min(u, v)
+            elif key in ("items", "additionalProperties"):
+                out[key] = {"allOf": [u, v]}
+            elif key in ("anyOf", "oneOf"):
+                out[key] = [{"allOf": [x, y]} for x in u for y in v]
+            else:
+                raise ValueError(f"json_schema: allOf at {where} sets {key!r} to both {u!r} and {v!r}: merging "
+                                 "them is not supported")
+        for x, y in ((a, b), (b, a)):                   # a closed object does not take the other's properties
+            if isinstance(x, dict) and x.get("additionalProperties") is False:
+                extra = set(y.get("properties", {})) - set(x.get("properties", {}))
+                if extra:
+                    raise ValueError(f"json_schema: allOf at {where}: additionalProperties: false beside "
+                                     f"properties {sorted(extra)} of another branch is not supported")
+        return out
+
+
+def _validating(schema):
+    return any(k not in _ANNOTATIONS for k in schema)
+
+
+def _list(schema, key, where):
+    v = schema[key]
+    if not isinstance(v, list):
+        raise TypeError(f"json_schema: {key} at {where} must be a list, got {type(v).__name__}")
+    if key in ("anyOf", "oneOf", "allOf") and not v:
+        raise ValueError(f"json_schema: {key} at {where} is empty")
+    return v
+
+
+def _bounds(schema, where):
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    lo_excl = hi_excl = False
+    for key, strict in (("exclusiveMinimum", True), ("exclusiveMaximum", False)):
+        v = schema.get(key)
+        if v is None or v is False:
+            continue
+        if v is True:                                   # draft 4: a flag on minimum/maximum
+            if strict:
+                lo_excl = True
+            else:
+                hi_excl = True
+            continue
+        if strict and (lo is None or v >= lo):
+            lo, lo_excl = v, True
+        elif not strict and (hi is None or v <= hi):
+            hi, hi_excl = v, True
+    for b in (lo, hi):
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))):
+            raise TypeError(f"json_schema: a numeric bound at {where} must be a number, got {b!r}")
+    return lo, lo_excl, hi, hi_excl
+
+
+def _type_of(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if v.is_integer() else "number"
+    return {str: "string", list: "array", dict: "object"}[type(v)]
+
+
+def _same(a, b):
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def schema_grammar(schema, whitespace_flexible=False):
+    """(rules, start) of the grammar of the documents `schema` (a dict, a bool, or its JSON text) validates."""
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"json_schema: the schema is not valid JSON: {exc}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise TypeError(f"json_schema: a schema must be a dict, a bool or JSON text, got {type(schema).__name__}")
+    c = _Compiler(schema, whitespace_flexible)
+    c.rules["$root"] = c.value(schema, "#")
+    return c.rules, "$root"
