@@ -245,7 +245,12 @@ class NoBytes:
     (lambda: compile(TOK), TypeError, "got none"),
     (lambda: compile(NoBytes(), regex="a"), TypeError, "has no decode_single_token_bytes"),
     (lambda: compile(TOK, regex=3), TypeError, "regex must be a str pattern"),
-    (lambda: compile(TOK, json_schema={}), NotImplementedError, "json_schema= is not built yet"),
+    (lambda: compile(TOK, json_schema={"type": "strin"}), ValueError, "type 'strin' at # is not a JSON Schema type"),
+    (lambda: compile(TOK, json_schema={"not": {}}), ValueError, "keyword 'not' at # is not supported"),
+    (lambda: compile(TOK, json_schema={"$ref": "#/$defs/x"}), ValueError, "cannot be resolved"),
+    (lambda: compile(TOK, gbnf='root ::= item'), ValueError, "line 1, column 10: rule 'item' is used but not"),
+    (lambda: compile(TOK, regex="a", whitespace_flexible=True), TypeError, "applies to json_schema= only"),
+    (lambda: compile(TOK, json_schema={"type": "string", "enum": []}), ValueError, "language is empty"),
 ])
 def test_bad_specs_are_clear_errors(call, error, message):
     with pytest.raises(error, match=message):
