@@ -267,6 +267,24 @@ class CFG:
             nxt = row[byte] = self._intern(self._close(moved)) if moved else DEAD
         return nxt
 
+    def transitions(self, state):
+        """The next state for each of the 256 bytes (a list): bytes that move every stack alike share one
+        closure."""
+        row = self._table[state]
+        if len(row) < 256:
+            dfas = self.dfas
+            stacks = list(self._configs[state])
+            columns = [dfas[st[-1][0]].transitions(st[-1][1]) for st in stacks]
+            done, out = {}, []
+            for targets in (zip(*columns) if len(columns) > 1 else zip(columns[0])):
+                nxt = done.get(targets)
+                if nxt is None:
+                    moved = [st[:-1] + ((st[-1][0], t),) for st, t in zip(stacks, targets) if t != DEAD]
+                    nxt = done[targets] = self._intern(self._close(moved)) if moved else DEAD
+                out.append(nxt)
+            self._table[state] = row = dict(enumerate(out))
+        return [row[b] for b in range(256)]
+
     def accepting(self, state):
         return state >= 0 and self._accepting[state]
 

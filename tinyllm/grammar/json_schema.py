@@ -41,7 +41,7 @@ _DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]{_D}|3[01])|(?:0[469]|
          f"|02-(?:0[1-9]|1{_D}|2[0-8]))|{_LEAP}-02-29)")
 _TIME = f"(?:[01]{_D}|2[0-3]):[0-5]{_D}:[0-5]{_D}(?:\\.{_D}+)?(?:[Zz]|[+-](?:[01]{_D}|2[0-3]):[0-5]{_D})"
 _ATEXT = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"    # (RFC 1035's 63-byte limit is not kept: it multiplies states)
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _FORMATS = {                                             # what jsonschema's FormatChecker accepts, as regexes
     "date": _DATE,

@@ -44,38 +44,130 @@ class LiteralDFA:
     def live(self, state):
         return state != DEAD
 
+    def transitions(self, state):
+        row = [DEAD] * 256
+        if state != DEAD:
+            for b, t in self.edges[state].items():
+                row[b] = t
+        return row
+
 
 class TokenTrie:
-    """The tokenizer's tokens (all but end of text) as a trie over their bytes: `children[node]` {byte: node},
-    `ends[node]` the ids of the tokens whose bytes end there. Built once per tokenizer."""
+    """The tokenizer's tokens (all but end of text) as a trie over their bytes, its nodes numbered depth by depth
+    (each parent before its children): `parent[n]`, `byte[n]` (the byte on the edge into node n), `levels[d]` the
+    slice of the nodes of depth d + 1, and `end[id]` token id's node (0, the root, for end of text and empty
+    tokens, which are never allowed). Built once per tokenizer."""
 
     def __init__(self, tokenizer, eot):
-        self.children, self.ends = [{}], [[]]
-        for i in range(tokenizer.n_vocab):
-            if i == eot:
-                continue
+        n = tokenizer.n_vocab
+        items = sorted((tokenizer.decode_single_token_bytes(i), i) for i in range(n) if i != eot)
+        children = {}                                   # (parent node, byte) -> node
+        by_depth = [[(0, 0)]]                           # depth -> [(node, parent)]; node 0 is the root
+        edge_byte = [0]
+        end = np.zeros(n, np.int64)
+        for data, i in items:
             node = 0
-            for b in tokenizer.decode_single_token_bytes(i):
-                nxt = self.children[node].get(b)
+            for d, b in enumerate(data):
+                nxt = children.get((node, b))
                 if nxt is None:
-                    nxt = len(self.children)
-                    self.children[node][b] = nxt
-                    self.children.append({})
-                    self.ends.append([])
+                    nxt = children[(node, b)] = len(edge_byte)
+                    edge_byte.append(b)
+                    if len(by_depth) <= d + 1:
+                        by_depth.append([])
+                    by_depth[d + 1].append((nxt, node))
                 node = nxt
-            self.ends[node].append(i)
+            end[i] = node
+        order = [node for level in by_depth for node, _ in level]     # renumber the nodes depth by depth
+        new = np.empty(len(order), np.int64)
+        new[order] = np.arange(len(order))
+        self.parent = np.array([new[p] for level in by_depth for _, p in level], np.int32)
+        self.byte = np.array(edge_byte, np.uint8)[order]
+        self.end = new[end].astype(np.int32)
+        self.levels, at = [], 1
+        for level in by_depth[1:]:
+            self.levels.append(slice(at, at + len(level)))
+            at += len(level)
+        self.num_nodes = len(order)
 
-    def allowed(self, dfa, state, out):
-        """Set out[id] for every token whose bytes, fed to `dfa` from `state`, leave it live (an iterative walk)."""
-        stack = [(0, state)]
-        while stack:
-            node, s = stack.pop()
-            if node:  # the root's tokens are empty byte strings: they change nothing and are never allowed
-                out[self.ends[node]] = True
-            for b, child in self.children[node].items():
-                t = dfa.step(s, b)
-                if t != DEAD:
-                    stack.append((child, t))
+    def allowed(self, automaton, state, out):
+        """Set out[id] for every token whose bytes, fed to `automaton` from `state`, leave it live: the C kernel
+        (runtime_c/grammar.c) walks the nodes in one pass, filling the automaton's missing rows between passes;
+        without it, NumPy walks depth by depth."""
+        table = _Table.of(automaton)
+        lib = _kernels()
+        states = np.full(self.num_nodes, -1, np.int32)  # each node's state + 1 (0: dead, -1: not known yet)
+        states[0] = state + 1
+        table.ensure(states[:1])
+        if lib is not None:
+            ffi, lib = lib
+            mask = np.empty(len(self.end), np.uint8)
+            ptr = ffi.from_buffer
+            args = (ptr("int32_t[]", self.parent), ptr("uint8_t[]", self.byte), self.num_nodes)
+            while True:
+                need = np.zeros(len(table.done), np.uint8)
+                missing = lib.grammar_trie_walk(ptr("int32_t[]", states), *args, ptr("int32_t[]", table.rows),
+                                                ptr("uint8_t[]", table.done), ptr("uint8_t[]", need),
+                                                len(table.done), ptr("int32_t[]", self.end), ptr("uint8_t[]", mask),
+                                                len(self.end))
+                if not missing:
+                    break
+                table.fill(np.flatnonzero(need).tolist())
+            out |= mask.view(bool)
+            return
+        for level in self.levels:
+            parents = states[self.parent[level]]
+            if not parents.any():                       # every node of this depth is dead: so are the deeper
+                states[level.start:] = 0
+                break
+            table.ensure(parents)
+            states[level] = table.rows[parents, self.byte[level]]
+        allowed = states[self.end] > 0
+        allowed[self.end == 0] = False
+        out |= allowed
+
+
+def _kernels():
+    """(ffi, lib) of the C kernels when they are built, else None."""
+    try:
+        from .. import _kernels as k
+    except ImportError:
+        return None
+    return (k.ffi, k.lib) if hasattr(k.lib, "grammar_trie_walk") else None
+
+
+class _Table:
+    """An automaton's transitions as a dense array, rows filled on demand: rows[s + 1, b] is step(s, b) + 1 (row
+    0 and value 0: dead), so a trie level is one gather."""
+
+    _tables = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, automaton):
+        t = cls._tables.get(automaton)
+        if t is None:
+            t = cls._tables[automaton] = cls(automaton)
+        return t
+
+    def __init__(self, automaton):
+        self.automaton = automaton
+        self.rows = np.zeros((64, 256), np.int32)
+        self.done = np.zeros(64, np.uint8)              # (grows so that every state + 1 in rows is an index)
+        self.done[0] = 1
+
+    def ensure(self, states):
+        """Fill the rows of `states` (state + 1 values; every value seen is below len(self.done))."""
+        self.fill(np.flatnonzero((np.bincount(states, minlength=len(self.done)) > 0) & (self.done == 0)).tolist())
+
+    def fill(self, missing):
+        for s in missing:
+            row = np.asarray(self.automaton.transitions(s - 1), np.int32) + 1
+            need = int(row.max()) + 1
+            if need > len(self.done):
+                size = max(need, 2 * len(self.done))
+                self.rows = np.concatenate([self.rows, np.zeros((size - len(self.rows), 256), np.int32)])
+                self.done = np.concatenate([self.done, np.zeros(size - len(self.done), np.uint8)])
+            self.rows[s] = row
+            self.done[s] = 1
 
 
 def _token_bytes_access(tokenizer):
