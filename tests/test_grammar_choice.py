@@ -251,4 +251,11 @@ def test_bad_input_is_a_clear_error(model):
 
     with pytest.raises(ValueError, match=r"Wrong.encode\('yes'\) gave \[10, 14\], which do not spell the option"):
         model.generate(idx, 5, grammar=compile(Wrong(), choice=OPTIONS))
+
+    class Refuses(MergeTokenizer):
+        def encode(self, text):
+            raise ValueError("Encountered text corresponding to disallowed special token")
+
+    with pytest.raises(ValueError, match=r"cannot encode the choice 'yes': Encountered text"):
+        model.generate(idx, 5, grammar=compile(Refuses(), choice=OPTIONS))
     assert model.generate(idx, 0, grammar=compile(TOK, choice=OPTIONS)).shape == (1, 2)

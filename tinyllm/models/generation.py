@@ -253,7 +253,10 @@ class GenerationMixin:
                             "(regex='a|b|c') to sample them token by token")
         options = []
         for option in dict.fromkeys(grammar.choices):  # a repeated option is one string of the language, not two
-            ids = [int(t) for t in encode(option)]
+            try:
+                ids = [int(t) for t in encode(option)]
+            except (ValueError, TypeError, KeyError) as e:  # (tiktoken refuses special tokens' texts)
+                raise ValueError(f"{fn}: the grammar's tokenizer cannot encode the choice {option!r}: {e}") from e
             if any(not 0 <= t < grammar.n_vocab or t == grammar.eot for t in ids) \
                     or b"".join(tok.decode_single_token_bytes(t) for t in ids) != option.encode("utf-8"):
                 raise ValueError(f"{fn}: {type(tok).__name__}.encode({option!r}) gave {ids}, which do not spell the "
@@ -272,9 +275,11 @@ class GenerationMixin:
         """generate() for a choice grammar: one whole option per row, drawn with probability ∝ the model's
         p(option's tokens, then end of text | the row's prompt) (^(1/temperature), then top_k, top_p and min_p, as
         sampling.probs treats logits, over the options: the scores are the options' log-probabilities). Masking
-        token by token would not be: after "yes" | "yesterday" it draws "yes" with p(ye)·p(s | ye), which counts
-        p(s | ye)'s continuations other than end of text that the model puts on "yes" as mass for "yes". Rows with
-        the same prompt are scored once. The output is the option's tokens, then end of text to max_new_tokens."""
+        token by token is biased: it renormalises at every step, so after a first token that only "yes" and
+        "yesterday" share, the mass the model puts outside the grammar there is given back to them, and their sum
+        is p(that token) / p(allowed tokens), not p("yes") + p("yesterday") (it also counts other tokenizations).
+        Rows with the same prompt are scored once. The output is the option's tokens, then end of text to
+        max_new_tokens."""
         from ..sampling import draw, probs
         with no_grad():
             ids = idx.numpy().astype(np.int64)
