@@ -60,7 +60,8 @@ class TokenTrie:
 
     def __init__(self, tokenizer, eot):
         n = tokenizer.n_vocab
-        items = sorted((tokenizer.decode_single_token_bytes(i), i) for i in range(n) if i != eot)
+        self.token_bytes = _token_bytes(tokenizer, eot)
+        items = sorted((data, i) for i, data in enumerate(self.token_bytes) if data)
         children = {}                                   # (parent node, byte) -> node
         by_depth = [[(0, 0)]]                           # depth -> [(node, parent)]; node 0 is the root
         edge_byte = [0]
@@ -124,6 +125,26 @@ class TokenTrie:
         allowed = states[self.end] > 0
         allowed[self.end == 0] = False
         out |= allowed
+
+
+def _token_bytes(tokenizer, eot):
+    """Each id's bytes, b"" for the ids that are never text: end of text, the other special tokens (tiktoken
+    decodes <|fim_prefix|> to its name, which is not what it means) and ids the tokenizer has no token for."""
+    special = {eot}
+    for text in getattr(tokenizer, "special_tokens_set", ()):
+        try:
+            ids = tokenizer.encode(text, allowed_special={text})
+        except Exception:  # noqa: BLE001 (a tokenizer that cannot say which id it is: leave it as text)
+            continue
+        if len(ids) == 1:
+            special.add(ids[0])
+    out = []
+    for i in range(tokenizer.n_vocab):
+        try:
+            out.append(b"" if i in special else tokenizer.decode_single_token_bytes(i))
+        except KeyError:                                # a hole in the ids (tiktoken's cl100k_base has some)
+            out.append(b"")
+    return out
 
 
 def _kernels():
@@ -244,12 +265,15 @@ class Matcher:
                                  f"output is not complete in {g.description}")
             self._terminated = True
             return
-        for b in g.tokenizer.decode_single_token_bytes(token):
+        data = g.trie.token_bytes[token]
+        if not data:
+            raise ValueError(f"Matcher.accept: token {token} at position {position} is not text (a special token or "
+                             "an id without bytes): a grammar allows text and end of text only")
+        for b in data:
             state = g.dfa.step(state, b)
             if state == DEAD:
-                raise ValueError(f"Matcher.accept: token {token} "
-                                 f"({g.tokenizer.decode_single_token_bytes(token)!r}) at position {position} "
-                                 f"cannot continue any string of {g.description}")
+                raise ValueError(f"Matcher.accept: token {token} ({data!r}) at position {position} cannot continue "
+                                 f"any string of {g.description}")
         self._states.append(state)
 
     def rollback(self, n=1):
