@@ -7,8 +7,8 @@ at most 64 whitespace bytes between tokens), with these conventions a generator 
   object with `properties` takes no other member, one without takes any (an additional property's name is written
   without escapes);
 - strings are accepted in every JSON spelling: raw characters (any Unicode), the short escapes and `\\uXXXX`
-  (surrogate pairs too), each counting as one character for minLength/maxLength; `pattern` (re syntax, searched
-  as JSON Schema says) accepts raw characters, short escapes and BMP `\\u` escapes; `format`s are raw ASCII;
+  (surrogate pairs past U+FFFF), each counting as one character for minLength/maxLength, inside `pattern`s (re
+  syntax, searched as JSON Schema says), `format`s, `enum`s and property names alike;
 - numbers with bounds are written without an exponent, and their bounds must be integers; integers without an
   exponent or fraction; `oneOf` is matched as `anyOf` (it cannot see which branches overlap).
 A keyword this module does not implement raises ValueError naming it and where it is; none is ignored. Annotations
@@ -73,9 +73,9 @@ def _u_escapes(lo, hi):
                                       for seq in N.digit_sequences(lo, hi, 4, 16))))
 
 
-def json_char(ranges, astral_escapes=False):
+def json_char(ranges):
     """One decoded character in the code-point `ranges`, in every JSON spelling: raw where JSON allows it, the
-    short escapes, `\\u` escapes of BMP code points, and (astral_escapes) surrogate-pair escapes of any astral one."""
+    short escapes, and `\\u` escapes (surrogate pairs for the code points past U+FFFF)."""
     branches = []
     raw = N.subtract(ranges, _NOT_RAW)
     if raw:
@@ -85,12 +85,13 @@ def json_char(ranges, astral_escapes=False):
             branches.append(N.lit("\\" + e))
     for lo, hi in N.intersect(ranges, 0, 0xFFFF):
         branches.append(_u_escapes(lo, hi))
-    if astral_escapes:
-        branches.append(N.cat(_u_escapes(0xD800, 0xDBFF), _u_escapes(0xDC00, 0xDFFF)))
+    for lo, hi in N.intersect(ranges, 0x10000, 0x10FFFF):  # as (high, low) surrogate halves: base-1024 digits
+        for (h0, h1), (l0, l1) in N.digit_sequences(lo - 0x10000, hi - 0x10000, 2, 1024):
+            branches.append(N.cat(_u_escapes(0xD800 + h0, 0xD800 + h1), _u_escapes(0xDC00 + l0, 0xDC00 + l1)))
     return N.alt(*branches) if branches else N.NOTHING
 
 
-_ANY_CHAR = json_char(_ALL_CHARS, astral_escapes=True)
+_ANY_CHAR = json_char(_ALL_CHARS)
 
 
 def _string_literal(text):
@@ -397,7 +398,7 @@ class _Compiler:
                                  f"{', '.join(sorted(_FORMATS))})")
             if "pattern" in schema or lo or hi is not None:
                 raise ValueError(f"json_schema: format with pattern/minLength/maxLength at {where} is not supported")
-            return N.cat(N.lit('"'), _Parser(_FORMATS[fmt]).parse(), N.lit('"'))
+            return N.cat(N.lit('"'), _map_sets(_Parser(_FORMATS[fmt]).parse()), N.lit('"'))
         if "pattern" in schema:
             if lo or hi is not None:
                 raise ValueError(f"json_schema: pattern with minLength/maxLength at {where} is not supported")
