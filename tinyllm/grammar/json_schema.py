@@ -14,6 +14,7 @@ at most 64 whitespace bytes between tokens), with these conventions a generator 
 A keyword this module does not implement raises ValueError naming it and where it is; none is ignored. Annotations
 (title, description, default, examples, ...) are ignored, as validators do.
 """
+import functools
 import json
 import math
 
@@ -73,6 +74,7 @@ def _u_escapes(lo, hi):
                                       for seq in N.digit_sequences(lo, hi, 4, 16))))
 
 
+@functools.lru_cache(maxsize=4096)
 def json_char(ranges):
     """One decoded character in the code-point `ranges`, in every JSON spelling: raw where JSON allows it, the
     short escapes, and `\\u` escapes (surrogate pairs for the code points past U+FFFF)."""

@@ -90,11 +90,12 @@ def _utf8_sequences(lo, hi):
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _cp_ranges_to_seqs(ranges):
     seqs = []
     for lo, hi in ranges:
         seqs += _utf8_sequences(lo, hi)
-    return seqs
+    return tuple(tuple(seq) for seq in seqs)
 
 
 def _char_ranges(c):
@@ -279,10 +280,12 @@ class _Parser:
 # ---------------------------------------------------------------- NFA over byte ranges, then the lazy DFA
 
 class _NFA:
-    def __init__(self):
+    def __init__(self, rule_ids=None):
+        self.rule_ids = rule_ids                        # (grammar.cfg: a called rule's name -> its number)
         self.trans = []                                 # state -> [(lo, hi, target)]
         self.eps = []                                   # state -> [target]
         self.calls = []                                 # state -> [(rule, target)]: a grammar rule's sub-rule
+        self.maybe_dead = False                         # some part matches nothing: not every state is co-reachable
 
     def new(self):
         self.trans.append([])
@@ -293,6 +296,8 @@ class _NFA:
     def build(self, node, s, e):
         kind = node[0]
         if kind == "set":
+            if not node[1]:
+                self.maybe_dead = True
             trie = {}
             for seq in _cp_ranges_to_seqs(node[1]):
                 cur = s
@@ -316,10 +321,12 @@ class _NFA:
                 self.build(item, cur, nxt)
                 cur = nxt
         elif kind == "alt":
+            if not node[1]:
+                self.maybe_dead = True
             for branch in node[1]:
                 self.build(branch, s, e)
-        elif kind == "ref":                             # (grammar.cfg: a call of rule node[1], resolved to an int)
-            self.calls[s].append((node[1], e))
+        elif kind == "ref":                             # (grammar.cfg: a call of rule node[1])
+            self.calls[s].append((self.rule_ids[node[1]], e))
         elif kind == "list":                            # items in order, each optional or not, sep between
             self.build_list(node[1], node[2], s, e)
         else:                                           # rep: every copy of the body gets fresh states
@@ -373,7 +380,11 @@ class RegexDFA:
         self._nfa, self._final = nfa, final
         # a grammar rule's calls of sub-rules that derive some string (`productive`) are edges; others are cut
         self._calls = [[(k, v) for k, v in c if k in productive] for c in nfa.calls]
+        cut = any(len(a) != len(b) for a, b in zip(self._calls, nfa.calls))
         n = len(nfa.trans)
+        if not (nfa.maybe_dead or cut):                 # every state of a Thompson NFA lies on a path to `final`
+            self._good = range(n)
+            n = 0
         rev = [[] for _ in range(n)]                    # co-reachability: which NFA states can reach `final`
         for u in range(n):
             for v in nfa.eps[u]:
@@ -382,13 +393,14 @@ class RegexDFA:
                 rev[v].append(u)
             for _, v in self._calls[u]:
                 rev[v].append(u)
-        good, stack = {final}, [final]
-        while stack:
-            for u in rev[stack.pop()]:
-                if u not in good:
-                    good.add(u)
-                    stack.append(u)
-        self._good = good
+        if n:
+            good, stack = {final}, [final]
+            while stack:
+                for u in rev[stack.pop()]:
+                    if u not in good:
+                        good.add(u)
+                        stack.append(u)
+            self._good = good
         self._ids = {}                                  # frozenset of NFA states -> DFA state
         self._sets = []                                 # DFA state -> sorted tuple of NFA states
         self._table = []                                # DFA state -> [256 next states, _UNKNOWN until computed]
