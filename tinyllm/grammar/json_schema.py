@@ -187,7 +187,7 @@ def _number_ast(lo, lo_excl, hi, hi_excl, integer, where):
             hi = math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi)
         if lo is None and hi is None:
             return N.cat(sign, N.decimal_range(0, None))
-        branches = []
+        branches = [N.lit("-0")] if (lo is None or lo <= 0) and (hi is None or hi >= 0) else []
         if hi is None or hi >= 0:
             branches.append(N.decimal_range(max(lo, 0) if lo is not None else 0, hi))
         if lo is None or lo < 0:                        # -x for x in [max(1, -hi), -lo]
@@ -414,10 +414,11 @@ class _Compiler:
         for name, sub in props.items():
             member = N.cat(_string_literal(name), self.colon, self.value(sub, f"{where}/properties/{name}"))
             items.append((member, name not in required, False))
-        for name in required:
-            if name not in props:
-                items.append((N.cat(_string_literal(name), self.colon, self.any_value()), False, False))
         extra = schema.get("additionalProperties", True if not props else False)
+        for name in required:                           # named but not listed: additionalProperties says what
+            if name not in props:                       # (absent: anything, though no other name is taken)
+                value = self.value(schema.get("additionalProperties", True), f"{where}/additionalProperties")
+                items.append((N.cat(_string_literal(name), self.colon, value), False, False))
         if extra is not False:
             member = N.cat(_key_not_in(list(props) + [r for r in required if r not in props]), self.colon,
                            self.value(extra, f"{where}/additionalProperties"))
