@@ -393,6 +393,8 @@ class _Compiler:
 
     def string(self, schema, where):
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        if hi is not None and lo > hi:
+            return N.NOTHING
         if "format" in schema:
             fmt = schema["format"]
             if fmt not in _FORMATS:
@@ -465,16 +467,18 @@ class _Compiler:
         if a is False or b is False:
             return False
         out = dict(a)
+        _merge_members(out, a, b, "properties", "additionalProperties")
+        _merge_members(out, a, b, "prefixItems", "items")
         for key, v in b.items():
+            if key in ("properties", "additionalProperties", "prefixItems", "items", "additionalItems"):
+                continue
             if key not in out or key in _ANNOTATIONS:
                 out[key] = v
                 continue
             u = out[key]
             if _same(u, v):
                 continue
-            if key == "properties":
-                out[key] = {**u, **{k: ({"allOf": [u[k], s]} if k in u else s) for k, s in v.items()}}
-            elif key == "required":
+            if key == "required":
                 out[key] = list(u) + [r for r in v if r not in u]
             elif key == "type":
                 tu = [u] if isinstance(u, str) else u
@@ -488,20 +492,40 @@ class _Compiler:
                 out[key] = max(u, v)
             elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
                 out[key] = min(u, v)
-            elif key in ("items", "additionalProperties"):
-                out[key] = {"allOf": [u, v]}
             elif key in ("anyOf", "oneOf"):
                 out[key] = [{"allOf": [x, y]} for x in u for y in v]
             else:
                 raise ValueError(f"json_schema: allOf at {where} sets {key!r} to both {u!r} and {v!r}: merging "
                                  "them is not supported")
-        for x, y in ((a, b), (b, a)):                   # a closed object does not take the other's properties
-            if isinstance(x, dict) and x.get("additionalProperties") is False:
-                extra = set(y.get("properties", {})) - set(x.get("properties", {}))
-                if extra:
-                    raise ValueError(f"json_schema: allOf at {where}: additionalProperties: false beside "
-                                     f"properties {sorted(extra)} of another branch is not supported")
         return out
+
+
+def _merge_members(out, a, b, named, rest):
+    """allOf of two objects' members (named = properties, rest = additionalProperties) or arrays' elements (named
+    = prefixItems, rest = items): each name (index) gets both sides' schemas for it, where a side without one
+    applies its `rest` (absent: anything), and the rest gets both rests."""
+    def norm(x):
+        if named == "prefixItems" and isinstance(x.get("items"), list):          # draft 4-2019's list form
+            return dict(enumerate(x["items"])), x.get("additionalItems")
+        names = x.get(named)
+        if names is None:
+            return {}, x.get(rest)
+        return (dict(enumerate(names)) if isinstance(names, list) else dict(names)), x.get(rest)
+    (na, ra), (nb, rb) = norm(a), norm(b)
+    if not (na or nb or ra is not None or rb is not None):
+        return
+    for key in (named, rest, "additionalItems"):
+        out.pop(key, None)
+    both = {}
+    for k in list(na) + [k for k in nb if k not in na]:
+        sa = na.get(k, True if ra is None else ra)
+        sb = nb.get(k, True if rb is None else rb)
+        both[k] = sa if _same(sa, sb) or sb is True else sb if sa is True else {"allOf": [sa, sb]}
+    if both:
+        out[named] = [both[i] for i in range(len(both))] if named == "prefixItems" else both
+    if ra is not None or rb is not None:
+        r = [x for x in (ra, rb) if x is not None]
+        out[rest] = r[0] if len(r) == 1 or _same(r[0], r[1]) else {"allOf": r}
 
 
 def _validating(schema):

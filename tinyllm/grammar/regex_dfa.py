@@ -331,6 +331,9 @@ class _NFA:
             self.build_list(node[1], node[2], s, e)
         else:                                           # rep: every copy of the body gets fresh states
             _, body, lo, hi = node
+            if hi is not None and hi < lo:              # (as {3,1} in GBNF or minLength > maxLength: nothing)
+                self.maybe_dead = True
+                return
             cur = s
             for _ in range(lo):
                 nxt = self.new()
