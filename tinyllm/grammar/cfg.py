@@ -263,14 +263,13 @@ class CFG:
             dfas = self.dfas
             stacks = list(self._configs[state])
             columns = [dfas[st[-1][0]].transitions(st[-1][1]) for st in stacks]
-            done, out = {}, []
-            for targets in (zip(*columns) if len(columns) > 1 else zip(columns[0])):
-                nxt = done.get(targets)
-                if nxt is None:
-                    moved = [st[:-1] + ((st[-1][0], t),) for st, t in zip(stacks, targets) if t != DEAD]
-                    nxt = done[targets] = self._intern(self._close(moved)) if moved else DEAD
-                out.append(nxt)
-            self._table[state] = row = dict(enumerate(out))
+            keys = columns[0] if len(columns) == 1 else list(zip(*columns))
+            nxt = dict.fromkeys(keys)
+            for targets in nxt:
+                targets_ = (targets,) if len(columns) == 1 else targets
+                moved = [st[:-1] + ((st[-1][0], t),) for st, t in zip(stacks, targets_) if t != DEAD]
+                nxt[targets] = self._intern(self._close(moved)) if moved else DEAD
+            self._table[state] = row = dict(enumerate(nxt[k] for k in keys))
         return [row[b] for b in range(256)]
 
     def accepting(self, state):

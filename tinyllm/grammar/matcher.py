@@ -53,72 +53,85 @@ class LiteralDFA:
 
 
 class TokenTrie:
-    """The tokenizer's tokens (all but end of text) as a trie over their bytes, its nodes numbered depth by depth
-    (each parent before its children): `parent[n]`, `byte[n]` (the byte on the edge into node n), `levels[d]` the
-    slice of the nodes of depth d + 1, and `end[id]` token id's node (0, the root, for end of text and empty
-    tokens, which are never allowed). Built once per tokenizer."""
+    """The tokenizer's tokens (all but end of text) as a trie over their bytes, its nodes numbered in preorder
+    (inserting the sorted byte strings creates them in that order): `parent[n]`, `byte[n]` (the byte on the edge
+    into n), `skip[n]` (the node after n's subtree), the tokens ending at n in `tok_ids[tok_start[n]:tok_start[n +
+    1]]`, `end[id]` token id's node (0, the root, for the ids that are never text), and `levels[d]` the nodes of
+    depth d + 1 (for the NumPy walk). Built once per tokenizer."""
 
     def __init__(self, tokenizer, eot):
         n = tokenizer.n_vocab
         self.token_bytes = _token_bytes(tokenizer, eot)
         items = sorted((data, i) for i, data in enumerate(self.token_bytes) if data)
         children = {}                                   # (parent node, byte) -> node
-        by_depth = [[(0, 0)]]                           # depth -> [(node, parent)]; node 0 is the root
-        edge_byte = [0]
+        parent, edge, depth = [0], [0], [0]
         end = np.zeros(n, np.int64)
         for data, i in items:
             node = 0
-            for d, b in enumerate(data):
+            for b in data:
                 nxt = children.get((node, b))
                 if nxt is None:
-                    nxt = children[(node, b)] = len(edge_byte)
-                    edge_byte.append(b)
-                    if len(by_depth) <= d + 1:
-                        by_depth.append([])
-                    by_depth[d + 1].append((nxt, node))
+                    nxt = children[(node, b)] = len(parent)
+                    parent.append(node)
+                    edge.append(b)
+                    depth.append(depth[node] + 1)
                 node = nxt
             end[i] = node
-        order = [node for level in by_depth for node, _ in level]     # renumber the nodes depth by depth
-        new = np.empty(len(order), np.int64)
-        new[order] = np.arange(len(order))
-        self.parent = np.array([new[p] for level in by_depth for _, p in level], np.int32)
-        self.byte = np.array(edge_byte, np.uint8)[order]
-        self.end = new[end].astype(np.int32)
-        self.levels, at = [], 1
-        for level in by_depth[1:]:
-            self.levels.append(slice(at, at + len(level)))
-            at += len(level)
-        self.num_nodes = len(order)
+        self.num_nodes = len(parent)
+        self.parent = np.array(parent, np.int32)
+        self.byte = np.array(edge, np.uint8)
+        size = np.ones(self.num_nodes, np.int64)
+        for node in range(self.num_nodes - 1, 0, -1):   # (reversed preorder: children before their parent)
+            size[parent[node]] += size[node]
+        self.skip = (np.arange(self.num_nodes) + size).astype(np.int32)
+        self.end = end.astype(np.int32)
+        order = np.argsort(self.end, kind="stable")
+        order = order[self.end[order] > 0]
+        self.tok_ids = order.astype(np.int32)
+        self.tok_start = np.searchsorted(self.end[order], np.arange(self.num_nodes + 1)).astype(np.int32)
+        self.roots = np.flatnonzero(self.parent == 0)[1:].astype(np.int32)   # the root's children
+        by_depth = np.array(depth)
+        self.levels = [np.flatnonzero(by_depth == d) for d in range(1, int(by_depth.max()) + 1)]
+        self._states = np.empty(self.num_nodes, np.int32)   # the walk's scratch: only visited nodes are read
+        self._blocked = np.empty(self.num_nodes, np.int32)
+        self._args = None
 
     def allowed(self, automaton, state, out):
         """Set out[id] for every token whose bytes, fed to `automaton` from `state`, leave it live: the C kernel
-        (runtime_c/grammar.c) walks the nodes in one pass, filling the automaton's missing rows between passes;
-        without it, NumPy walks depth by depth."""
+        (runtime_c/grammar.c) visits only the live part of the trie, pausing where the automaton has a row to
+        fill; without it, NumPy walks the whole trie depth by depth."""
         table = _Table.of(automaton)
+        table.ensure(np.array([state + 1]))
         lib = _kernels()
-        states = np.full(self.num_nodes, -1, np.int32)  # each node's state + 1 (0: dead, -1: not known yet)
-        states[0] = state + 1
-        table.ensure(states[:1])
         if lib is not None:
             ffi, lib = lib
-            mask = np.empty(len(self.end), np.uint8)
-            ptr = ffi.from_buffer
-            args = (ptr("int32_t[]", self.parent), ptr("uint8_t[]", self.byte), self.num_nodes)
+            if self._args is None:
+                ptr = ffi.from_buffer
+                self._args = [ptr("int32_t[]", a) for a in (self._states, self.parent)] + [
+                    ptr("uint8_t[]", self.byte)] + [ptr("int32_t[]", a) for a in (self.skip, self.tok_start,
+                                                                                 self.tok_ids)]
+                self._ptrs = (ptr, ptr("int32_t[]", self._blocked))
+            ptr, blocked_ptr = self._ptrs
+            self._states[0] = state + 1
+            mask = np.zeros(len(out), np.uint8)
+            pending = self.roots
             while True:
-                need = np.zeros(len(table.done), np.uint8)
-                missing = lib.grammar_trie_walk(ptr("int32_t[]", states), *args, ptr("int32_t[]", table.rows),
-                                                ptr("uint8_t[]", table.done), ptr("uint8_t[]", need),
-                                                len(table.done), ptr("int32_t[]", self.end), ptr("uint8_t[]", mask),
-                                                len(self.end))
-                if not missing:
+                n = lib.grammar_trie_walk(*self._args, ptr("int32_t[]", table.rows), ptr("uint8_t[]", table.done),
+                                          ptr("uint8_t[]", table.need), ptr("int32_t[]", pending), len(pending),
+                                          blocked_ptr, ptr("uint8_t[]", mask))
+                if not n:
                     break
-                table.fill(np.flatnonzero(need).tolist())
+                missing = np.flatnonzero(table.need)
+                table.need[missing] = 0
+                table.fill(missing.tolist())
+                pending = self._blocked[:n].copy()
             out |= mask.view(bool)
             return
+        states = np.zeros(self.num_nodes, np.int32)     # each node's state + 1 (0: dead)
+        states[0] = state + 1
         for level in self.levels:
             parents = states[self.parent[level]]
             if not parents.any():                       # every node of this depth is dead: so are the deeper
-                states[level.start:] = 0
                 break
             table.ensure(parents)
             states[level] = table.rows[parents, self.byte[level]]
@@ -174,6 +187,7 @@ class _Table:
         self.rows = np.zeros((64, 256), np.int32)
         self.done = np.zeros(64, np.uint8)              # (grows so that every state + 1 in rows is an index)
         self.done[0] = 1
+        self.need = np.zeros(64, np.uint8)              # the C walk's requests (cleared once filled)
 
     def ensure(self, states):
         """Fill the rows of `states` (state + 1 values; every value seen is below len(self.done))."""
@@ -187,6 +201,7 @@ class _Table:
                 size = max(need, 2 * len(self.done))
                 self.rows = np.concatenate([self.rows, np.zeros((size - len(self.rows), 256), np.int32)])
                 self.done = np.concatenate([self.done, np.zeros(size - len(self.done), np.uint8)])
+                self.need = np.zeros(size, np.uint8)
             self.rows[s] = row
             self.done[s] = 1
 

@@ -31,7 +31,9 @@ _SUR_LO, _SUR_HI = 0xD800, 0xDFFF
 @functools.lru_cache(maxsize=1)
 def _all_chars():
     """Every code point except the surrogates, in order (position p is code point p, or p + 0x800 past them)."""
-    return "".join(map(chr, range(_SUR_LO))) + "".join(map(chr, range(_SUR_HI + 1, _MAX_CP + 1)))
+    import numpy as np
+    cps = np.concatenate([np.arange(_SUR_LO), np.arange(_SUR_HI + 1, _MAX_CP + 1)]).astype("<u4")
+    return cps.tobytes().decode("utf-32-le")
 
 
 def _pos_cp(p):
@@ -45,8 +47,21 @@ _ASCII_CLASS = re.compile(r"\[(?:[ -\[\]-~]|\\[^dDwWsSxuUN0-9])*\]")   # [...] o
 def _charset(text):
     """Code-point ranges ((lo, hi) inclusive, no surrogates, sorted) that the single-character re `text` matches."""
     out = []
-    # a class of ASCII characters and ranges matches ASCII only: 128 characters to try instead of 1.1M
-    universe = "".join(map(chr, range(128))) if _ASCII_CLASS.fullmatch(text) and text[1:2] != "^" else _all_chars()
+    if text == ".":                                     # everything but a newline
+        return ((0, 9), (11, _SUR_LO - 1), (_SUR_HI + 1, _MAX_CP))
+    if _ASCII_CLASS.fullmatch(text):                    # ASCII items: 128 characters to try instead of 1.1M
+        negated = text[1:2] == "^"
+        members = _charset("[" + "\\" * (text[2:3] == "^") + text[2:]) if negated else None
+        if negated:                                     # everything else
+            out, at = [], 0
+            for lo, hi in members + ((_SUR_LO, _SUR_HI),):
+                if at < lo:
+                    out.append((at, lo - 1))
+                at = hi + 1
+            return tuple(out) + ((_SUR_HI + 1, _MAX_CP),)
+        universe = "".join(map(chr, range(128)))
+    else:
+        universe = _all_chars()
     for m in re.finditer("(?:%s)+" % text, universe):
         lo, hi = _pos_cp(m.start()), _pos_cp(m.end() - 1)
         if lo < _SUR_LO <= hi:
@@ -404,6 +419,7 @@ class RegexDFA:
                         good.add(u)
                         stack.append(u)
             self._good = good
+        self._eclosure = {}                             # NFA state -> its kept epsilon closure
         self._ids = {}                                  # frozenset of NFA states -> DFA state
         self._sets = []                                 # DFA state -> sorted tuple of NFA states
         self._table = []                                # DFA state -> [256 next states, _UNKNOWN until computed]
@@ -413,15 +429,23 @@ class RegexDFA:
         self.start = self._intern(self._closure([start]))
 
     def _closure(self, states):
-        """Epsilon closure, kept to the states that matter (byte transitions or final) and can reach `final`."""
-        seen, stack = set(states), list(states)
-        while stack:
-            for v in self._nfa.eps[stack.pop()]:
-                if v not in seen:
-                    seen.add(v)
-                    stack.append(v)
-        trans, calls, good, final = self._nfa.trans, self._calls, self._good, self._final
-        return frozenset(u for u in seen if u in good and (trans[u] or calls[u] or u == final))
+        """Epsilon closure, kept to the states that matter (byte transitions, calls or final) and can reach
+        `final`: the union of each state's own closure, computed once per NFA state."""
+        memo = self._eclosure
+        parts = []
+        for u in states:
+            c = memo.get(u)
+            if c is None:
+                seen, stack = {u}, [u]
+                while stack:
+                    for v in self._nfa.eps[stack.pop()]:
+                        if v not in seen:
+                            seen.add(v)
+                            stack.append(v)
+                trans, calls, good, final = self._nfa.trans, self._calls, self._good, self._final
+                c = memo[u] = frozenset(x for x in seen if x in good and (trans[x] or calls[x] or x == final))
+            parts.append(c)
+        return parts[0] if len(parts) == 1 else frozenset().union(*parts)
 
     def _intern(self, key):
         if not key:
