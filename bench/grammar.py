@@ -118,11 +118,15 @@ class Llguidance:
                                                            "item_separator": ","})
         m = L(self.lltok, g, log_level=0)  # (creating the matcher is where llguidance does its work)
         assert not m.is_error(), m.get_error()
-        return m
+        return {"grammar": g, "matcher": m}
 
-    def matcher(self, m):
-        m.reset()  # one matcher per grammar, reset per path: what it built lazily (lexer states) is kept, as
-        return m   # tinyllm keeps its masks per grammar
+    def matcher(self, c):
+        """One matcher per grammar, reset per path: what it built lazily is kept, as tinyllm keeps its masks per
+        grammar; a new one after a rejected token (reset does not clear the error)."""
+        if c["matcher"].is_error():
+            c["matcher"] = self.ll.LLMatcher(self.lltok, c["grammar"], log_level=0)
+        c["matcher"].reset()
+        return c["matcher"]
 
     def fill(self, m):
         self.lln.fill_next_token_bitmask(m, self.bitmask, 0)
@@ -504,7 +508,7 @@ def main():
     p.add_argument("--show-docs", action="store_true", help="print one document per schema")
     p.add_argument("--no-xgrammar", action="store_true")
     p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--decode-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
