@@ -105,6 +105,8 @@ class Earley:
                     self._add(a, symbols(branch))
             elif kind == "rep":
                 _, body, lo, hi = node
+                if hi is not None and hi < lo:          # a count in [lo, hi]: none
+                    continue
                 copy = symbols(body)
                 if hi is None:                          # star -> "" | body star
                     tail = self._new()
