@@ -258,9 +258,152 @@ def test_hand_written_gbnf_strings(name):
             json.loads(text)
 
 
+# ---- random grammars: small GBNF texts and JSON schemas drawn from a seed
+ATOMS = ['"a"', '"b"', '"ab"', '"é"', '"中"', "[a-c]", "[^a]", '""', '"x"', ".", "[0-9]"]
+
+
+def random_gbnf(rng):
+    """1 to 4 rules of literals, classes, groups, alternatives, repetitions and calls, each body of depth <= 3
+    (so the recursion below is bounded); root reaches every rule."""
+    names = ["root"] + [f"r{i}" for i in range(1, rng.randint(1, 4))]
+
+    def expr(depth):
+        k = rng.random()
+        if depth > 2 or k < 0.35:
+            return rng.choice(names) if rng.random() < 0.35 else rng.choice(ATOMS)
+        if k < 0.6:
+            return " ".join(expr(depth + 1) for _ in range(rng.randint(2, 3)))
+        if k < 0.8:
+            return "(" + " | ".join(expr(depth + 1) for _ in range(rng.randint(2, 3))) + ")"
+        return "(" + expr(depth + 1) + ")" + rng.choice(["*", "+", "?", "{2}", "{0,2}", "{1,}", "{1,3}"])
+    rules = {name: expr(0) for name in names}
+    rules["root"] += "".join(f' | "q" {name}' for name in names[1:])
+    return "".join(f"{name} ::= {body}\n" for name, body in rules.items())
+
+
+NAMES = ["a", "b", "é", "ab", 'k"q', "中", "x y"]
+
+
+def random_value(rng, depth=0):
+    k = rng.random()
+    if depth > 1 or k < 0.5:
+        return rng.choice([None, True, False, 0, -3, 2.5, "a", "é", "", 'a"b', 17])
+    if k < 0.75:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 2))]
+    return {rng.choice(NAMES): random_value(rng, depth + 1) for _ in range(rng.randint(0, 2))}
+
+
+def random_schema(rng, depth=0):
+    """A schema of the supported keywords, depth <= 4, steering clear of the bugs marked xfail below."""
+    k = rng.randrange(14 if depth < 3 else 8)
+    if k <= 1:
+        s = {"type": "integer" if k == 0 else "number"}
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if rng.random() < 0.3:
+                s[key] = rng.randint(-30, 300) if k == 0 else rng.randint(-30, 30)
+        return s
+    if k == 2:
+        s, r = {"type": "string"}, rng.random()
+        if r < 0.4:
+            if rng.random() < 0.6:
+                s["minLength"] = rng.randint(0, 3)
+            if rng.random() < 0.6:
+                s["maxLength"] = rng.randint(s.get("minLength", 0), 4)
+        elif r < 0.7:
+            s["pattern"] = rng.choice(["^a+$", "b", "^[0-9]{2}$", "é.", "^(ab|c)*$", "\\d"])
+        elif r < 0.85:
+            s["format"] = rng.choice(["date", "uuid", "ipv4", "time", "date-time", "email", "hostname"])
+        return s
+    if k == 3:
+        return rng.choice([{"type": "boolean"}, {"type": "null"}, {"type": ["string", "null"]},
+                           {"type": ["integer", "boolean"]}, True, {}])
+    if k == 4:
+        return {"enum": [random_value(rng) for _ in range(rng.randint(1, 4))]}
+    if k == 5:
+        return {"const": random_value(rng)}
+    if k <= 8:
+        s = {"type": "array"}
+        if rng.random() < 0.7:
+            s["items"] = random_schema(rng, depth + 1)
+        if rng.random() < 0.3:
+            s["prefixItems"] = [random_schema(rng, depth + 1) for _ in range(rng.randint(1, 2))]
+        if rng.random() < 0.2:
+            s["items"] = False
+        if rng.random() < 0.4:
+            s["minItems"] = rng.randint(0, 2)
+        if rng.random() < 0.4:
+            s["maxItems"] = rng.randint(0, 3)
+        return s
+    if k <= 11:
+        s, props = {"type": "object"}, rng.sample(NAMES, rng.randint(0, 3))
+        if props or rng.random() < 0.5:
+            s["properties"] = {p: random_schema(rng, depth + 1) for p in props}
+        r = rng.random()
+        if r < 0.25:
+            s["additionalProperties"] = False
+        elif r < 0.4:
+            s["additionalProperties"] = True
+        elif r < 0.55:
+            s["additionalProperties"] = random_schema(rng, depth + 1)
+        required = [p for p in props if rng.random() < 0.5]
+        if rng.random() < 0.2 and s.get("additionalProperties") in (None, True):  # (xfail below otherwise)
+            required.append(rng.choice(NAMES))
+        if required:
+            s["required"] = list(dict.fromkeys(required))
+        return s
+    if k == 12:
+        return {"anyOf": [random_schema(rng, depth + 1) for _ in range(rng.randint(1, 3))]}
+    while True:  # (allOf branches with prefixItems or additionalProperties: xfail below)
+        s = {"allOf": [random_schema(rng, depth + 1) for _ in range(2)]}
+        if "prefixItems" not in json.dumps(s) and "additionalProperties" not in json.dumps(s):
+            return s
+
+
+def test_random_gbnf_grammars():
+    compiled = 0
+    for seed in range(120):
+        text = random_gbnf(random.Random(seed))
+        try:
+            g = compile(TOK, gbnf=text)
+        except ValueError as exc:  # left recursion (refused), or an empty language (the oracle agrees)
+            assert "left-recursive" in str(exc) or Earley(*parse_gbnf(text)).empty_language, text
+            continue
+        compiled += 1
+        oracle = Earley(*parse_gbnf(text))
+        for walk_seed in range(2):
+            out, done, counts = walk(g, oracle, walk_seed, steps=20)
+            TOTALS["random-gbnf"] = [a + b for a, b in zip(TOTALS.get("random-gbnf", [0] * 4), counts)]
+            assert not done or oracle.complete(out)
+    assert compiled >= 40
+
+
+def test_random_json_schemas():
+    compiled = ended = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        schema, flexible = random_schema(rng), rng.random() < 0.2
+        try:
+            g = compile(TOK, json_schema=schema, whitespace_flexible=flexible)
+        except ValueError as exc:  # an unsupported combination, or an empty language (the oracle agrees)
+            assert "no string" not in str(exc) or Earley(*schema_grammar(schema, flexible)).empty_language
+            continue
+        compiled += 1
+        oracle = Earley(*schema_grammar(schema, flexible))
+        validator = jsonschema.Draft202012Validator(schema, format_checker=FORMATS)
+        for walk_seed in range(2):
+            out, done, counts = walk(g, oracle, walk_seed, steps=25)
+            TOTALS["random-json"] = [a + b for a, b in zip(TOTALS.get("random-json", [0] * 4), counts)]
+            if done:
+                ended += 1
+                doc = json.loads(out.decode())
+                assert validator.is_valid(doc), (json.dumps(schema), out)
+    assert compiled >= 100 and ended >= 150
+
+
 # ---- bugs the sweep found (tinyllm/grammar not fixed here)
 @pytest.mark.xfail(strict=True, reason="json_schema.py: a `required` name missing from `properties` takes any value "
-                   "(any_value), but JSON Schema applies `additionalProperties` to it: its schema, or nothing when false")
+                   "(any_value), but JSON Schema applies `additionalProperties` to it: its schema, or nothing when "
+                   "false")
 @pytest.mark.parametrize("extra, doc", [({"type": "integer"}, '{"b":"x"}'), (False, '{"b":1}')])
 def test_required_name_outside_properties_obeys_additional_properties(extra, doc):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"],
@@ -338,6 +481,6 @@ def test_totals_report():
     if not TOTALS:
         pytest.skip("the sweep did not run in this process")
     steps, allowed, viable, both = (sum(v[i] for v in TOTALS.values()) for i in range(4))
-    print(f"\n{len(TOTALS)} grammars, {steps} steps, {steps * TOK.n_vocab} token verdicts: soundness "
+    print(f"\n{len(TOTALS)} sweeps, {steps} steps, {steps * TOK.n_vocab} token verdicts: soundness "
           f"{both}/{allowed} completeness {both}/{viable}")
     assert both == allowed == viable
