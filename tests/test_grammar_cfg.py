@@ -89,6 +89,8 @@ SCHEMAS = {  # name: (schema, whitespace_flexible, valid documents, invalid docu
                        ['{"v":100}', '{"kids":[]}', '{"v":1,"kids":[{"v":1},{"v":1},{"v":1},{"v":1}]}']),
     "any-value": ({}, False, ['{"a":[1,2.5e-3,{"b":null}],"c":"é"}', '"x"', '-0', 'true', '[]'],
                   []),
+    "any-array-flexible": ({"type": "array", "items": {}}, True, ['[]', '[ {"a" :[ ]} ,\n1e5,"\\"",null ]'],
+                           ['[1,]', '{}']),
     "whitespace-flexible": ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
                                                               "b": {"type": "boolean"}}, "required": ["b"]}, True,
                             ['{"b":true}', '{ "a" : [ 1 , 2 ] ,\n\t"b": false }', '{\n  "b": true\n}'],
@@ -127,11 +129,21 @@ list  ::= item | item "," list
 item  ::= [a-c]+ | "\"" [^"]* "\"" | "(" paren ")"
 paren ::= "(" paren ")" paren | ""
 '''
+MIXED_GBNF = r'''
+root ::= s "-" t "-" v "-" w
+s    ::= "a" s | ""
+t    ::= "(" u ")" t? | "1"
+u    ::= t ( "," t )* | ""
+v    ::= "[" v{0,3} "]"
+w    ::= "a" w "b"? | "c"
+'''
 GRAMMARS = {  # name: (text, valid, invalid)
     "json": (JSON_GBNF, ['{"a": [1, -2.5e3, true]}', ' [ ]', '"\\u00e9中"', '{\n  "k" : null}'],
              ['{"a" 1}', '[1,]', '01', '"\x01"']),
     "arithmetic": (ARITH_GBNF, ['1', '(1 + 2) * -3.5', '((7))/2-1'], ['', '(1', '1 +', '1..2']),
     "nullable-repeat": (NULLABLE_GBNF, ['!', 'xx!', 'éé12345!', 'xab!', 'ababab!'], ['abababab!', 'é1!', 'xxxx!']),
+    "mixed-recursion": (MIXED_GBNF, ['-1-[]-c', 'aa-(1,(),1)1-[[][[]]]-aacb', '-()-[[[[]]]]-acb'],
+                        ['-1-[[][][][]]-c', '-(,1)-[]-c', 'a-1-[]-acbb', '-1-[]-']),
     "right-recursive-list": (LIST_GBNF, ['[]', '[a,"x,y",(()())]', '[abc,c]'], ['[a,]', '[,]', '[(]']),
 }
 
