@@ -52,7 +52,7 @@ class Earley:
         self.by_lhs = {}
         for p, a in enumerate(self.lhs):
             self.by_lhs.setdefault(a, []).append(p)
-        self._cache_data, self._cache_cols = None, None
+        self._cache_data, self._cache_cols, self._trie = None, None, None
 
     # ---- the AST as BNF
     def _new(self):
@@ -304,19 +304,22 @@ class Earley:
             return allowed
         if eot is not None:
             allowed[eot] = (0, 1, 0) in cols[-1].items
-        children, ends = [{}], [[]]
-        for i, t in enumerate(tokens):
-            if i == eot or not t:
-                continue
-            node = 0
-            for b in t:
-                nxt = children[node].get(b)
-                if nxt is None:
-                    nxt = children[node][b] = len(children)
-                    children.append({})
-                    ends.append([])
-                node = nxt
-            ends[node].append(i)
+        if self._trie is None or self._trie[0] is not tokens or self._trie[1] != eot:  # (once per token list)
+            children, ends = [{}], [[]]
+            for i, t in enumerate(tokens):
+                if i == eot or not t:
+                    continue
+                node = 0
+                for b in t:
+                    nxt = children[node].get(b)
+                    if nxt is None:
+                        nxt = children[node][b] = len(children)
+                        children.append({})
+                        ends.append([])
+                    node = nxt
+                ends[node].append(i)
+            self._trie = (tokens, eot, children, ends)
+        _, _, children, ends = self._trie
         stack = [(0, cols)]                             # (trie node, the chart after its bytes)
         while stack:
             node, cs = stack.pop()
