@@ -9,9 +9,9 @@ an Earley recognizer (with Aycock and Horspool's fix for nullable symbols) over 
 
 Each AST node becomes a nonterminal with BNF productions: a set of code-point ranges its UTF-8 byte-range sequences
 (regex_dfa._cp_ranges_to_seqs, tested on its own, is the only piece borrowed), a cat one production, an alt one per
-branch, a repetition its `lo` copies then an optional chain (bounded) or a right-recursive star, a list the
-first/rest nonterminals of its definition (items in order, an optional one may be absent, a repeated one may occur
-again, the present ones separated by the separator), a ref the rule's nonterminal. Productions that use an
+branch, a repetition its `lo` copies then an optional chain (bounded; none when hi < lo) or a right-recursive star,
+a list the first/rest nonterminals of its definition (items in order, an optional one may be absent, a repeated one
+may occur again, the present ones separated by the separator), a ref the rule's nonterminal. Productions that use an
 unproductive symbol are pruned, so every item the recognizer holds can still be completed: a prefix is viable
 exactly when its column is not empty. A whole vocabulary is checked in one walk of the tokens' trie, each trie node
 one chart column built on its parent's.
