@@ -165,6 +165,8 @@ class CFG:
                     changed = True
         self._refuse_left_recursion(nfas, nullable, productive)
         self.dfas = [RegexDFA(kept[k], *nfas[k], productive=productive) for k in range(n)]
+        # one rule calling nothing: its DFA is the whole grammar, without parser states around it
+        self.dfa = self.dfas[0] if n == 1 and not any(nfas[0][0].calls) else None
         self._ids, self._configs, self._table, self._accepting = {}, [], [], []
         self.start = self._intern(self._close([((0, self.dfas[0].start),)]))
 

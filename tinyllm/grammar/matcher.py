@@ -354,12 +354,14 @@ def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None, 
     elif kind == "json_schema":
         from .cfg import CFG
         from .json_schema import schema_grammar
-        dfa = CFG(*schema_grammar(spec, whitespace_flexible), "json_schema")
+        cfg = CFG(*schema_grammar(spec, whitespace_flexible), "json_schema")
+        dfa = cfg.dfa or cfg
         description = "the JSON schema"
     elif kind == "gbnf":
         from .cfg import CFG
         from .gbnf import parse_gbnf
-        dfa, description = CFG(*parse_gbnf(spec), "gbnf"), "the GBNF grammar"
+        cfg = CFG(*parse_gbnf(spec), "gbnf")
+        dfa, description = cfg.dfa or cfg, "the GBNF grammar"
     else:
         from .regex_dfa import compile_regex
         dfa, description = compile_regex(spec), f"regex {spec!r}"

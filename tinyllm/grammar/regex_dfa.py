@@ -301,6 +301,17 @@ class _NFA:
         self.eps = []                                   # state -> [target]
         self.calls = []                                 # state -> [(rule, target)]: a grammar rule's sub-rule
         self.maybe_dead = False                         # some part matches nothing: not every state is co-reachable
+        self.deferred = {}                              # state -> (body, copies, end): optional copies not built yet
+
+    def expand(self, u):
+        """Build the next optional copy of a counted repetition whose copies are made when first reached
+        (maxLength: 120 would otherwise be 120 copies of a JSON character's states at compile time)."""
+        body, copies, e = self.deferred.pop(u)
+        nxt = self.new()
+        self.build(body, u, nxt)
+        self.eps[nxt].append(e)
+        if copies > 1:
+            self.deferred[nxt] = (body, copies - 1, e)
 
     def new(self):
         self.trans.append([])
@@ -354,6 +365,10 @@ class _NFA:
                 nxt = self.new()
                 self.build(body, cur, nxt)
                 cur = nxt
+            if hi is not None and hi - lo >= 4 and _plain(body):
+                self.eps[cur].append(e)                 # (every optional copy may stop: `final` stays reachable)
+                self.deferred[cur] = (body, hi - lo, e)
+                return
             if hi is None:
                 loop, back = self.new(), self.new()
                 self.eps[cur].append(loop)
@@ -390,6 +405,24 @@ class _NFA:
         self.eps[s].append(first)
 
 
+def _plain(node):
+    """Whether `node` has no calls, lists or empty parts (its copies can be built late: they change neither
+    which rules derive strings nor which NFA states can reach the end)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        kind = n[0]
+        if kind in ("ref", "list") or (kind in ("set", "alt") and not n[1]):
+            return False
+        if kind in ("cat", "alt"):
+            stack.extend(n[1])
+        elif kind == "rep":
+            if n[3] is not None and n[3] < n[2]:
+                return False
+            stack.append(n[1])
+    return True
+
+
 class RegexDFA:
     """A byte-level DFA for `pattern` (fullmatch on UTF-8), subset-constructed on demand and memoized."""
 
@@ -397,11 +430,14 @@ class RegexDFA:
         self.pattern = pattern
         self._nfa, self._final = nfa, final
         # a grammar rule's calls of sub-rules that derive some string (`productive`) are edges; others are cut
-        self._calls = [[(k, v) for k, v in c if k in productive] for c in nfa.calls]
-        cut = any(len(a) != len(b) for a, b in zip(self._calls, nfa.calls))
+        self._calls = {u: [(k, v) for k, v in c if k in productive] for u, c in enumerate(nfa.calls) if c}
+        cut = any(len(self._calls[u]) != len(nfa.calls[u]) for u in self._calls)
+        if nfa.maybe_dead or cut:                       # co-reachability needs the whole NFA
+            while nfa.deferred:
+                nfa.expand(next(iter(nfa.deferred)))
         n = len(nfa.trans)
         if not (nfa.maybe_dead or cut):                 # every state of a Thompson NFA lies on a path to `final`
-            self._good = range(n)
+            self._good = None                           # (so are the copies built later)
             n = 0
         rev = [[] for _ in range(n)]                    # co-reachability: which NFA states can reach `final`
         for u in range(n):
@@ -409,7 +445,7 @@ class RegexDFA:
                 rev[v].append(u)
             for _, _, v in nfa.trans[u]:
                 rev[v].append(u)
-            for _, v in self._calls[u]:
+            for _, v in self._calls.get(u, ()):
                 rev[v].append(u)
         if n:
             good, stack = {final}, [final]
@@ -436,14 +472,19 @@ class RegexDFA:
         for u in states:
             c = memo.get(u)
             if c is None:
+                nfa = self._nfa
                 seen, stack = {u}, [u]
                 while stack:
-                    for v in self._nfa.eps[stack.pop()]:
+                    x = stack.pop()
+                    if x in nfa.deferred:
+                        nfa.expand(x)
+                    for v in nfa.eps[x]:
                         if v not in seen:
                             seen.add(v)
                             stack.append(v)
-                trans, calls, good, final = self._nfa.trans, self._calls, self._good, self._final
-                c = memo[u] = frozenset(x for x in seen if x in good and (trans[x] or calls[x] or x == final))
+                trans, calls, good, final = nfa.trans, self._calls, self._good, self._final
+                c = memo[u] = frozenset(x for x in seen if (good is None or x in good) and (
+                    trans[x] or x in calls or x == final))
             parts.append(c)
         return parts[0] if len(parts) == 1 else frozenset().union(*parts)
 
@@ -501,7 +542,7 @@ class RegexDFA:
         if edges is None:
             targets = {}
             for u in self._sets[state]:
-                for k, v in self._calls[u]:
+                for k, v in self._calls.get(u, ()):
                     targets.setdefault(k, []).append(v)
             edges = tuple((k, self._intern(self._closure(vs))) for k, vs in sorted(targets.items()))
             edges = self._call_edges[state] = tuple((k, t) for k, t in edges if t != DEAD)
