@@ -6,16 +6,20 @@ token-trie walk and mask cache serve every front end alike.
 
 A rule's body is the regex AST of regex_dfa.py plus ("ref", name), a call of another rule. Rules that do not
 take part in a recursion are inlined into their callers, so a grammar without recursion is one DFA; each remaining
-rule becomes a DFA whose edges are bytes and calls. A parser state is a set of stacks of (rule, DFA state) frames,
-each frame below the top holding its rule's state after the call returns; it is closed under calls (push the
-callee) and returns (pop an accepting top), and interned, so each one is a state of a DFA built on demand.
-A call whose caller has nothing left to do after it replaces the caller's frame (a tail call: right recursion,
-such as a list's next item, keeps the stack flat). Left recursion would push forever without reading a byte and
-is refused, as llama.cpp's GBNF does; so are rules that derive no string at all (an empty language).
+rule becomes a DFA whose edges are bytes and calls. A parser state is the set of stacks of (rule, DFA state)
+frames the bytes so far allow (each frame below the top holding its rule's state after the call returns), kept as
+the top nodes of a graph-structured stack whose nodes share their tails (Tomita's GLR: an ambiguous grammar's
+stacks would otherwise multiply with every byte); it is closed under calls (push the callee) and returns (pop an
+accepting top) and interned, so each one is a state of a DFA built on demand. A call whose caller has nothing
+left to do after it passes the caller's tails on instead of a frame (a tail call: right recursion, such as a
+list's next item, keeps the stack flat). Left recursion would push forever without reading a byte and is
+refused, as llama.cpp's GBNF does; so are rules that derive no string at all (an empty language).
 """
 from .regex_dfa import DEAD, RegexDFA, _NFA
 
 __all__ = ["CFG"]
+
+BOTTOM = -1          # the tail of a stack's last frame: nothing below it
 
 
 def _refs(node, out):
@@ -167,8 +171,9 @@ class CFG:
         self.dfas = [RegexDFA(kept[k], *nfas[k], productive=productive) for k in range(n)]
         # one rule calling nothing: its DFA is the whole grammar, without parser states around it
         self.dfa = self.dfas[0] if n == 1 and not any(nfas[0][0].calls) else None
-        self._ids, self._configs, self._table, self._accepting = {}, [], [], []
-        self.start = self._intern(self._close([((0, self.dfas[0].start),)]))
+        self._node_ids, self._nodes = {}, []
+        self._ids, self._configs, self._table, self._accepting = {}, [], [], []   # parser states: their top nodes
+        self.start = self._close({(0, self.dfas[0].start): {BOTTOM}})
 
     def _refuse_left_recursion(self, nfas, nullable, productive):
         """A rule that can call itself before reading a byte (through nullable calls) would push forever."""
@@ -206,41 +211,71 @@ class CFG:
                         parent[d] = c
                         stack.append(d)
 
-    # ---- parser states: frozensets of stacks, closed under calls and returns
-    def _close(self, stacks):
-        dfas = self.dfas
-        seen, work = set(stacks), list(stacks)
+    # ---- parser states: the top nodes of a graph-structured stack, closed under calls and returns
+    def _node(self, frame, tails):
+        """The interned stack node: `frame` (rule, DFA state) above any of the stacks `tails` (node ids, BOTTOM
+        for the empty stack). Shared tails keep an ambiguous grammar's stacks polynomial (Tomita's GLR)."""
+        key = (frame, tails)
+        n = self._node_ids.get(key)
+        if n is None:
+            n = self._node_ids[key] = len(self._nodes)
+            self._nodes.append(key)
+        return n
+
+    def _close(self, tops):
+        """Close {frame: tails} under calls (push the callee) and returns (an accepting frame's tails become
+        tops), merging tops of one frame; -> the parser state's id (DEAD when nothing is left)."""
+        dfas, nodes = self.dfas, self._nodes
+        done, work = {}, list(tops)
         while work:
-            st = work.pop()
-            r, s = st[-1]
+            f = work.pop()
+            tails = frozenset(tops[f])
+            if done.get(f) == tails:
+                continue
+            done[f] = tails
+            r, s = f
             dfa = dfas[r]
+            grow = []
             for k, after in dfa.calls(s):
                 if dfa.accepting(after) and not dfa.has_bytes(after) and not dfa.calls(after):
-                    base = st[:-1]                      # a tail call: the caller would only return
+                    grow.append(((k, dfas[k].start), tails))    # a tail call: the caller would only return
                 else:
-                    base = st[:-1] + ((r, after),)
-                new = base + ((k, dfas[k].start),)
-                if new not in seen:
-                    seen.add(new)
-                    work.append(new)
-            if len(st) > 1 and dfa.accepting(s) and st[:-1] not in seen:
-                seen.add(st[:-1])
-                work.append(st[:-1])
-        return frozenset(st for st in seen
-                         if dfas[st[-1][0]].has_bytes(st[-1][1]) or (len(st) == 1 and dfas[st[0][0]].accepting(
-                             st[0][1])))
-
-    def _intern(self, config):
-        if not config:
+                    grow.append(((k, dfas[k].start), {self._node((r, after), tails)}))
+            if dfa.accepting(s):
+                grow += [nodes[t] for t in tails if t != BOTTOM]
+            for g, more in grow:
+                cur = tops.get(g)
+                if cur is None:
+                    tops[g] = set(more)
+                    work.append(g)
+                elif not cur.issuperset(more):
+                    cur |= more
+                    work.append(g)
+        complete = any(BOTTOM in t and dfas[f[0]].accepting(f[1]) for f, t in tops.items())
+        live = frozenset(self._node(f, frozenset(t)) for f, t in tops.items() if dfas[f[0]].has_bytes(f[1]))
+        if not live and not complete:
             return DEAD
-        cid = self._ids.get(config)
+        key = (live, complete)
+        cid = self._ids.get(key)
         if cid is None:
-            cid = self._ids[config] = len(self._configs)
-            self._configs.append(config)
+            cid = self._ids[key] = len(self._configs)
+            self._configs.append(live)
             self._table.append({})
-            dfas = self.dfas
-            self._accepting.append(any(len(st) == 1 and dfas[st[0][0]].accepting(st[0][1]) for st in config))
+            self._accepting.append(complete)
         return cid
+
+    def _moved(self, state, targets):
+        """{frame: tails} after each top node of `state` goes to its target DFA state (DEAD: dropped)."""
+        out = {}
+        for n, t in zip(self._configs[state], targets):
+            if t != DEAD:
+                (r, _), tails = self._nodes[n]
+                cur = out.get((r, t))
+                if cur is None:
+                    out[(r, t)] = set(tails)
+                else:
+                    cur |= tails
+        return out
 
     def step(self, state, byte):
         if state < 0:
@@ -248,29 +283,27 @@ class CFG:
         row = self._table[state]
         nxt = row.get(byte)
         if nxt is None:
-            dfas, moved = self.dfas, []
-            for st in self._configs[state]:
-                r, s = st[-1]
-                t = dfas[r].step(s, byte)
-                if t != DEAD:
-                    moved.append(st[:-1] + ((r, t),))
-            nxt = row[byte] = self._intern(self._close(moved)) if moved else DEAD
+            nodes, dfas = self._nodes, self.dfas
+            targets = [dfas[nodes[n][0][0]].step(nodes[n][0][1], byte) for n in self._configs[state]]
+            moved = self._moved(state, targets)
+            nxt = row[byte] = self._close(moved) if moved else DEAD
         return nxt
 
     def transitions(self, state):
-        """The next state for each of the 256 bytes (a list): bytes that move every stack alike share one
+        """The next state for each of the 256 bytes (a list): bytes that move every top node alike share one
         closure."""
         row = self._table[state]
         if len(row) < 256:
-            dfas = self.dfas
-            stacks = list(self._configs[state])
-            columns = [dfas[st[-1][0]].transitions(st[-1][1]) for st in stacks]
-            keys = columns[0] if len(columns) == 1 else list(zip(*columns))
+            nodes, dfas = self._nodes, self.dfas
+            columns = [dfas[nodes[n][0][0]].transitions(nodes[n][0][1]) for n in self._configs[state]]
+            if not columns:
+                keys = [()] * 256
+            else:
+                keys = list(zip(*columns))
             nxt = dict.fromkeys(keys)
             for targets in nxt:
-                targets_ = (targets,) if len(columns) == 1 else targets
-                moved = [st[:-1] + ((st[-1][0], t),) for st, t in zip(stacks, targets_) if t != DEAD]
-                nxt[targets] = self._intern(self._close(moved)) if moved else DEAD
+                moved = self._moved(state, targets)
+                nxt[targets] = self._close(moved) if moved else DEAD
             self._table[state] = row = dict(enumerate(nxt[k] for k in keys))
         return [row[b] for b in range(256)]
 
