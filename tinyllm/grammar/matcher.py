@@ -9,6 +9,7 @@ since the automaton runs on bytes. The mask depends on the automaton's state alo
 computed once and cached. End of text (the tokenizer's `eot_token`) is allowed exactly where the output so far is
 in the language; it is never text.
 """
+import functools
 import weakref
 
 import numpy as np
@@ -55,9 +56,9 @@ class LiteralDFA:
 class TokenTrie:
     """The tokenizer's tokens (all but end of text) as a trie over their bytes, its nodes numbered in preorder
     (inserting the sorted byte strings creates them in that order): `parent[n]`, `byte[n]` (the byte on the edge
-    into n), `skip[n]` (the node after n's subtree), the tokens ending at n in `tok_ids[tok_start[n]:tok_start[n +
-    1]]`, `end[id]` token id's node (0, the root, for the ids that are never text), and `levels[d]` the nodes of
-    depth d + 1 (for the NumPy walk). Built once per tokenizer."""
+    into n), `skip[n]` (the node after n's subtree), `token[n]` the token ending at n (-1: none; `same_bytes`
+    pairs the other ids with equal bytes with it), `end[id]` token id's node (0, the root, for the ids that are
+    never text), and `levels[d]` the nodes of depth d + 1 (for the NumPy walk). Built once per tokenizer."""
 
     def __init__(self, tokenizer, eot):
         n = tokenizer.n_vocab
@@ -85,13 +86,15 @@ class TokenTrie:
             size[parent[node]] += size[node]
         self.skip = (np.arange(self.num_nodes) + size).astype(np.int32)
         self.end = end.astype(np.int32)
-        order = np.argsort(self.end, kind="stable")
-        order = order[self.end[order] > 0]
-        self.tok_ids = order.astype(np.int32)
-        self.tok_start = np.searchsorted(self.end[order], np.arange(self.num_nodes + 1)).astype(np.int32)
+        self.token = np.full(self.num_nodes, -1, np.int32)  # one token per node; the others with its bytes:
+        ids = np.flatnonzero(self.end > 0)
+        self.token[self.end[ids[::-1]]] = ids[::-1]     # (the lowest id wins)
+        same = ids[self.token[self.end[ids]] != ids]
+        self.same_bytes = (same, self.token[self.end[same]])   # out[same] = out[the node's token]
         self.roots = np.flatnonzero(self.parent == 0)[1:].astype(np.int32)   # the root's children
         by_depth = np.array(depth)
         self.levels = [np.flatnonzero(by_depth == d) for d in range(1, int(by_depth.max()) + 1)]
+        _kernels()                                      # (imported now, as part of the setup, not in a mask)
         self._states = np.empty(self.num_nodes, np.int32)   # the walk's scratch: only visited nodes are read
         self._blocked = np.empty(self.num_nodes, np.int32)
         self._args = None
@@ -108,12 +111,11 @@ class TokenTrie:
             if self._args is None:
                 ptr = ffi.from_buffer
                 self._args = [ptr("int32_t[]", a) for a in (self._states, self.parent)] + [
-                    ptr("uint8_t[]", self.byte)] + [ptr("int32_t[]", a) for a in (self.skip, self.tok_start,
-                                                                                 self.tok_ids)]
+                    ptr("uint8_t[]", self.byte)] + [ptr("int32_t[]", a) for a in (self.skip, self.token)]
                 self._ptrs = (ptr, ptr("int32_t[]", self._blocked))
             ptr, blocked_ptr = self._ptrs
             self._states[0] = state + 1
-            mask = np.zeros(len(out), np.uint8)
+            mask = out.view(np.uint8)                   # (the kernel only sets entries: out keeps what it had)
             pending = self.roots
             while True:
                 n = lib.grammar_trie_walk(*self._args, ptr("int32_t[]", table.rows), ptr("uint8_t[]", table.done),
@@ -125,7 +127,9 @@ class TokenTrie:
                 table.need[missing] = 0
                 table.fill(missing.tolist())
                 pending = self._blocked[:n].copy()
-            out |= mask.view(bool)
+            same, first = self.same_bytes
+            if len(same):
+                out[same] = out[first]
             return
         states = np.zeros(self.num_nodes, np.int32)     # each node's state + 1 (0: dead)
         states[0] = state + 1
@@ -160,6 +164,7 @@ def _token_bytes(tokenizer, eot):
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _kernels():
     """(ffi, lib) of the C kernels when they are built, else None."""
     try:

@@ -302,14 +302,31 @@ class _NFA:
         self.calls = []                                 # state -> [(rule, target)]: a grammar rule's sub-rule
         self.maybe_dead = False                         # some part matches nothing: not every state is co-reachable
         self.deferred = {}                              # state -> (body, copies, end): optional copies not built yet
+        self._templates = {}                            # id(body) -> (body, start, end state, past its states)
 
     def expand(self, u):
         """Build the next optional copy of a counted repetition whose copies are made when first reached
-        (maxLength: 120 would otherwise be 120 copies of a JSON character's states at compile time)."""
+        (maxLength: 120 would otherwise be 120 copies of a JSON character's states at compile time). The body
+        is built once, unreachable, as a template; each copy is the template's states shifted."""
         body, copies, e = self.deferred.pop(u)
-        nxt = self.new()
-        self.build(body, u, nxt)
-        self.eps[nxt].append(e)
+        template = self._templates.get(id(body))
+        if template is None:
+            a, b = self.new(), self.new()
+            self.build(body, a, b)
+            template = self._templates[id(body)] = (body, a, b, len(self.trans))
+        _, a, b, end = template
+        off = len(self.trans) - a
+        trans, eps, calls = self.trans, self.eps, self.calls
+        for x in range(a, end):
+            trans.append([(lo, hi, v + off) for lo, hi, v in trans[x]])
+            eps.append([v + off for v in eps[x]])
+            calls.append([])                            # (a plain body calls nothing)
+            inner = self.deferred.get(x)
+            if inner is not None:                       # a repetition inside the body: deferred in the copy too
+                self.deferred[x + off] = (inner[0], inner[1], inner[2] + off)
+        eps[u].append(a + off)
+        nxt = b + off
+        eps[nxt].append(e)
         if copies > 1:
             self.deferred[nxt] = (body, copies - 1, e)
 
