@@ -207,13 +207,13 @@ def _number_ast(lo, lo_excl, hi, hi_excl, integer, where):
     frac = {"any": frac_any, "zero": N.opt(N.cat(N.lit("."), N.rep(N.lit("0"), 1))),
             "nonzero": N.cat(N.lit("."), N.rep(digits), N.chars(((49, 57),)), N.rep(digits))}
 
-    def pieces(op, a):                                  # u = I + f >= 0 under one condition: [(Ilo, Ihi, frac)]
+    def pieces(rel, a):                                 # u = I + f >= 0 under one condition: [(Ilo, Ihi, frac)]
         a = int(a)
-        if op == ">=":
+        if rel == "at least":
             return [(0, None, "any")] if a <= 0 else [(a, None, "any")]
-        if op == ">":
+        if rel == "above":
             return [(0, None, "any")] if a < 0 else [(a + 1, None, "any"), (a, a, "nonzero")]
-        if op == "<=":
+        if rel == "at most":
             return [] if a < 0 else [(0, a - 1, "any"), (a, a, "zero")] if a > 0 else [(0, 0, "zero")]
         return [] if a <= 0 else [(0, a - 1, "any")]
 
@@ -231,11 +231,11 @@ def _number_ast(lo, lo_excl, hi, hi_excl, integer, where):
     for negative in (False, True):                      # the value is u, or -u written with a minus
         conds = [(0, None, "any")]
         if lo is not None:
-            op = (">" if lo_excl else ">=") if not negative else ("<" if lo_excl else "<=")
-            conds = meet(conds, pieces(op, -lo if negative else lo))
+            rel = ("above" if lo_excl else "at least") if not negative else ("below" if lo_excl else "at most")
+            conds = meet(conds, pieces(rel, -lo if negative else lo))
         if hi is not None:
-            op = (">" if hi_excl else ">=") if negative else ("<" if hi_excl else "<=")
-            conds = meet(conds, pieces(op, -hi if negative else hi))
+            rel = ("above" if hi_excl else "at least") if negative else ("below" if hi_excl else "at most")
+            conds = meet(conds, pieces(rel, -hi if negative else hi))
         for a, b, f in conds:
             branches.append(N.cat(N.lit("-") if negative else N.EMPTY, N.decimal_range(a, b), frac[f]))
     return N.alt(*branches) if branches else N.NOTHING
