@@ -47,7 +47,7 @@ SCHEMASTORE = {
     "gitlab-ci": "LICENSE.gitlab", "meltano": "LICENSE.meltano", "mergify": "LICENSE.schemastore",
     "readthedocs": "LICENSE.readthedocs", "taskfile": "LICENSE.task", "travis": "LICENSE.schemastore",
     "woodpecker-ci": "LICENSE.schemastore"}
-WHOLE_MAX = 40_000  # a whole SchemaStore schema goes in when its compact JSON is at most this long
+WHOLE_MAX = 30_000  # a whole SchemaStore schema goes in when its compact JSON is at most this long
 PART_MAX = 12_000  # a definition (with the definitions it refers to) at most this long
 PARTS_PER_SCHEMA = 9
 

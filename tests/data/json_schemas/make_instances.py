@@ -2,7 +2,8 @@
 a fixed seed; for the JSON-Schema-Test-Suite also its own) and invalid ones (valid ones mutated: a required key
 dropped, a wrong type, a number out of range, a string breaking its pattern, format, enum or length, an extra key
 where additionalProperties is false, too many or too few items...), each checked with jsonschema (the schema's
-$schema draft, Draft202012Validator without one, FormatChecker()). Deterministic for the same versions of
+$schema draft, Draft202012Validator without one, with that draft's FORMAT_CHECKER: FormatChecker() checks
+"time" as draft 3 did, HH:MM:SS without an offset). Deterministic for the same versions of
 hypothesis, hypothesis-jsonschema and jsonschema (README.md names them).
 
     python tests/data/json_schemas/make_instances.py [--per-schema 5] [--only ID-SUBSTRING]
@@ -28,12 +29,13 @@ import warnings
 
 import jsonschema
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012, specification_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAX_TEXT = 2000  # longer instances are left out (the corpus stays small, the test quick)
+MAX_TEXT = 1000  # longer instances are left out (the corpus stays small, the test quick)
 DRAW_SECONDS = 20
 
 
@@ -43,7 +45,7 @@ class Schema:
     def __init__(self, schema):
         self.schema = schema
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        self.validator = cls(schema, format_checker=jsonschema.FormatChecker())
+        self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
         self.draft2020 = cls is jsonschema.Draft202012Validator
         if isinstance(schema, dict):
             spec = specification_with(schema.get("$schema", ""), default=DRAFT202012)
@@ -210,7 +212,7 @@ def draw_valid(make_schema, n):
     # again each second after the first DRAW_SECONDS: an exception raised in a gc callback is ignored
     signal.setitimer(signal.ITIMER_REAL, DRAW_SECONDS, 1.0)
     try:
-        strategy = from_schema(make_schema())
+        strategy = from_schema(make_schema(), custom_formats={"uuid": st.uuids().map(str)})  # it has no uuid
 
         @settings(max_examples=n, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck))
@@ -238,8 +240,8 @@ SCHEMA_MAPS = {"properties", "patternProperties", "dependentSchemas"}
 
 def inline_refs(sch, depth_limit=3):
     """sch's schema with its $refs replaced by what they point to (a chain of more than depth_limit by {}, any
-    value: drawn values are checked afterwards), for hypothesis-jsonschema, which cannot draw from recursive
-    references."""
+    value: drawn values are checked afterwards), prefixItems written as draft 7's items, for hypothesis-jsonschema,
+    which cannot draw from recursive references nor read prefixItems."""
     def walk(node, res, depth):
         if isinstance(node, list):
             return [walk(v, res, depth) for v in node]
@@ -257,6 +259,8 @@ def inline_refs(sch, depth_limit=3):
                 out[k] = {a: walk(b, res, depth) for a, b in v.items()}
             else:
                 out[k] = walk(v, res, depth)
+        if sch.draft2020 and isinstance(node.get("prefixItems"), list):  # hypothesis-jsonschema reads draft 7's
+            out["items"], out["additionalItems"] = out.pop("prefixItems"), out.get("items", True)
         if isinstance(node.get("$ref"), str):
             target = {}
             if depth < depth_limit:
@@ -271,7 +275,10 @@ def inline_refs(sch, depth_limit=3):
             out["allOf"] = out.get("allOf", []) + [target]
         return out
 
-    return walk(sch.schema, sch.resolver, 0)
+    out = walk(sch.schema, sch.resolver, 0)
+    if sch.draft2020 and isinstance(out, dict):
+        out["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return out
 
 
 def spread(items, k):
@@ -410,7 +417,7 @@ def instances(row, per_schema):
 
     drawn, note = draw_valid(lambda: copy.deepcopy(row["schema"]), 60)  # (from_schema rewrites its schema)
     good = usable(drawn)
-    if not good and "Unsatisfiable" not in (note or ""):  # recursive references, most often
+    if not good:  # recursive references, prefixItems, ...
         drawn, _ = draw_valid(lambda: inline_refs(sch), 60)
         good = usable(drawn)
     if not good and note is None:
