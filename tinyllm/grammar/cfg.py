@@ -36,9 +36,8 @@ def _refs(node, out):
     return out
 
 
-def _recursive(rules):
-    """The rules on a cycle of calls (Tarjan's strongly connected components, iteratively)."""
-    graph = {r: _refs(body, []) for r, body in rules.items()}
+def _recursive(graph):
+    """The rules on a cycle of calls (Tarjan's strongly connected components, iteratively); graph: {rule: calls}."""
     index, low, on, stack, out, counter = {}, {}, set(), [], set(), [0]
     for root in graph:
         if root in index:
@@ -78,7 +77,8 @@ def _recursive(rules):
 
 
 def _substitute(node, rules, recursive, memo):
-    """`node` with every call of a non-recursive rule replaced by that rule's (substituted) body."""
+    """`node` with every call of a non-recursive rule replaced by that rule's (substituted) body; subtrees without
+    such calls are returned as they are (shared, not copied)."""
     kind = node[0]
     if kind == "ref":
         name = node[1]
@@ -89,25 +89,16 @@ def _substitute(node, rules, recursive, memo):
             memo[name] = _substitute(rules[name], rules, recursive, memo)
         return memo[name]
     if kind in ("cat", "alt"):
-        return (kind, [_substitute(n, rules, recursive, memo) for n in node[1]])
+        items = [_substitute(n, rules, recursive, memo) for n in node[1]]
+        return node if all(x is y for x, y in zip(items, node[1])) else (kind, items)
     if kind == "rep":
-        return ("rep", _substitute(node[1], rules, recursive, memo), node[2], node[3])
+        body = _substitute(node[1], rules, recursive, memo)
+        return node if body is node[1] else ("rep", body, node[2], node[3])
     if kind == "list":
-        return ("list", [(_substitute(n, rules, recursive, memo), o, r) for n, o, r in node[1]],
-                _substitute(node[2], rules, recursive, memo))
-    return node
-
-
-def _number(node, ids):
-    kind = node[0]
-    if kind == "ref":
-        return ("ref", ids[node[1]])
-    if kind in ("cat", "alt"):
-        return (kind, [_number(n, ids) for n in node[1]])
-    if kind == "rep":
-        return ("rep", _number(node[1], ids), node[2], node[3])
-    if kind == "list":
-        return ("list", [(_number(n, ids), o, r) for n, o, r in node[1]], _number(node[2], ids))
+        items = [(_substitute(n, rules, recursive, memo), o, r) for n, o, r in node[1]]
+        sep = _substitute(node[2], rules, recursive, memo)
+        same = sep is node[2] and all(x[0] is y[0] for x, y in zip(items, node[1]))
+        return node if same else ("list", items, sep)
     return node
 
 
@@ -134,28 +125,25 @@ class CFG:
 
     def __init__(self, rules, start, what):
         self.what = what
-        for r, body in rules.items():
-            for name in _refs(body, []):
+        graph = {r: _refs(body, []) for r, body in rules.items()}
+        for r, calls in graph.items():
+            for name in calls:
                 if name not in rules:
                     raise ValueError(f"{what}: rule {r!r} refers to {name!r}, which is not defined")
-        recursive = _recursive(rules)
-        memo = {}
-        kept = [start] + sorted(r for r in recursive if r != start)
-        bodies = {r: _substitute(rules[r], rules, recursive, memo) for r in kept}
-        used, stack = {start}, [start]                  # keep the recursive rules the start can reach
+        recursive = _recursive(graph)
+        reached, stack = {start}, [start]               # (inlining keeps what the start reaches)
         while stack:
-            for name in _refs(bodies[stack.pop()], []):
-                if name not in used:
-                    used.add(name)
+            for name in graph[stack.pop()]:
+                if name not in reached:
+                    reached.add(name)
                     stack.append(name)
-        kept = [r for r in kept if r in used]
+        kept = [start] + sorted(r for r in recursive & reached if r != start)
         self.names = kept
-        ids = {r: i for i, r in enumerate(kept)}
-        nfas = []
+        ids, memo, nfas = {r: i for i, r in enumerate(kept)}, {}, []
         for r in kept:
-            nfa = _NFA()
+            nfa = _NFA(ids)
             s, e = nfa.new(), nfa.new()
-            nfa.build(_number(bodies[r], ids), s, e)
+            nfa.build(_substitute(rules[r], rules, recursive, memo), s, e)
             nfas.append((nfa, s, e))
         n = len(kept)
         productive, changed = set(), True
@@ -266,6 +254,23 @@ class CFG:
                     moved.append(st[:-1] + ((r, t),))
             nxt = row[byte] = self._intern(self._close(moved)) if moved else DEAD
         return nxt
+
+    def transitions(self, state):
+        """The next state for each of the 256 bytes (a list): bytes that move every stack alike share one
+        closure."""
+        row = self._table[state]
+        if len(row) < 256:
+            dfas = self.dfas
+            stacks = list(self._configs[state])
+            columns = [dfas[st[-1][0]].transitions(st[-1][1]) for st in stacks]
+            keys = columns[0] if len(columns) == 1 else list(zip(*columns))
+            nxt = dict.fromkeys(keys)
+            for targets in nxt:
+                targets_ = (targets,) if len(columns) == 1 else targets
+                moved = [st[:-1] + ((st[-1][0], t),) for st, t in zip(stacks, targets_) if t != DEAD]
+                nxt[targets] = self._intern(self._close(moved)) if moved else DEAD
+            self._table[state] = row = dict(enumerate(nxt[k] for k in keys))
+        return [row[b] for b in range(256)]
 
     def accepting(self, state):
         return state >= 0 and self._accepting[state]

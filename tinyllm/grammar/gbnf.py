@@ -42,8 +42,9 @@ class _Parser:
         pos = self.i if pos is None else pos
         line = self.t.count("\n", 0, pos) + 1
         col = pos - (self.t.rfind("\n", 0, pos) + 1) + 1
-        text = self.t.splitlines()[line - 1] if self.t.splitlines()[line - 1:line] else ""
-        raise ValueError(f"gbnf: line {line}, column {col}: {msg}\n    {text}\n    {' ' * (col - 1)}^")
+        end = self.t.find("\n", pos)
+        near = self.t[pos:end if end >= 0 else self.n][:24]
+        raise ValueError(f"gbnf: line {line}, column {col}: {msg}" + (f" (at {near!r})" if near.strip() else ""))
 
     def peek(self):
         return self.t[self.i] if self.i < self.n else ""

@@ -7,13 +7,14 @@ at most 64 whitespace bytes between tokens), with these conventions a generator 
   object with `properties` takes no other member, one without takes any (an additional property's name is written
   without escapes);
 - strings are accepted in every JSON spelling: raw characters (any Unicode), the short escapes and `\\uXXXX`
-  (surrogate pairs too), each counting as one character for minLength/maxLength; `pattern` (re syntax, searched
-  as JSON Schema says) accepts raw characters, short escapes and BMP `\\u` escapes; `format`s are raw ASCII;
+  (surrogate pairs past U+FFFF), each counting as one character for minLength/maxLength, inside `pattern`s (re
+  syntax, searched as JSON Schema says), `format`s, `enum`s and property names alike;
 - numbers with bounds are written without an exponent, and their bounds must be integers; integers without an
   exponent or fraction; `oneOf` is matched as `anyOf` (it cannot see which branches overlap).
 A keyword this module does not implement raises ValueError naming it and where it is; none is ignored. Annotations
 (title, description, default, examples, ...) are ignored, as validators do.
 """
+import functools
 import json
 import math
 
@@ -41,7 +42,7 @@ _DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]{_D}|3[01])|(?:0[469]|
          f"|02-(?:0[1-9]|1{_D}|2[0-8]))|{_LEAP}-02-29)")
 _TIME = f"(?:[01]{_D}|2[0-3]):[0-5]{_D}:[0-5]{_D}(?:\\.{_D}+)?(?:[Zz]|[+-](?:[01]{_D}|2[0-3]):[0-5]{_D})"
 _ATEXT = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"    # (RFC 1035's 63-byte limit is not kept: it multiplies states)
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _FORMATS = {                                             # what jsonschema's FormatChecker accepts, as regexes
     "date": _DATE,
@@ -73,9 +74,10 @@ def _u_escapes(lo, hi):
                                       for seq in N.digit_sequences(lo, hi, 4, 16))))
 
 
-def json_char(ranges, astral_escapes=False):
+@functools.lru_cache(maxsize=4096)
+def json_char(ranges):
     """One decoded character in the code-point `ranges`, in every JSON spelling: raw where JSON allows it, the
-    short escapes, `\\u` escapes of BMP code points, and (astral_escapes) surrogate-pair escapes of any astral one."""
+    short escapes, and `\\u` escapes (surrogate pairs for the code points past U+FFFF)."""
     branches = []
     raw = N.subtract(ranges, _NOT_RAW)
     if raw:
@@ -85,12 +87,13 @@ def json_char(ranges, astral_escapes=False):
             branches.append(N.lit("\\" + e))
     for lo, hi in N.intersect(ranges, 0, 0xFFFF):
         branches.append(_u_escapes(lo, hi))
-    if astral_escapes:
-        branches.append(N.cat(_u_escapes(0xD800, 0xDBFF), _u_escapes(0xDC00, 0xDFFF)))
+    for lo, hi in N.intersect(ranges, 0x10000, 0x10FFFF):  # as (high, low) surrogate halves: base-1024 digits
+        for (h0, h1), (l0, l1) in N.digit_sequences(lo - 0x10000, hi - 0x10000, 2, 1024):
+            branches.append(N.cat(_u_escapes(0xD800 + h0, 0xD800 + h1), _u_escapes(0xDC00 + l0, 0xDC00 + l1)))
     return N.alt(*branches) if branches else N.NOTHING
 
 
-_ANY_CHAR = json_char(_ALL_CHARS, astral_escapes=True)
+_ANY_CHAR = json_char(_ALL_CHARS)
 
 
 def _string_literal(text):
@@ -184,7 +187,7 @@ def _number_ast(lo, lo_excl, hi, hi_excl, integer, where):
             hi = math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi)
         if lo is None and hi is None:
             return N.cat(sign, N.decimal_range(0, None))
-        branches = []
+        branches = [N.lit("-0")] if (lo is None or lo <= 0) and (hi is None or hi >= 0) else []
         if hi is None or hi >= 0:
             branches.append(N.decimal_range(max(lo, 0) if lo is not None else 0, hi))
         if lo is None or lo < 0:                        # -x for x in [max(1, -hi), -lo]
@@ -390,6 +393,8 @@ class _Compiler:
 
     def string(self, schema, where):
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        if hi is not None and lo > hi:
+            return N.NOTHING
         if "format" in schema:
             fmt = schema["format"]
             if fmt not in _FORMATS:
@@ -397,7 +402,7 @@ class _Compiler:
                                  f"{', '.join(sorted(_FORMATS))})")
             if "pattern" in schema or lo or hi is not None:
                 raise ValueError(f"json_schema: format with pattern/minLength/maxLength at {where} is not supported")
-            return N.cat(N.lit('"'), _Parser(_FORMATS[fmt]).parse(), N.lit('"'))
+            return N.cat(N.lit('"'), _map_sets(_Parser(_FORMATS[fmt]).parse()), N.lit('"'))
         if "pattern" in schema:
             if lo or hi is not None:
                 raise ValueError(f"json_schema: pattern with minLength/maxLength at {where} is not supported")
@@ -411,10 +416,11 @@ class _Compiler:
         for name, sub in props.items():
             member = N.cat(_string_literal(name), self.colon, self.value(sub, f"{where}/properties/{name}"))
             items.append((member, name not in required, False))
-        for name in required:
-            if name not in props:
-                items.append((N.cat(_string_literal(name), self.colon, self.any_value()), False, False))
         extra = schema.get("additionalProperties", True if not props else False)
+        for name in required:                           # named but not listed: additionalProperties says what
+            if name not in props:                       # (absent: anything, though no other name is taken)
+                value = self.value(schema.get("additionalProperties", True), f"{where}/additionalProperties")
+                items.append((N.cat(_string_literal(name), self.colon, value), False, False))
         if extra is not False:
             member = N.cat(_key_not_in(list(props) + [r for r in required if r not in props]), self.colon,
                            self.value(extra, f"{where}/additionalProperties"))
@@ -461,16 +467,18 @@ class _Compiler:
         if a is False or b is False:
             return False
         out = dict(a)
+        _merge_members(out, a, b, "properties", "additionalProperties")
+        _merge_members(out, a, b, "prefixItems", "items")
         for key, v in b.items():
+            if key in ("properties", "additionalProperties", "prefixItems", "items", "additionalItems"):
+                continue
             if key not in out or key in _ANNOTATIONS:
                 out[key] = v
                 continue
             u = out[key]
             if _same(u, v):
                 continue
-            if key == "properties":
-                out[key] = {**u, **{k: ({"allOf": [u[k], s]} if k in u else s) for k, s in v.items()}}
-            elif key == "required":
+            if key == "required":
                 out[key] = list(u) + [r for r in v if r not in u]
             elif key == "type":
                 tu = [u] if isinstance(u, str) else u
@@ -484,20 +492,40 @@ class _Compiler:
                 out[key] = max(u, v)
             elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
                 out[key] = min(u, v)
-            elif key in ("items", "additionalProperties"):
-                out[key] = {"allOf": [u, v]}
             elif key in ("anyOf", "oneOf"):
                 out[key] = [{"allOf": [x, y]} for x in u for y in v]
             else:
                 raise ValueError(f"json_schema: allOf at {where} sets {key!r} to both {u!r} and {v!r}: merging "
                                  "them is not supported")
-        for x, y in ((a, b), (b, a)):                   # a closed object does not take the other's properties
-            if isinstance(x, dict) and x.get("additionalProperties") is False:
-                extra = set(y.get("properties", {})) - set(x.get("properties", {}))
-                if extra:
-                    raise ValueError(f"json_schema: allOf at {where}: additionalProperties: false beside "
-                                     f"properties {sorted(extra)} of another branch is not supported")
         return out
+
+
+def _merge_members(out, a, b, named, rest):
+    """allOf of two objects' members (named = properties, rest = additionalProperties) or arrays' elements (named
+    = prefixItems, rest = items): each name (index) gets both sides' schemas for it, where a side without one
+    applies its `rest` (absent: anything), and the rest gets both rests."""
+    def norm(x):
+        if named == "prefixItems" and isinstance(x.get("items"), list):          # draft 4-2019's list form
+            return dict(enumerate(x["items"])), x.get("additionalItems")
+        names = x.get(named)
+        if names is None:
+            return {}, x.get(rest)
+        return (dict(enumerate(names)) if isinstance(names, list) else dict(names)), x.get(rest)
+    (na, ra), (nb, rb) = norm(a), norm(b)
+    if not (na or nb or ra is not None or rb is not None):
+        return
+    for key in (named, rest, "additionalItems"):
+        out.pop(key, None)
+    both = {}
+    for k in list(na) + [k for k in nb if k not in na]:
+        sa = na.get(k, True if ra is None else ra)
+        sb = nb.get(k, True if rb is None else rb)
+        both[k] = sa if _same(sa, sb) or sb is True else sb if sa is True else {"allOf": [sa, sb]}
+    if both:
+        out[named] = [both[i] for i in range(len(both))] if named == "prefixItems" else both
+    if ra is not None or rb is not None:
+        r = [x for x in (ra, rb) if x is not None]
+        out[rest] = r[0] if len(r) == 1 or _same(r[0], r[1]) else {"allOf": r}
 
 
 def _validating(schema):

@@ -44,38 +44,166 @@ class LiteralDFA:
     def live(self, state):
         return state != DEAD
 
+    def transitions(self, state):
+        row = [DEAD] * 256
+        if state != DEAD:
+            for b, t in self.edges[state].items():
+                row[b] = t
+        return row
+
 
 class TokenTrie:
-    """The tokenizer's tokens (all but end of text) as a trie over their bytes: `children[node]` {byte: node},
-    `ends[node]` the ids of the tokens whose bytes end there. Built once per tokenizer."""
+    """The tokenizer's tokens (all but end of text) as a trie over their bytes, its nodes numbered in preorder
+    (inserting the sorted byte strings creates them in that order): `parent[n]`, `byte[n]` (the byte on the edge
+    into n), `skip[n]` (the node after n's subtree), the tokens ending at n in `tok_ids[tok_start[n]:tok_start[n +
+    1]]`, `end[id]` token id's node (0, the root, for the ids that are never text), and `levels[d]` the nodes of
+    depth d + 1 (for the NumPy walk). Built once per tokenizer."""
 
     def __init__(self, tokenizer, eot):
-        self.children, self.ends = [{}], [[]]
-        for i in range(tokenizer.n_vocab):
-            if i == eot:
-                continue
+        n = tokenizer.n_vocab
+        self.token_bytes = _token_bytes(tokenizer, eot)
+        items = sorted((data, i) for i, data in enumerate(self.token_bytes) if data)
+        children = {}                                   # (parent node, byte) -> node
+        parent, edge, depth = [0], [0], [0]
+        end = np.zeros(n, np.int64)
+        for data, i in items:
             node = 0
-            for b in tokenizer.decode_single_token_bytes(i):
-                nxt = self.children[node].get(b)
+            for b in data:
+                nxt = children.get((node, b))
                 if nxt is None:
-                    nxt = len(self.children)
-                    self.children[node][b] = nxt
-                    self.children.append({})
-                    self.ends.append([])
+                    nxt = children[(node, b)] = len(parent)
+                    parent.append(node)
+                    edge.append(b)
+                    depth.append(depth[node] + 1)
                 node = nxt
-            self.ends[node].append(i)
+            end[i] = node
+        self.num_nodes = len(parent)
+        self.parent = np.array(parent, np.int32)
+        self.byte = np.array(edge, np.uint8)
+        size = np.ones(self.num_nodes, np.int64)
+        for node in range(self.num_nodes - 1, 0, -1):   # (reversed preorder: children before their parent)
+            size[parent[node]] += size[node]
+        self.skip = (np.arange(self.num_nodes) + size).astype(np.int32)
+        self.end = end.astype(np.int32)
+        order = np.argsort(self.end, kind="stable")
+        order = order[self.end[order] > 0]
+        self.tok_ids = order.astype(np.int32)
+        self.tok_start = np.searchsorted(self.end[order], np.arange(self.num_nodes + 1)).astype(np.int32)
+        self.roots = np.flatnonzero(self.parent == 0)[1:].astype(np.int32)   # the root's children
+        by_depth = np.array(depth)
+        self.levels = [np.flatnonzero(by_depth == d) for d in range(1, int(by_depth.max()) + 1)]
+        self._states = np.empty(self.num_nodes, np.int32)   # the walk's scratch: only visited nodes are read
+        self._blocked = np.empty(self.num_nodes, np.int32)
+        self._args = None
 
-    def allowed(self, dfa, state, out):
-        """Set out[id] for every token whose bytes, fed to `dfa` from `state`, leave it live (an iterative walk)."""
-        stack = [(0, state)]
-        while stack:
-            node, s = stack.pop()
-            if node:  # the root's tokens are empty byte strings: they change nothing and are never allowed
-                out[self.ends[node]] = True
-            for b, child in self.children[node].items():
-                t = dfa.step(s, b)
-                if t != DEAD:
-                    stack.append((child, t))
+    def allowed(self, automaton, state, out):
+        """Set out[id] for every token whose bytes, fed to `automaton` from `state`, leave it live: the C kernel
+        (runtime_c/grammar.c) visits only the live part of the trie, pausing where the automaton has a row to
+        fill; without it, NumPy walks the whole trie depth by depth."""
+        table = _Table.of(automaton)
+        table.ensure(np.array([state + 1]))
+        lib = _kernels()
+        if lib is not None:
+            ffi, lib = lib
+            if self._args is None:
+                ptr = ffi.from_buffer
+                self._args = [ptr("int32_t[]", a) for a in (self._states, self.parent)] + [
+                    ptr("uint8_t[]", self.byte)] + [ptr("int32_t[]", a) for a in (self.skip, self.tok_start,
+                                                                                 self.tok_ids)]
+                self._ptrs = (ptr, ptr("int32_t[]", self._blocked))
+            ptr, blocked_ptr = self._ptrs
+            self._states[0] = state + 1
+            mask = np.zeros(len(out), np.uint8)
+            pending = self.roots
+            while True:
+                n = lib.grammar_trie_walk(*self._args, ptr("int32_t[]", table.rows), ptr("uint8_t[]", table.done),
+                                          ptr("uint8_t[]", table.need), ptr("int32_t[]", pending), len(pending),
+                                          blocked_ptr, ptr("uint8_t[]", mask))
+                if not n:
+                    break
+                missing = np.flatnonzero(table.need)
+                table.need[missing] = 0
+                table.fill(missing.tolist())
+                pending = self._blocked[:n].copy()
+            out |= mask.view(bool)
+            return
+        states = np.zeros(self.num_nodes, np.int32)     # each node's state + 1 (0: dead)
+        states[0] = state + 1
+        for level in self.levels:
+            parents = states[self.parent[level]]
+            if not parents.any():                       # every node of this depth is dead: so are the deeper
+                break
+            table.ensure(parents)
+            states[level] = table.rows[parents, self.byte[level]]
+        allowed = states[self.end] > 0
+        allowed[self.end == 0] = False
+        out |= allowed
+
+
+def _token_bytes(tokenizer, eot):
+    """Each id's bytes, b"" for the ids that are never text: end of text, the other special tokens (tiktoken
+    decodes <|fim_prefix|> to its name, which is not what it means) and ids the tokenizer has no token for."""
+    special = {eot}
+    for text in getattr(tokenizer, "special_tokens_set", ()):
+        try:
+            ids = tokenizer.encode(text, allowed_special={text})
+        except Exception:  # noqa: BLE001 (a tokenizer that cannot say which id it is: leave it as text)
+            continue
+        if len(ids) == 1:
+            special.add(ids[0])
+    out = []
+    for i in range(tokenizer.n_vocab):
+        try:
+            out.append(b"" if i in special else tokenizer.decode_single_token_bytes(i))
+        except KeyError:                                # a hole in the ids (tiktoken's cl100k_base has some)
+            out.append(b"")
+    return out
+
+
+def _kernels():
+    """(ffi, lib) of the C kernels when they are built, else None."""
+    try:
+        from .. import _kernels as k
+    except ImportError:
+        return None
+    return (k.ffi, k.lib) if hasattr(k.lib, "grammar_trie_walk") else None
+
+
+class _Table:
+    """An automaton's transitions as a dense array, rows filled on demand: rows[s + 1, b] is step(s, b) + 1 (row
+    0 and value 0: dead), so a trie level is one gather."""
+
+    _tables = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, automaton):
+        t = cls._tables.get(automaton)
+        if t is None:
+            t = cls._tables[automaton] = cls(automaton)
+        return t
+
+    def __init__(self, automaton):
+        self.automaton = automaton
+        self.rows = np.zeros((64, 256), np.int32)
+        self.done = np.zeros(64, np.uint8)              # (grows so that every state + 1 in rows is an index)
+        self.done[0] = 1
+        self.need = np.zeros(64, np.uint8)              # the C walk's requests (cleared once filled)
+
+    def ensure(self, states):
+        """Fill the rows of `states` (state + 1 values; every value seen is below len(self.done))."""
+        self.fill(np.flatnonzero((np.bincount(states, minlength=len(self.done)) > 0) & (self.done == 0)).tolist())
+
+    def fill(self, missing):
+        for s in missing:
+            row = np.asarray(self.automaton.transitions(s - 1), np.int32) + 1
+            need = int(row.max()) + 1
+            if need > len(self.done):
+                size = max(need, 2 * len(self.done))
+                self.rows = np.concatenate([self.rows, np.zeros((size - len(self.rows), 256), np.int32)])
+                self.done = np.concatenate([self.done, np.zeros(size - len(self.done), np.uint8)])
+                self.need = np.zeros(size, np.uint8)
+            self.rows[s] = row
+            self.done[s] = 1
 
 
 def _token_bytes_access(tokenizer):
@@ -152,12 +280,15 @@ class Matcher:
                                  f"output is not complete in {g.description}")
             self._terminated = True
             return
-        for b in g.tokenizer.decode_single_token_bytes(token):
+        data = g.trie.token_bytes[token]
+        if not data:
+            raise ValueError(f"Matcher.accept: token {token} at position {position} is not text (a special token or "
+                             "an id without bytes): a grammar allows text and end of text only")
+        for b in data:
             state = g.dfa.step(state, b)
             if state == DEAD:
-                raise ValueError(f"Matcher.accept: token {token} "
-                                 f"({g.tokenizer.decode_single_token_bytes(token)!r}) at position {position} "
-                                 f"cannot continue any string of {g.description}")
+                raise ValueError(f"Matcher.accept: token {token} ({data!r}) at position {position} cannot continue "
+                                 f"any string of {g.description}")
         self._states.append(state)
 
     def rollback(self, n=1):

@@ -31,18 +31,38 @@ _SUR_LO, _SUR_HI = 0xD800, 0xDFFF
 @functools.lru_cache(maxsize=1)
 def _all_chars():
     """Every code point except the surrogates, in order (position p is code point p, or p + 0x800 past them)."""
-    return "".join(map(chr, range(_SUR_LO))) + "".join(map(chr, range(_SUR_HI + 1, _MAX_CP + 1)))
+    import numpy as np
+    cps = np.concatenate([np.arange(_SUR_LO), np.arange(_SUR_HI + 1, _MAX_CP + 1)]).astype("<u4")
+    return cps.tobytes().decode("utf-32-le")
 
 
 def _pos_cp(p):
     return p if p < _SUR_LO else p + (_SUR_HI - _SUR_LO + 1)
 
 
+_ASCII_CLASS = re.compile(r"\[(?:[ -\[\]-~]|\\[^dDwWsSxuUN0-9])*\]")   # [...] of ASCII, no ^ or \\d \\w \\x ...
+
+
 @functools.lru_cache(maxsize=None)
 def _charset(text):
     """Code-point ranges ((lo, hi) inclusive, no surrogates, sorted) that the single-character re `text` matches."""
     out = []
-    for m in re.finditer("(?:%s)+" % text, _all_chars()):
+    if text == ".":                                     # everything but a newline
+        return ((0, 9), (11, _SUR_LO - 1), (_SUR_HI + 1, _MAX_CP))
+    if _ASCII_CLASS.fullmatch(text):                    # ASCII items: 128 characters to try instead of 1.1M
+        negated = text[1:2] == "^"
+        members = _charset("[" + "\\" * (text[2:3] == "^") + text[2:]) if negated else None
+        if negated:                                     # everything else
+            out, at = [], 0
+            for lo, hi in members + ((_SUR_LO, _SUR_HI),):
+                if at < lo:
+                    out.append((at, lo - 1))
+                at = hi + 1
+            return tuple(out) + ((_SUR_HI + 1, _MAX_CP),)
+        universe = "".join(map(chr, range(128)))
+    else:
+        universe = _all_chars()
+    for m in re.finditer("(?:%s)+" % text, universe):
         lo, hi = _pos_cp(m.start()), _pos_cp(m.end() - 1)
         if lo < _SUR_LO <= hi:
             out += [(lo, _SUR_LO - 1), (_SUR_HI + 1, hi)]
@@ -85,11 +105,12 @@ def _utf8_sequences(lo, hi):
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _cp_ranges_to_seqs(ranges):
     seqs = []
     for lo, hi in ranges:
         seqs += _utf8_sequences(lo, hi)
-    return seqs
+    return tuple(tuple(seq) for seq in seqs)
 
 
 def _char_ranges(c):
@@ -274,10 +295,12 @@ class _Parser:
 # ---------------------------------------------------------------- NFA over byte ranges, then the lazy DFA
 
 class _NFA:
-    def __init__(self):
+    def __init__(self, rule_ids=None):
+        self.rule_ids = rule_ids                        # (grammar.cfg: a called rule's name -> its number)
         self.trans = []                                 # state -> [(lo, hi, target)]
         self.eps = []                                   # state -> [target]
         self.calls = []                                 # state -> [(rule, target)]: a grammar rule's sub-rule
+        self.maybe_dead = False                         # some part matches nothing: not every state is co-reachable
 
     def new(self):
         self.trans.append([])
@@ -288,6 +311,8 @@ class _NFA:
     def build(self, node, s, e):
         kind = node[0]
         if kind == "set":
+            if not node[1]:
+                self.maybe_dead = True
             trie = {}
             for seq in _cp_ranges_to_seqs(node[1]):
                 cur = s
@@ -311,14 +336,19 @@ class _NFA:
                 self.build(item, cur, nxt)
                 cur = nxt
         elif kind == "alt":
+            if not node[1]:
+                self.maybe_dead = True
             for branch in node[1]:
                 self.build(branch, s, e)
-        elif kind == "ref":                             # (grammar.cfg: a call of rule node[1], resolved to an int)
-            self.calls[s].append((node[1], e))
+        elif kind == "ref":                             # (grammar.cfg: a call of rule node[1])
+            self.calls[s].append((self.rule_ids[node[1]], e))
         elif kind == "list":                            # items in order, each optional or not, sep between
             self.build_list(node[1], node[2], s, e)
         else:                                           # rep: every copy of the body gets fresh states
             _, body, lo, hi = node
+            if hi is not None and hi < lo:              # (as {3,1} in GBNF or minLength > maxLength: nothing)
+                self.maybe_dead = True
+                return
             cur = s
             for _ in range(lo):
                 nxt = self.new()
@@ -368,7 +398,11 @@ class RegexDFA:
         self._nfa, self._final = nfa, final
         # a grammar rule's calls of sub-rules that derive some string (`productive`) are edges; others are cut
         self._calls = [[(k, v) for k, v in c if k in productive] for c in nfa.calls]
+        cut = any(len(a) != len(b) for a, b in zip(self._calls, nfa.calls))
         n = len(nfa.trans)
+        if not (nfa.maybe_dead or cut):                 # every state of a Thompson NFA lies on a path to `final`
+            self._good = range(n)
+            n = 0
         rev = [[] for _ in range(n)]                    # co-reachability: which NFA states can reach `final`
         for u in range(n):
             for v in nfa.eps[u]:
@@ -377,13 +411,15 @@ class RegexDFA:
                 rev[v].append(u)
             for _, v in self._calls[u]:
                 rev[v].append(u)
-        good, stack = {final}, [final]
-        while stack:
-            for u in rev[stack.pop()]:
-                if u not in good:
-                    good.add(u)
-                    stack.append(u)
-        self._good = good
+        if n:
+            good, stack = {final}, [final]
+            while stack:
+                for u in rev[stack.pop()]:
+                    if u not in good:
+                        good.add(u)
+                        stack.append(u)
+            self._good = good
+        self._eclosure = {}                             # NFA state -> its kept epsilon closure
         self._ids = {}                                  # frozenset of NFA states -> DFA state
         self._sets = []                                 # DFA state -> sorted tuple of NFA states
         self._table = []                                # DFA state -> [256 next states, _UNKNOWN until computed]
@@ -393,15 +429,23 @@ class RegexDFA:
         self.start = self._intern(self._closure([start]))
 
     def _closure(self, states):
-        """Epsilon closure, kept to the states that matter (byte transitions or final) and can reach `final`."""
-        seen, stack = set(states), list(states)
-        while stack:
-            for v in self._nfa.eps[stack.pop()]:
-                if v not in seen:
-                    seen.add(v)
-                    stack.append(v)
-        trans, calls, good, final = self._nfa.trans, self._calls, self._good, self._final
-        return frozenset(u for u in seen if u in good and (trans[u] or calls[u] or u == final))
+        """Epsilon closure, kept to the states that matter (byte transitions, calls or final) and can reach
+        `final`: the union of each state's own closure, computed once per NFA state."""
+        memo = self._eclosure
+        parts = []
+        for u in states:
+            c = memo.get(u)
+            if c is None:
+                seen, stack = {u}, [u]
+                while stack:
+                    for v in self._nfa.eps[stack.pop()]:
+                        if v not in seen:
+                            seen.add(v)
+                            stack.append(v)
+                trans, calls, good, final = self._nfa.trans, self._calls, self._good, self._final
+                c = memo[u] = frozenset(x for x in seen if x in good and (trans[x] or calls[x] or x == final))
+            parts.append(c)
+        return parts[0] if len(parts) == 1 else frozenset().union(*parts)
 
     def _intern(self, key):
         if not key:
@@ -430,20 +474,18 @@ class RegexDFA:
         return self._compute(state, byte) if nxt == _UNKNOWN else nxt
 
     def transitions(self, state):
-        """The next state for every byte 0..255 from `state` (a list, computed in one pass; all DEAD from DEAD)."""
+        """The next state for every byte 0..255 from `state` (a list, computed in one pass; all DEAD from DEAD):
+        the bytes are cut where some NFA transition's range starts or ends, and each piece's target set is
+        closed and interned once."""
         if state < 0:
             return [DEAD] * 256
         row = self._table[state]
         if _UNKNOWN in row:
-            targets = [[] for _ in range(256)]
-            trans = self._nfa.trans
-            for u in self._sets[state]:
-                for lo, hi, v in trans[u]:
-                    for b in range(lo, hi + 1):
-                        targets[b].append(v)
-            for b in range(256):
-                if row[b] == _UNKNOWN:
-                    row[b] = self._intern(self._closure(targets[b]))
+            edges = [e for u in self._sets[state] for e in self._nfa.trans[u]]
+            cuts = sorted({0, 256} | {lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+            for a, b in zip(cuts, cuts[1:]):
+                nxt = self._intern(self._closure([v for lo, hi, v in edges if lo <= a <= hi]))
+                row[a:b] = [nxt] * (b - a)
         return list(row)
 
     def accepting(self, state):
