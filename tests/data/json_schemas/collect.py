@@ -136,9 +136,10 @@ def suite(sdist):
                 schema = g["schema"]
                 if isinstance(schema, dict) and "$schema" not in schema:
                     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-                yield (f"suite/{f.replace('optional/format/', 'format-')}#{i}", schema, "LICENSE.JSON-Schema-Test-Suite",
-                       [{"data": t["data"], "valid": t["valid"], "description": g["description"] + ": " +
-                         t["description"]} for t in g["tests"]])
+                sid = f"suite/{f.replace('optional/format/', 'format-')}#{i}"
+                tests = [{"data": t["data"], "valid": t["valid"], "description": g["description"] + ": " +
+                          t["description"]} for t in g["tests"]]
+                yield sid, schema, "LICENSE.JSON-Schema-Test-Suite", tests
 
 
 # ---- schemas drawn from a seed, in the style of function-call argument and API record schemas ----
