@@ -119,8 +119,12 @@ class Schema:
             for i, v in enumerate(x):
                 cs = []
                 for s, r in subs:
-                    prefix = s.get("prefixItems") if self.draft2020 else s.get("items")
-                    rest = s.get("items") if self.draft2020 else s.get("additionalItems")
+                    if self.draft2020:
+                        prefix, rest = s.get("prefixItems"), s.get("items")
+                    elif isinstance(s.get("items"), list):  # draft 7 and before: items as a list, a tuple
+                        prefix, rest = s["items"], s.get("additionalItems")
+                    else:
+                        prefix, rest = None, s.get("items")
                     if isinstance(prefix, list) and i < len(prefix):
                         cs.append((prefix[i], r))
                     elif isinstance(rest, dict):
