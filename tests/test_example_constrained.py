@@ -20,7 +20,7 @@ def trained(tmp_path_factory):
 
 
 SCHEMA = '{"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, ' \
-         '"maximum": 9}}, "required": ["ok", "n"]}'
+         '"maximum": 9}}, "required": ["ok", "n"], "additionalProperties": false}'
 GBNF = 'root ::= "(" expr ")"\nexpr ::= [0-9] | "(" expr ")" | [0-9] ("+" | "*") [0-9]\n'
 
 

@@ -472,7 +472,7 @@ def test_ambiguous_recursion_stays_polynomial():
 def test_oracle_on_a_finite_language_listed_in_full():
     schema = {"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -3, "maximum": 12},
                                                    {"enum": ["é", "中"]}]}, "maxItems": 2}
-    spellings = [str(i) for i in range(-3, 13)] + ['"é"', '"\\u00e9"', '"\\u00E9"', '"中"'] + [
+    spellings = [str(i) for i in range(-3, 13)] + ["-0"] + ['"é"', '"\\u00e9"', '"\\u00E9"', '"中"'] + [
         '"\\u4%s2%s"' % (e, d) for e in "eE" for d in "dD"]
     language = {("[" + ",".join(v) + "]").encode() for n in range(3) for v in itertools.product(spellings, repeat=n)}
     oracle = Earley(*schema_grammar(schema))

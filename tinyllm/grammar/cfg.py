@@ -80,6 +80,79 @@ def _recursive(graph):
     return out
 
 
+MAX_SIZE = 200_000   # AST nodes a grammar may inline (~1 s to build in Python; past it, a clear refusal)
+
+
+def _post_order(graph, roots, called):
+    """The rules reachable from `roots` without entering `called` ones (but `roots` themselves), callees after
+    their callers reversed: iterate reversed() to see callees first."""
+    out, seen = [], set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        work = [(root, iter(graph[root]))]
+        while work:
+            r, it = work[-1]
+            c = next(it, None)
+            if c is None:
+                out.append(r)
+                work.pop()
+            elif c not in seen and c not in called:
+                seen.add(c)
+                work.append((c, iter(graph[c])))
+    return out[::-1]
+
+
+def _shared_large(rules, graph, reached, recursive, budget=4000):
+    """The non-recursive rules worth keeping as calls: inlining copies a rule's states into every place that uses
+    it (and into every copy of those places), so a large rule used from many places (JSON Schema's shared $defs)
+    would multiply the automaton. Sizes count AST nodes, a repetition its copies; callees first."""
+    order, seen = [], set()
+    for root in reached:                                # post-order over the calls of non-recursive rules
+        if root in seen or root in recursive:
+            continue
+        seen.add(root)
+        work = [(root, iter(graph[root]))]
+        while work:
+            r, it = work[-1]
+            c = next(it, None)
+            if c is None:
+                order.append(r)
+                work.pop()
+            elif c not in seen and c not in recursive:
+                seen.add(c)
+                work.append((c, iter(graph[c])))
+    uses = {}
+    for r in reached:
+        for c in graph[r]:
+            uses[c] = uses.get(c, 0) + 1
+    size, keep = {}, set()
+    for r in order:
+        size[r] = _size(rules[r], lambda c: 1 if c in keep or c in recursive else size[c])
+        if uses.get(r, 0) > 1 and size[r] * uses[r] > budget:
+            keep.add(r)
+    return keep
+
+
+def _size(node, called_size):
+    """AST nodes that building `node` makes (a repetition's body once per copy; a call: called_size(name))."""
+    total, stack = 0, [(node, 1)]
+    while stack:
+        n, times = stack.pop()
+        kind = n[0]
+        total += times
+        if kind == "ref":
+            total += times * called_size(n[1])
+        elif kind in ("cat", "alt"):
+            stack += [(x, times) for x in n[1]]
+        elif kind == "rep":
+            stack.append((n[1], times * max(1, n[2] + (1 if n[3] is None else min(n[3] - n[2], 4)))))
+        elif kind == "list":
+            stack += [(x, times) for x, _, _ in n[1]] + [(n[2], times * len(n[1]))]
+    return total
+
+
 def _substitute(node, rules, recursive, memo):
     """`node` with every call of a non-recursive rule replaced by that rule's (substituted) body; subtrees without
     such calls are returned as they are (shared, not copied)."""
@@ -141,13 +214,22 @@ class CFG:
                 if name not in reached:
                     reached.add(name)
                     stack.append(name)
-        kept = [start] + sorted(r for r in recursive & reached if r != start)
+        called = recursive | _shared_large(rules, graph, reached, recursive)
+        kept = [start] + sorted(r for r in called & reached if r != start)
         self.names = kept
         ids, memo, nfas = {r: i for i, r in enumerate(kept)}, {}, []
+        sizes = {}
+        for r in reversed(_post_order(graph, kept, called)):
+            sizes[r] = _size(rules[r], lambda c: 1 if c in called else sizes[c])
+        total = sum(sizes[r] for r in kept)
+        if total > MAX_SIZE:
+            raise ValueError(f"{what}: the grammar is too large to compile here (about {total:,} automaton "
+                             f"states once inlined; the limit is {MAX_SIZE:,}): shrink it, e.g. lower large "
+                             "maxItems/maxLength bounds or share repeated parts")
         for r in kept:
             nfa = _NFA(ids)
             s, e = nfa.new(), nfa.new()
-            nfa.build(_substitute(rules[r], rules, recursive, memo), s, e)
+            nfa.build(_substitute(rules[r], rules, called, memo), s, e)
             nfas.append((nfa, s, e))
         n = len(kept)
         productive, changed = set(), True

@@ -3,16 +3,18 @@
 The language is every JSON document the schema validates, written compactly (or, with `whitespace_flexible`, with
 at most 64 whitespace bytes between tokens), with these conventions a generator needs:
 - an object's members come in the order of the schema's `properties` (each optional one may be absent), then the
-  `required` names it does not list, then any additional properties; where `additionalProperties` is absent, an
-  object with `properties` takes no other member, one without takes any (an additional property's name is written
-  without escapes);
+  `required` names it does not list, then any additional properties (allowed unless `additionalProperties` says
+  otherwise, as JSON Schema says: write `"additionalProperties": false` to keep a model to the listed names);
 - strings are accepted in every JSON spelling: raw characters (any Unicode), the short escapes and `\\uXXXX`
   (surrogate pairs past U+FFFF), each counting as one character for minLength/maxLength, inside `pattern`s (re
-  syntax, searched as JSON Schema says), `format`s, `enum`s and property names alike;
+  syntax, searched as JSON Schema says), `format`s, `enum`s and member names alike;
 - numbers with bounds are written without an exponent, and their bounds must be integers; integers without an
-  exponent or fraction; `oneOf` is matched as `anyOf` (it cannot see which branches overlap).
-A keyword this module does not implement raises ValueError naming it and where it is; none is ignored. Annotations
-(title, description, default, examples, ...) are ignored, as validators do.
+  exponent or fraction; an enum's or const's number in any decimal spelling of its value (2, 2.0, -0 for 0);
+- `oneOf` is matched as `anyOf` where its branches cannot both validate a document: they differ in type, or in the
+  const/enum values of a property both require (a discriminator), or in their own const/enum values; other
+  `oneOf`s are refused.
+A validation keyword this module does not implement raises ValueError naming it and where it is; none is ignored.
+Other keywords are annotations (title, description, default, examples, x-..., ...), ignored as validators do.
 """
 import functools
 import json
@@ -23,12 +25,15 @@ from .regex_dfa import _Parser
 
 __all__ = ["schema_grammar"]
 
-_ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated",
-                "readOnly", "writeOnly", "$defs", "definitions", "$anchor", "contentMediaType", "contentEncoding"}
 _KEYWORDS = {"type", "properties", "required", "additionalProperties", "enum", "const", "items", "prefixItems",
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "uniqueItems",
              "minProperties"}
+# JSON Schema's validation keywords this module does not implement: each raises. Any other keyword is an
+# annotation (title, description, default, examples, x-..., markdownDescription, ...), ignored as validators do.
+_UNSUPPORTED = {"not", "if", "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
+                "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
+                "minContains", "maxContains", "multipleOf", "maxProperties", "$dynamicRef", "$recursiveRef"}
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 _OBJECT_KEYS = {"properties", "required", "additionalProperties", "minProperties"}
 _ARRAY_KEYS = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"}
@@ -48,7 +53,7 @@ _FORMATS = {                                             # what jsonschema's For
     "date": _DATE,
     "time": _TIME,
     "date-time": f"{_DATE}[Tt]{_TIME}",
-    "email": f"{_ATEXT}+(?:\\.{_ATEXT}+)*@(?:{_LABEL}\\.)+{_LABEL}",
+    "email": f'(?:{_ATEXT}+(?:\\.{_ATEXT}+)*|"(?:[^"\\\\\\r\\n]|\\\\.)*")@(?:(?:{_LABEL}\\.)+{_LABEL}|\\[[!-Z^-~]*\\])',
     "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
     "ipv4": f"{_OCTET}(?:\\.{_OCTET}){{3}}",
     "hostname": f"{_LABEL}(?:\\.{_LABEL})*",
@@ -101,29 +106,23 @@ def _string_literal(text):
 
 
 def _key_not_in(names):
-    """A raw (unescaped) JSON string that is none of `names`: through the names' trie, leave it by a character no
-    name continues with, or stop where no name ends."""
-    raw = N.subtract(_ALL_CHARS, _NOT_RAW)
+    """A JSON string, in any spelling, whose decoded text is none of `names`: through the names' trie, leave it by
+    a character no name continues with, or stop where no name ends."""
     trie = {}
     for name in names:
         node = trie
         for c in name:
             node = node.setdefault(c, {})
         node[None] = True
-
-    branches = []
-    stack = [("", trie)]
+    branches, stack = [], [("", trie)]
     while stack:
         prefix, node = stack.pop()
-        children = sorted(ord(c) for c in node if c is not None)
-        other = N.subtract(raw, tuple((c, c) for c in children))
-        tails = [N.cat(N.chars(other), N.rep(N.chars(raw)))]
+        children = tuple(sorted((ord(c), ord(c)) for c in node if c is not None))
+        tails = [N.cat(json_char(N.subtract(_ALL_CHARS, children)), N.rep(_ANY_CHAR))]
         if None not in node:
             tails.append(N.EMPTY)
-        branches.append(N.cat(N.lit(prefix), N.alt(*tails)))
-        # (a name with a character JSON escapes can never equal a raw key: no need to follow it)
-        stack += [(prefix + c, child) for c, child in node.items()
-                  if c is not None and N.subtract(((ord(c), ord(c)),), _NOT_RAW)]
+        branches.append(N.cat(*(json_char(((ord(c), ord(c)),)) for c in prefix), N.alt(*tails)))
+        stack += [(prefix + c, child) for c, child in node.items() if c is not None]
     return N.cat(N.lit('"'), N.alt(*branches), N.lit('"'))
 
 
@@ -249,6 +248,7 @@ class _Compiler:
         self.comma = N.cat(ws, N.lit(","), ws)
         self.colon = N.cat(ws, N.lit(":"), ws)
         self.rules = {}
+        self.inlining = []                              # the $refs being copied in (inlined)
 
     # ---- $ref
     def resolve(self, pointer, where):
@@ -272,18 +272,30 @@ class _Compiler:
                                  "the schema")
         return node
 
-    def deref(self, schema, where):
-        """The schema with a bare top-level $ref followed (for merging under allOf)."""
-        seen = set()
+    def deref(self, schema, where, pointers):
+        """The schema with a top-level $ref followed (for merging), the pointers followed appended to `pointers`."""
         while isinstance(schema, dict) and "$ref" in schema:
             pointer = schema["$ref"]
-            if pointer in seen:
+            if pointer in pointers:
                 raise ValueError(f"json_schema: $ref {pointer!r} at {where} refers to itself")
-            seen.add(pointer)
+            pointers.append(pointer)
             rest = {k: v for k, v in schema.items() if k != "$ref"}
             target = self.resolve(pointer, where)
             schema = self.merge(target, rest, where) if _validating(rest) else target
         return schema
+
+    def inlined(self, schema, pointers, where):
+        """value(schema) for a schema merged from the targets of `pointers`: copied in, so a pointer that leads
+        back to itself while being copied would copy forever."""
+        for pointer in pointers:
+            if pointer in self.inlining:
+                raise ValueError(f"json_schema: $ref {pointer!r} at {where} leads back to itself beside other "
+                                 "keywords (allOf, or siblings of the $ref): such a recursion is not supported")
+        self.inlining += pointers
+        try:
+            return self.value(schema, where)
+        finally:
+            del self.inlining[len(self.inlining) - len(pointers):]
 
     # ---- schemas
     def value(self, schema, where):
@@ -294,7 +306,7 @@ class _Compiler:
         if not isinstance(schema, dict):
             raise TypeError(f"json_schema: a schema must be an object or a boolean, got {schema!r} at {where}")
         for key in schema:
-            if key not in _KEYWORDS and key not in _ANNOTATIONS:
+            if key in _UNSUPPORTED:
                 raise ValueError(f"json_schema: keyword {key!r} at {where} is not supported (supported: "
                                  f"{', '.join(sorted(_KEYWORDS))})")
         if not _validating(schema):
@@ -302,19 +314,30 @@ class _Compiler:
         if "$ref" in schema:
             rest = {k: v for k, v in schema.items() if k != "$ref"}
             if _validating(rest):
-                return self.value(self.merge(self.resolve(schema["$ref"], where), rest, where), where)
+                pointers = []
+                merged = self.merge(self.deref({"$ref": schema["$ref"]}, where, pointers), rest, where)
+                return self.inlined(merged, pointers, where)
             return self.rule(schema["$ref"], where)
         if "allOf" in schema:
-            merged = {k: v for k, v in schema.items() if k != "allOf"}
+            merged, pointers = {k: v for k, v in schema.items() if k != "allOf"}, []
             for i, sub in enumerate(_list(schema, "allOf", where)):
-                merged = self.merge(merged, self.deref(sub, f"{where}/allOf/{i}"), f"{where}/allOf/{i}")
-            return self.value(merged, where)
+                merged = self.merge(merged, self.deref(sub, f"{where}/allOf/{i}", pointers), f"{where}/allOf/{i}")
+            return self.inlined(merged, pointers, where)
         for key in ("anyOf", "oneOf"):
             if key in schema:
                 rest = {k: v for k, v in schema.items() if k != key}
-                return N.alt(*(self.value(self.merge(rest, self.deref(sub, f"{where}/{key}/{i}"), where),
-                                          f"{where}/{key}/{i}")
-                               for i, sub in enumerate(_list(schema, key, where))))
+                branches = []
+                for i, sub in enumerate(_list(schema, key, where)):
+                    if not _validating(rest):           # (a bare $ref stays a rule: recursion through it works)
+                        branches.append(self.value(sub, f"{where}/{key}/{i}"))
+                        continue
+                    pointers = []
+                    merged = self.merge(rest, self.deref(sub, f"{where}/{key}/{i}", pointers), where)
+                    branches.append(self.inlined(merged, pointers, f"{where}/{key}/{i}"))
+                if key == "oneOf":
+                    self.check_disjoint([self.merge(rest, self.deref(sub, where, []), where) for sub in schema[key]],
+                                        where)
+                return N.alt(*branches)
         if "const" in schema or "enum" in schema:
             return self.enum(schema, where)
         types = schema.get("type", list(_TYPES))
@@ -326,7 +349,7 @@ class _Compiler:
             types = [t for t in types if t != "integer"]
         if schema.get("uniqueItems") not in (None, False):
             raise ValueError(f"json_schema: keyword 'uniqueItems': true at {where} is not supported")
-        if schema.get("minProperties", 0) not in (0,):
+        if _count(schema, "minProperties", where, 0):
             raise ValueError(f"json_schema: keyword 'minProperties' at {where} is not supported")
         out = []
         for t in _TYPES:
@@ -370,7 +393,7 @@ class _Compiler:
         values = [schema["const"]] if "const" in schema else _list(schema, "enum", where)
         if "const" in schema and "enum" in schema:
             values = [v for v in values if any(_same(v, e) for e in schema["enum"])]
-        others = {k for k in schema if k not in ("const", "enum", "type") and k not in _ANNOTATIONS}
+        others = {k for k in schema if k not in ("const", "enum", "type") and _validating({k: 0})}
         if others:
             raise ValueError(f"json_schema: {', '.join(sorted(others))} beside enum/const at {where} is not "
                              "supported")
@@ -389,10 +412,12 @@ class _Compiler:
         if isinstance(v, list):
             body = [self.literal(x) if i == 0 else N.cat(self.comma, self.literal(x)) for i, x in enumerate(v)]
             return N.cat(N.lit("["), self.ws, *body, self.ws, N.lit("]"))
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return _number_literal(v)
         return N.lit(json.dumps(v))
 
     def string(self, schema, where):
-        lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        lo, hi = _count(schema, "minLength", where, 0), _count(schema, "maxLength", where)
         if hi is not None and lo > hi:
             return N.NOTHING
         if "format" in schema:
@@ -416,10 +441,10 @@ class _Compiler:
         for name, sub in props.items():
             member = N.cat(_string_literal(name), self.colon, self.value(sub, f"{where}/properties/{name}"))
             items.append((member, name not in required, False))
-        extra = schema.get("additionalProperties", True if not props else False)
+        extra = schema.get("additionalProperties", True)
         for name in required:                           # named but not listed: additionalProperties says what
-            if name not in props:                       # (absent: anything, though no other name is taken)
-                value = self.value(schema.get("additionalProperties", True), f"{where}/additionalProperties")
+            if name not in props:
+                value = self.value(extra, f"{where}/additionalProperties")
                 items.append((N.cat(_string_literal(name), self.colon, value), False, False))
         if extra is not False:
             member = N.cat(_key_not_in(list(props) + [r for r in required if r not in props]), self.colon,
@@ -433,7 +458,7 @@ class _Compiler:
         prefix = schema.get("prefixItems", [])
         if isinstance(items, list):                     # draft 4-2019: items as a list, additionalItems after
             prefix, items = items, schema.get("additionalItems", True)
-        lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        lo, hi = _count(schema, "minItems", where, 0), _count(schema, "maxItems", where)
         asts = [self.value(s, f"{where}/prefixItems/{i}") for i, s in enumerate(prefix)]
         tail = None if items is False else self.value(items, f"{where}/items")
         if tail is None:
@@ -458,6 +483,24 @@ class _Compiler:
             body = N.opt(body) if lo == 0 else body
         return N.cat(N.lit("["), self.ws, body, self.ws, N.lit("]"))
 
+    def check_disjoint(self, branches, where):
+        """oneOf is anyOf when no document validates two branches: each pair must differ in type, in their
+        const/enum values, or in the const/enum values of a property both require (a discriminator)."""
+        for i in range(len(branches)):
+            for j in range(i + 1, len(branches)):
+                a, b = branches[i], branches[j]
+                if a is False or b is False or _types(a).isdisjoint(_types(b)) or _values_disjoint(a, b):
+                    continue
+                both = set(a.get("required", ())) & set(b.get("required", ())) if isinstance(a, dict) and \
+                    isinstance(b, dict) else set()
+                if any(_values_disjoint(self.deref(a.get("properties", {}).get(p, True), where, []),
+                                        self.deref(b.get("properties", {}).get(p, True), where, [])) for p in both):
+                    continue
+                raise ValueError(f"json_schema: oneOf at {where}: branches {i} and {j} may both validate a "
+                                 "document, which oneOf refuses and a grammar cannot exclude; supported where the "
+                                 "branches differ in type or in the const/enum of a property both require (or use "
+                                 "anyOf)")
+
     # ---- allOf: one schema with both's constraints
     def merge(self, a, b, where):
         if a is True or a == {}:
@@ -472,7 +515,7 @@ class _Compiler:
         for key, v in b.items():
             if key in ("properties", "additionalProperties", "prefixItems", "items", "additionalItems"):
                 continue
-            if key not in out or key in _ANNOTATIONS:
+            if key not in out or not _validating({key: v}):
                 out[key] = v
                 continue
             u = out[key]
@@ -529,7 +572,7 @@ def _merge_members(out, a, b, named, rest):
 
 
 def _validating(schema):
-    return any(k not in _ANNOTATIONS for k in schema)
+    return any(k in _KEYWORDS or k in _UNSUPPORTED for k in schema)
 
 
 def _list(schema, key, where):
@@ -539,6 +582,16 @@ def _list(schema, key, where):
     if key in ("anyOf", "oneOf", "allOf") and not v:
         raise ValueError(f"json_schema: {key} at {where} is empty")
     return v
+
+
+def _count(schema, key, where, default=None):
+    """A non-negative integer keyword (minLength, maxItems, ...); 2.0 counts as 2, as JSON Schema says."""
+    v = schema.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
+        raise ValueError(f"json_schema: {key} at {where} must be a non-negative integer, got {v!r}")
+    return int(v)
 
 
 def _bounds(schema, where):
@@ -562,6 +615,44 @@ def _bounds(schema, where):
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))):
             raise TypeError(f"json_schema: a numeric bound at {where} must be a number, got {b!r}")
     return lo, lo_excl, hi, hi_excl
+
+
+def _number_literal(v):
+    """The number v in its decimal spellings (JSON Schema compares numbers by value: 2, 2.0 and 2.00 are one):
+    the digits, then any number of trailing zeros in a fraction; no exponent."""
+    import decimal
+    text = format(decimal.Decimal(repr(v)), "f")
+    sign, text = ("-", text[1:]) if text.startswith("-") else ("", text)
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0")
+    zeros = N.rep(N.lit("0"))
+    tail = N.cat(N.lit("." + frac), zeros) if frac else N.opt(N.cat(N.lit("."), N.rep(N.lit("0"), 1)))
+    spelled = N.cat(N.lit(whole), tail)
+    if sign:
+        return N.cat(N.lit("-"), spelled)
+    return N.alt(N.cat(N.lit("-"), spelled), spelled) if whole == "0" and not frac else spelled   # (-0 is 0)
+
+
+def _types(schema):
+    """The JSON types a schema admits (integer counted within number)."""
+    if not isinstance(schema, dict):
+        return set() if schema is False else set(_TYPES)
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else schema["enum"]
+        out = {_type_of(v) for v in values}
+    elif "type" in schema:
+        out = {schema["type"]} if isinstance(schema["type"], str) else set(schema["type"])
+    else:
+        return set(_TYPES)
+    return out | ({"number", "integer"} if out & {"number", "integer"} else set())
+
+
+def _values_disjoint(a, b):
+    """Both schemas list their values (const/enum) and share none."""
+    values = [None if not isinstance(x, dict) else [x["const"]] if "const" in x else x.get("enum") for x in (a, b)]
+    if values[0] is None or values[1] is None:
+        return False
+    return not any(_same(u, v) for u in values[0] for v in values[1])
 
 
 def _type_of(v):

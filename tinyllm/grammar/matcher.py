@@ -195,18 +195,22 @@ class _Table:
         self.need = np.zeros(64, np.uint8)              # the C walk's requests (cleared once filled)
 
     def ensure(self, states):
-        """Fill the rows of `states` (state + 1 values; every value seen is below len(self.done))."""
+        """Fill the rows of `states` (state + 1 values)."""
+        self.grow(int(states.max()) + 1)
         self.fill(np.flatnonzero((np.bincount(states, minlength=len(self.done)) > 0) & (self.done == 0)).tolist())
+
+    def grow(self, need):
+        """Room for the rows of the states below `need` (a state reached by accept() has no row yet)."""
+        if need > len(self.done):
+            size = max(need, 2 * len(self.done))
+            self.rows = np.concatenate([self.rows, np.zeros((size - len(self.rows), 256), np.int32)])
+            self.done = np.concatenate([self.done, np.zeros(size - len(self.done), np.uint8)])
+            self.need = np.zeros(size, np.uint8)
 
     def fill(self, missing):
         for s in missing:
             row = np.asarray(self.automaton.transitions(s - 1), np.int32) + 1
-            need = int(row.max()) + 1
-            if need > len(self.done):
-                size = max(need, 2 * len(self.done))
-                self.rows = np.concatenate([self.rows, np.zeros((size - len(self.rows), 256), np.int32)])
-                self.done = np.concatenate([self.done, np.zeros(size - len(self.done), np.uint8)])
-                self.need = np.zeros(size, np.uint8)
+            self.grow(max(int(row.max()), s) + 1)
             self.rows[s] = row
             self.done[s] = 1
 
