@@ -10,9 +10,9 @@ at most 64 whitespace bytes between tokens), with these conventions a generator 
   syntax, searched as JSON Schema says), `format`s, `enum`s and member names alike;
 - numbers with bounds are written without an exponent, and their bounds must be integers; integers without an
   exponent or fraction; an enum's or const's number in any decimal spelling of its value (2, 2.0, -0 for 0);
-- `oneOf` is matched as `anyOf` where its branches cannot both validate a document: they differ in type, or in the
-  const/enum values of a property both require (a discriminator), or in their own const/enum values; other
-  `oneOf`s are refused.
+- `oneOf` is matched as `anyOf` where its branches cannot both validate a document: they differ in type, in their
+  const/enum values, in the const/enum values of a property both require (a discriminator), or in a member one
+  requires and the other's objects cannot have; other `oneOf`s are refused.
 A validation keyword this module does not implement raises ValueError naming it and where it is; none is ignored.
 Other keywords are annotations (title, description, default, examples, x-..., ...), ignored as validators do.
 """
@@ -485,7 +485,8 @@ class _Compiler:
 
     def check_disjoint(self, branches, where):
         """oneOf is anyOf when no document validates two branches: each pair must differ in type, in their
-        const/enum values, or in the const/enum values of a property both require (a discriminator)."""
+        const/enum values, in the const/enum values of a property both require (a discriminator), or in a member
+        one requires and the other's objects cannot have."""
         for i in range(len(branches)):
             for j in range(i + 1, len(branches)):
                 a, b = branches[i], branches[j]
@@ -495,6 +496,9 @@ class _Compiler:
                     isinstance(b, dict) else set()
                 if any(_values_disjoint(self.deref(a.get("properties", {}).get(p, True), where, []),
                                         self.deref(b.get("properties", {}).get(p, True), where, [])) for p in both):
+                    continue
+                if isinstance(a, dict) and isinstance(b, dict) and (_requires_what_excludes(a, b) or
+                                                                    _requires_what_excludes(b, a)):
                     continue
                 raise ValueError(f"json_schema: oneOf at {where}: branches {i} and {j} may both validate a "
                                  "document, which oneOf refuses and a grammar cannot exclude; supported where the "
@@ -645,6 +649,15 @@ def _types(schema):
     else:
         return set(_TYPES)
     return out | ({"number", "integer"} if out & {"number", "integer"} else set())
+
+
+def _requires_what_excludes(a, b):
+    """Some member `a` requires cannot appear in `b`'s objects (b closed to it, or its schema there false)."""
+    props = b.get("properties", {})
+    for name in a.get("required", ()):
+        if props.get(name) is False or (name not in props and b.get("additionalProperties") is False):
+            return "object" in _types(a) and _types(a) & _types(b) <= {"object"}
+    return False
 
 
 def _values_disjoint(a, b):
