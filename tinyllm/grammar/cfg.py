@@ -15,7 +15,7 @@ left to do after it passes the caller's tails on instead of a frame (a tail call
 list's next item, keeps the stack flat). Left recursion would push forever without reading a byte and is
 refused, as llama.cpp's GBNF does; so are rules that derive no string at all (an empty language).
 """
-from .regex_dfa import DEAD, RegexDFA, _NFA
+from .regex_dfa import DEAD, Automaton, RegexDFA, _NFA
 
 __all__ = ["CFG"]
 
@@ -108,21 +108,7 @@ def _shared_large(rules, graph, reached, recursive, budget=4000):
     """The non-recursive rules worth keeping as calls: inlining copies a rule's states into every place that uses
     it (and into every copy of those places), so a large rule used from many places (JSON Schema's shared $defs)
     would multiply the automaton. Sizes count AST nodes, a repetition its copies; callees first."""
-    order, seen = [], set()
-    for root in reached:                                # post-order over the calls of non-recursive rules
-        if root in seen or root in recursive:
-            continue
-        seen.add(root)
-        work = [(root, iter(graph[root]))]
-        while work:
-            r, it = work[-1]
-            c = next(it, None)
-            if c is None:
-                order.append(r)
-                work.pop()
-            elif c not in seen and c not in recursive:
-                seen.add(c)
-                work.append((c, iter(graph[c])))
+    order = reversed(_post_order(graph, [r for r in reached if r not in recursive], recursive))
     uses = {}
     for r in reached:
         for c in graph[r]:
@@ -197,8 +183,9 @@ def _reaches_final(nfa, start, final, through):
     return False
 
 
-class CFG:
-    """A context-free grammar over bytes as a lazily built DFA over parser states (see the module's docstring)."""
+class CFG(Automaton):
+    """A context-free grammar over bytes as a lazily built DFA over parser states (see the module's docstring).
+    Every parser state is live: each frame's state reaches its rule's end, and every rule derives some string."""
 
     def __init__(self, rules, start, what):
         self.what = what
@@ -391,20 +378,6 @@ class CFG:
 
     def accepting(self, state):
         return state >= 0 and self._accepting[state]
-
-    def live(self, state):
-        return state >= 0       # every frame's state reaches its rule's end, and every rule derives some string
-
-    def walk(self, data, state=None):
-        s = self.start if state is None else state
-        for b in data:
-            s = self.step(s, b)
-            if s < 0:
-                return DEAD
-        return s
-
-    def fullmatch(self, data):
-        return self.accepting(self.walk(data))
 
     @property
     def num_states(self):

@@ -14,10 +14,10 @@ import weakref
 
 import numpy as np
 
-from .regex_dfa import DEAD  # (-1: no continuation can match)
+from .regex_dfa import DEAD, Automaton  # (DEAD, -1: no continuation can match)
 
 
-class LiteralDFA:
+class LiteralDFA(Automaton):
     """The automaton of a finite set of byte strings: a trie, state 0 its root; every state is live (it lies on
     the way to some string)."""
 
@@ -41,9 +41,6 @@ class LiteralDFA:
 
     def accepting(self, state):
         return state != DEAD and self.final[state]
-
-    def live(self, state):
-        return state != DEAD
 
     def transitions(self, state):
         row = [DEAD] * 256

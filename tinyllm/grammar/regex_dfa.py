@@ -440,8 +440,29 @@ def _plain(node):
     return True
 
 
-class RegexDFA:
-    """A byte-level DFA for `pattern` (fullmatch on UTF-8), subset-constructed on demand and memoized."""
+class Automaton:
+    """What every grammar automaton shares: states are ints, DEAD (-1) the one that nothing continues, and each
+    other state is live (some continuation reaches acceptance). Subclasses give start, step, accepting."""
+
+    def live(self, state):
+        return state >= 0
+
+    def walk(self, data, state=None):
+        """The state after the bytes `data` from `state` (default: the start)."""
+        s = self.start if state is None else state
+        for b in data:
+            s = self.step(s, b)
+            if s < 0:
+                return DEAD
+        return s
+
+    def fullmatch(self, data):
+        return self.accepting(self.walk(data))
+
+
+class RegexDFA(Automaton):
+    """A byte-level DFA for `pattern` (fullmatch on UTF-8), subset-constructed on demand and memoized; every
+    interned state is a non-empty set of NFA states that can reach the end, so live."""
 
     def __init__(self, pattern, nfa, start, final, productive=()):
         self.pattern = pattern
@@ -564,21 +585,6 @@ class RegexDFA:
             edges = tuple((k, self._intern(self._closure(vs))) for k, vs in sorted(targets.items()))
             edges = self._call_edges[state] = tuple((k, t) for k, t in edges if t != DEAD)
         return edges
-
-    def live(self, state):
-        return state >= 0                               # every interned state is a non-empty set of co-reachable states
-
-    def walk(self, data, state=None):
-        """The state after the bytes `data` from `state` (default: the start)."""
-        s = self.start if state is None else state
-        for b in data:
-            s = self.step(s, b)
-            if s < 0:
-                return DEAD
-        return s
-
-    def fullmatch(self, data):
-        return self.accepting(self.walk(data))
 
     @property
     def num_states(self):
