@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "json_schemas")
-FAST_STRIDE = 4
+FAST_STRIDE = 8
 MIN_COMPILED = 0.65  # the fraction of schemas that must compile (0.70 on 2026-12-06: bench/grammar_schemas.py)
 KEYWORDS = ["$dynamicRef", "$dynamicAnchor", "$anchor", "$ref", "$defs", "definitions", "$id", "$schema",
             "additionalProperties", "patternProperties", "propertyNames", "unevaluatedProperties",
