@@ -16,12 +16,11 @@ at most 64 whitespace bytes between tokens), with these conventions a generator 
 A validation keyword this module does not implement raises ValueError naming it and where it is; none is ignored.
 Other keywords are annotations (title, description, default, examples, x-..., ...), ignored as validators do.
 """
-import functools
 import json
-import math
 
 from . import nodes as N
-from .regex_dfa import _Parser
+from .json_text import (ANY_CHAR, FORMATS, format_ast, key_not_in, number_ast, number_literal, pattern_ast,
+                        string_literal)
 
 __all__ = ["schema_grammar"]
 
@@ -35,210 +34,6 @@ _UNSUPPORTED = {"not", "if", "then", "else", "dependentSchemas", "dependentRequi
                 "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
                 "minContains", "maxContains", "multipleOf", "maxProperties", "$dynamicRef", "$recursiveRef"}
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-_OBJECT_KEYS = {"properties", "required", "additionalProperties", "minProperties"}
-_ARRAY_KEYS = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"}
-_STRING_KEYS = {"minLength", "maxLength", "pattern", "format"}
-_NUMBER_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
-
-_D = "[0-9]"
-_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"      # 0001-9999
-_LEAP = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]{_D}|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]{_D}|30)"
-         f"|02-(?:0[1-9]|1{_D}|2[0-8]))|{_LEAP}-02-29)")
-_TIME = f"(?:[01]{_D}|2[0-3]):[0-5]{_D}:[0-5]{_D}(?:\\.{_D}+)?(?:[Zz]|[+-](?:[01]{_D}|2[0-3]):[0-5]{_D})"
-_ATEXT = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"    # (RFC 1035's 63-byte limit is not kept: it multiplies states)
-_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-_FORMATS = {                                             # what jsonschema's FormatChecker accepts, as regexes
-    "date": _DATE,
-    "time": _TIME,
-    "date-time": f"{_DATE}[Tt]{_TIME}",
-    "email": f'(?:{_ATEXT}+(?:\\.{_ATEXT}+)*|"(?:[^"\\\\\\r\\n]|\\\\.)*")@(?:(?:{_LABEL}\\.)+{_LABEL}|\\[[!-Z^-~]*\\])',
-    "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "ipv4": f"{_OCTET}(?:\\.{_OCTET}){{3}}",
-    "hostname": f"{_LABEL}(?:\\.{_LABEL})*",
-}
-_SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
-_ALL_CHARS = ((0, 0xD7FF), (0xE000, 0x10FFFF))
-_NOT_RAW = ((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C))     # JSON strings escape these
-
-
-def _hex_digit(lo, hi):
-    ranges = []
-    if lo <= 9:
-        ranges.append((48 + lo, 48 + min(hi, 9)))
-    if hi >= 10:
-        a, b = max(lo, 10) - 10, hi - 10
-        ranges += [(65 + a, 65 + b), (97 + a, 97 + b)]
-    return N.chars(sorted(ranges))
-
-
-def _u_escapes(lo, hi):
-    """`\\uXXXX` for the code points [lo, hi] (hex digits in either case)."""
-    return N.cat(N.lit("\\u"), N.alt(*(N.cat(*(_hex_digit(p, q) for p, q in seq))
-                                      for seq in N.digit_sequences(lo, hi, 4, 16))))
-
-
-@functools.lru_cache(maxsize=4096)
-def json_char(ranges):
-    """One decoded character in the code-point `ranges`, in every JSON spelling: raw where JSON allows it, the
-    short escapes, and `\\u` escapes (surrogate pairs for the code points past U+FFFF)."""
-    branches = []
-    raw = N.subtract(ranges, _NOT_RAW)
-    if raw:
-        branches.append(N.chars(raw))
-    for c, e in _SHORT_ESCAPES.items():
-        if N.intersect(ranges, ord(c), ord(c)):
-            branches.append(N.lit("\\" + e))
-    for lo, hi in N.intersect(ranges, 0, 0xFFFF):
-        branches.append(_u_escapes(lo, hi))
-    for lo, hi in N.intersect(ranges, 0x10000, 0x10FFFF):  # as (high, low) surrogate halves: base-1024 digits
-        for (h0, h1), (l0, l1) in N.digit_sequences(lo - 0x10000, hi - 0x10000, 2, 1024):
-            branches.append(N.cat(_u_escapes(0xD800 + h0, 0xD800 + h1), _u_escapes(0xDC00 + l0, 0xDC00 + l1)))
-    return N.alt(*branches) if branches else N.NOTHING
-
-
-_ANY_CHAR = json_char(_ALL_CHARS)
-
-
-def _string_literal(text):
-    return N.cat(N.lit('"'), *(json_char(((ord(c), ord(c)),)) for c in text), N.lit('"'))
-
-
-def _key_not_in(names):
-    """A JSON string, in any spelling, whose decoded text is none of `names`: through the names' trie, leave it by
-    a character no name continues with, or stop where no name ends."""
-    trie = {}
-    for name in names:
-        node = trie
-        for c in name:
-            node = node.setdefault(c, {})
-        node[None] = True
-    branches, stack = [], [("", trie)]
-    while stack:
-        prefix, node = stack.pop()
-        children = tuple(sorted((ord(c), ord(c)) for c in node if c is not None))
-        tails = [N.cat(json_char(N.subtract(_ALL_CHARS, children)), N.rep(_ANY_CHAR))]
-        if None not in node:
-            tails.append(N.EMPTY)
-        branches.append(N.cat(*(json_char(((ord(c), ord(c)),)) for c in prefix), N.alt(*tails)))
-        stack += [(prefix + c, child) for c, child in node.items() if c is not None]
-    return N.cat(N.lit('"'), N.alt(*branches), N.lit('"'))
-
-
-def _pattern_ast(pattern, where):
-    """JSON Schema's `pattern` (an unanchored re search) over the decoded characters of a JSON string."""
-    body, anchored_start, anchored_end = pattern, False, False
-    if body.startswith("^"):
-        body, anchored_start = body[1:], True
-    if body.endswith("$") and not body.endswith("\\$"):
-        body, anchored_end = body[:-1], True
-    try:
-        ast = _Parser(body).parse()
-    except (ValueError, IndexError) as exc:
-        raise ValueError(f"json_schema: pattern {pattern!r} at {where}: {exc}") from None
-    if (anchored_start or anchored_end) and _top_alternation(body):
-        raise ValueError(f"json_schema: pattern {pattern!r} at {where}: an anchor beside a top-level '|' is not "
-                         "supported; group the alternatives: ^(?:a|b)$")
-    anything = N.rep(_ANY_CHAR)
-    return N.cat(N.EMPTY if anchored_start else anything, _map_sets(ast), N.EMPTY if anchored_end else anything)
-
-
-def _top_alternation(body):
-    depth, i = 0, 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            j = body.find("]", i + 2)
-            i = (j if j > 0 else len(body)) + 1
-            continue
-        depth += c == "("
-        depth -= c == ")"
-        if c == "|" and depth == 0:
-            return True
-        i += 1
-    return False
-
-
-def _map_sets(node):
-    """The regex AST with each character set turned into the JSON spellings of its characters."""
-    kind = node[0]
-    if kind == "set":
-        return json_char(node[1])
-    if kind in ("cat", "alt"):
-        return (kind, [_map_sets(n) for n in node[1]])
-    if kind == "rep":
-        return ("rep", _map_sets(node[1]), node[2], node[3])
-    return node
-
-
-def _number_ast(lo, lo_excl, hi, hi_excl, integer, where):
-    """Numbers (or integers) within the bounds (None: unbounded)."""
-    sign = N.opt(N.lit("-"))
-    digits = N.chars(((48, 57),))
-    if integer:
-        if lo is not None:
-            lo = math.floor(lo) + 1 if lo_excl and float(lo).is_integer() else math.ceil(lo)
-        if hi is not None:
-            hi = math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi)
-        if lo is None and hi is None:
-            return N.cat(sign, N.decimal_range(0, None))
-        branches = [N.lit("-0")] if (lo is None or lo <= 0) and (hi is None or hi >= 0) else []
-        if hi is None or hi >= 0:
-            branches.append(N.decimal_range(max(lo, 0) if lo is not None else 0, hi))
-        if lo is None or lo < 0:                        # -x for x in [max(1, -hi), -lo]
-            top = None if lo is None else -lo
-            bottom = 1 if hi is None or hi >= 0 else -hi
-            if top is None or bottom <= top:
-                branches.append(N.cat(N.lit("-"), N.decimal_range(bottom, top)))
-        return N.alt(*branches) if branches else N.NOTHING
-    frac_any = N.opt(N.cat(N.lit("."), N.rep(digits, 1)))
-    if lo is None and hi is None:
-        exp = N.opt(N.cat(N.chars(((69, 69), (101, 101))), N.opt(N.chars(((43, 43), (45, 45)))), N.rep(digits, 1)))
-        return N.cat(sign, N.decimal_range(0, None), frac_any, exp)
-    for b in (lo, hi):
-        if b is not None and not float(b).is_integer():
-            raise ValueError(f"json_schema: a number's bound {b} at {where} is not an integer: only integer bounds "
-                             "are supported on numbers (integers may have any bounds)")
-    frac = {"any": frac_any, "zero": N.opt(N.cat(N.lit("."), N.rep(N.lit("0"), 1))),
-            "nonzero": N.cat(N.lit("."), N.rep(digits), N.chars(((49, 57),)), N.rep(digits))}
-
-    def pieces(rel, a):                                 # u = I + f >= 0 under one condition: [(Ilo, Ihi, frac)]
-        a = int(a)
-        if rel == "at least":
-            return [(0, None, "any")] if a <= 0 else [(a, None, "any")]
-        if rel == "above":
-            return [(0, None, "any")] if a < 0 else [(a + 1, None, "any"), (a, a, "nonzero")]
-        if rel == "at most":
-            return [] if a < 0 else [(0, a - 1, "any"), (a, a, "zero")] if a > 0 else [(0, 0, "zero")]
-        return [] if a <= 0 else [(0, a - 1, "any")]
-
-    def meet(ps, qs):
-        out = []
-        for a, b, f in ps:
-            for c, d, g in qs:
-                x, y = max(a, c), (b if d is None else d if b is None else min(b, d))
-                h = f if g == "any" else g if f == "any" else f if f == g else None
-                if h is not None and (y is None or x <= y):
-                    out.append((x, y, h))
-        return out
-
-    branches = []
-    for negative in (False, True):                      # the value is u, or -u written with a minus
-        conds = [(0, None, "any")]
-        if lo is not None:
-            rel = ("above" if lo_excl else "at least") if not negative else ("below" if lo_excl else "at most")
-            conds = meet(conds, pieces(rel, -lo if negative else lo))
-        if hi is not None:
-            rel = ("above" if hi_excl else "at least") if negative else ("below" if hi_excl else "at most")
-            conds = meet(conds, pieces(rel, -hi if negative else hi))
-        for a, b, f in conds:
-            branches.append(N.cat(N.lit("-") if negative else N.EMPTY, N.decimal_range(a, b), frac[f]))
-    return N.alt(*branches) if branches else N.NOTHING
-
 
 class _Compiler:
     def __init__(self, root, whitespace_flexible):
@@ -362,7 +157,7 @@ class _Compiler:
             elif t == "string":
                 out.append(self.string(schema, where))
             elif t in ("number", "integer"):
-                out.append(_number_ast(*_bounds(schema, where), t == "integer", where))
+                out.append(number_ast(*_bounds(schema, where), t == "integer", where))
             elif t == "object":
                 out.append(self.object(schema, where))
             else:
@@ -378,14 +173,14 @@ class _Compiler:
     def any_value(self):
         if "$any" not in self.rules:
             self.rules["$any"] = N.NOTHING
-            string = N.cat(N.lit('"'), N.rep(_ANY_CHAR), N.lit('"'))
+            string = N.cat(N.lit('"'), N.rep(ANY_CHAR), N.lit('"'))
             member = N.cat(string, self.colon, N.ref("$any"))
             self.rules["$any"] = N.alt(
                 N.cat(N.lit("{"), self.ws, N.opt(N.cat(member, N.rep(N.cat(self.comma, member)))), self.ws,
                       N.lit("}")),
                 N.cat(N.lit("["), self.ws, N.opt(N.cat(N.ref("$any"), N.rep(N.cat(self.comma, N.ref("$any"))))),
                       self.ws, N.lit("]")),
-                string, _number_ast(None, False, None, False, False, "#"), N.lit("true"), N.lit("false"),
+                string, number_ast(None, False, None, False, False, "#"), N.lit("true"), N.lit("false"),
                 N.lit("null"))
         return N.ref("$any")
 
@@ -404,16 +199,16 @@ class _Compiler:
 
     def literal(self, v):
         if isinstance(v, str):
-            return _string_literal(v)
+            return string_literal(v)
         if isinstance(v, dict):
-            members = [N.cat(_string_literal(k), self.colon, self.literal(x)) for k, x in v.items()]
+            members = [N.cat(string_literal(k), self.colon, self.literal(x)) for k, x in v.items()]
             body = [m if i == 0 else N.cat(self.comma, m) for i, m in enumerate(members)]
             return N.cat(N.lit("{"), self.ws, *body, self.ws, N.lit("}"))
         if isinstance(v, list):
             body = [self.literal(x) if i == 0 else N.cat(self.comma, self.literal(x)) for i, x in enumerate(v)]
             return N.cat(N.lit("["), self.ws, *body, self.ws, N.lit("]"))
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return _number_literal(v)
+            return number_literal(v)
         return N.lit(json.dumps(v))
 
     def string(self, schema, where):
@@ -422,32 +217,32 @@ class _Compiler:
             return N.NOTHING
         if "format" in schema:
             fmt = schema["format"]
-            if fmt not in _FORMATS:
+            if fmt not in FORMATS:
                 raise ValueError(f"json_schema: format {fmt!r} at {where} is not supported (supported: "
-                                 f"{', '.join(sorted(_FORMATS))})")
+                                 f"{', '.join(sorted(FORMATS))})")
             if "pattern" in schema or lo or hi is not None:
                 raise ValueError(f"json_schema: format with pattern/minLength/maxLength at {where} is not supported")
-            return N.cat(N.lit('"'), _map_sets(_Parser(_FORMATS[fmt]).parse()), N.lit('"'))
+            return N.cat(N.lit('"'), format_ast(fmt), N.lit('"'))
         if "pattern" in schema:
             if lo or hi is not None:
                 raise ValueError(f"json_schema: pattern with minLength/maxLength at {where} is not supported")
-            return N.cat(N.lit('"'), _pattern_ast(schema["pattern"], where), N.lit('"'))
-        return N.cat(N.lit('"'), N.rep(_ANY_CHAR, lo, hi), N.lit('"'))
+            return N.cat(N.lit('"'), pattern_ast(schema["pattern"], where), N.lit('"'))
+        return N.cat(N.lit('"'), N.rep(ANY_CHAR, lo, hi), N.lit('"'))
 
     def object(self, schema, where):
         props = schema.get("properties", {})
         required = schema.get("required", [])
         items = []
         for name, sub in props.items():
-            member = N.cat(_string_literal(name), self.colon, self.value(sub, f"{where}/properties/{name}"))
+            member = N.cat(string_literal(name), self.colon, self.value(sub, f"{where}/properties/{name}"))
             items.append((member, name not in required, False))
         extra = schema.get("additionalProperties", True)
         for name in required:                           # named but not listed: additionalProperties says what
             if name not in props:
                 value = self.value(extra, f"{where}/additionalProperties")
-                items.append((N.cat(_string_literal(name), self.colon, value), False, False))
+                items.append((N.cat(string_literal(name), self.colon, value), False, False))
         if extra is not False:
-            member = N.cat(_key_not_in(list(props) + [r for r in required if r not in props]), self.colon,
+            member = N.cat(key_not_in(list(props) + [r for r in required if r not in props]), self.colon,
                            self.value(extra, f"{where}/additionalProperties"))
             items.append((member, True, True))
         body = ("list", items, self.comma) if items else N.EMPTY
@@ -619,22 +414,6 @@ def _bounds(schema, where):
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))):
             raise TypeError(f"json_schema: a numeric bound at {where} must be a number, got {b!r}")
     return lo, lo_excl, hi, hi_excl
-
-
-def _number_literal(v):
-    """The number v in its decimal spellings (JSON Schema compares numbers by value: 2, 2.0 and 2.00 are one):
-    the digits, then any number of trailing zeros in a fraction; no exponent."""
-    import decimal
-    text = format(decimal.Decimal(repr(v)), "f")
-    sign, text = ("-", text[1:]) if text.startswith("-") else ("", text)
-    whole, _, frac = text.partition(".")
-    frac = frac.rstrip("0")
-    zeros = N.rep(N.lit("0"))
-    tail = N.cat(N.lit("." + frac), zeros) if frac else N.opt(N.cat(N.lit("."), N.rep(N.lit("0"), 1)))
-    spelled = N.cat(N.lit(whole), tail)
-    if sign:
-        return N.cat(N.lit("-"), spelled)
-    return N.alt(N.cat(N.lit("-"), spelled), spelled) if whole == "0" and not frac else spelled   # (-0 is 0)
 
 
 def _types(schema):
