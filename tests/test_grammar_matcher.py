@@ -255,29 +255,3 @@ class NoBytes:
 def test_bad_specs_are_clear_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
-
-
-@pytest.mark.parametrize("spec", [dict(regex=r"[a-c]{2,5}(@[0-9]+)?\.?"), dict(json_schema={
-    "type": "object", "properties": {"k": {"type": "string", "maxLength": 6}, "n": {"type": "integer"}}}),
-    dict(gbnf='root ::= "(" root ")" root | "é" | ""')])
-def test_numpy_walk_equals_the_c_walk(spec, monkeypatch):
-    """The NumPy walk (where the C kernels are not built) gives the C walk's masks along a path."""
-    import tinyllm.grammar.matcher as gm
-    if gm._kernels() is None:
-        pytest.skip("the C kernels are not built: the NumPy walk is the one every other test runs")
-    g = compile(TOK, **spec)
-    rng = random.Random(0)
-    state = g.dfa.start
-    for _ in range(12):
-        ours = np.zeros(TOK.n_vocab, bool)
-        g.trie.allowed(g.dfa, state, ours)
-        with monkeypatch.context() as m:
-            m.setattr(gm, "_kernels", lambda: None)
-            theirs = np.zeros(TOK.n_vocab, bool)
-            g.trie.allowed(g.dfa, state, theirs)
-        assert (ours == theirs).all()
-        live = np.flatnonzero(ours)
-        if not len(live):
-            break
-        for b in TOK.decode_single_token_bytes(int(rng.choice(live))):
-            state = g.dfa.step(state, b)

@@ -15,7 +15,7 @@ left to do after it passes the caller's tails on instead of a frame (a tail call
 list's next item, keeps the stack flat). Left recursion would push forever without reading a byte and is
 refused, as llama.cpp's GBNF does; so are rules that derive no string at all (an empty language).
 """
-from .regex_dfa import DEAD, Automaton, RegexDFA, _NFA
+from .regex_dfa import DEAD, Automaton, _NFA, automaton
 
 __all__ = ["CFG"]
 
@@ -237,7 +237,7 @@ class CFG(Automaton):
                     nullable.add(k)
                     changed = True
         self._refuse_left_recursion(nfas, nullable, productive)
-        self.dfas = [RegexDFA(kept[k], *nfas[k], productive=productive) for k in range(n)]
+        self.dfas = [automaton(kept[k], *nfas[k], productive=productive) for k in range(n)]
         # one rule calling nothing: its DFA is the whole grammar, without parser states around it
         self.dfa = self.dfas[0] if n == 1 and not any(nfas[0][0].calls) else None
         self._node_ids, self._nodes = {}, []

@@ -5,7 +5,7 @@ import functools
 import math
 
 from . import nodes as N
-from .regex_dfa import _Parser
+from .regex_parse import _Parser
 
 _D = "[0-9]"
 _YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"      # 0001-9999

@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from .regex_dfa import DEAD, Automaton  # (DEAD, -1: no continuation can match)
+from .regex_dfa import DEAD, Automaton, NativeDFA, kernels  # (DEAD, -1: no continuation can match)
 
 
 class LiteralDFA(Automaton):
@@ -88,46 +88,53 @@ class TokenTrie:
         self.token[self.end[ids[::-1]]] = ids[::-1]     # (the lowest id wins)
         same = ids[self.token[self.end[ids]] != ids]
         self.same_bytes = (same, self.token[self.end[same]])   # out[same] = out[the node's token]
-        self.roots = np.flatnonzero(self.parent == 0)[1:].astype(np.int32)   # the root's children
         by_depth = np.array(depth)
         self.levels = [np.flatnonzero(by_depth == d) for d in range(1, int(by_depth.max()) + 1)]
-        _kernels()                                      # (imported now, as part of the setup, not in a mask)
-        self._states = np.empty(self.num_nodes, np.int32)   # the walk's scratch: only visited nodes are read
-        self._blocked = np.empty(self.num_nodes, np.int32)
+        # the C walk's layout (runtime_c/grammar.h): byte | depth << 8 per node, and token n_vocab where none
+        self.node = (self.byte.astype(np.uint32) | (by_depth.astype(np.uint32) << 8))
+        self.token_or_spare = np.where(self.token < 0, n, self.token).astype(np.uint32)
+        self._depth_scratch = np.empty(len(self.levels) + 1, np.int32)
+        self._blocked = np.empty(2 * self.num_nodes, np.int32)
         self._args = None
+        kernels()                                       # (imported now, as part of the setup, not in a mask)
 
     def allowed(self, automaton, state, out):
-        """Set out[id] for every token whose bytes, fed to `automaton` from `state`, leave it live: the C kernel
-        (runtime_c/grammar.c) visits only the live part of the trie, pausing where the automaton has a row to
-        fill; without it, NumPy walks the whole trie depth by depth."""
-        table = _Table.of(automaton)
-        table.ensure(np.array([state + 1]))
-        lib = _kernels()
+        """Set out[id] for every token whose bytes, fed to `automaton` from `state`, leave it live; `out` has
+        n_vocab + 1 entries (the last is the C walk's spare). The C kernel (runtime_c/grammar.c) visits only the
+        live part of the trie; a NativeDFA's rows are made on the way, another automaton's are filled here when
+        the walk pauses for them. Without the kernels, NumPy walks the whole trie depth by depth."""
+        lib = kernels()
         if lib is not None:
             ffi, lib = lib
             if self._args is None:
                 ptr = ffi.from_buffer
-                self._args = [ptr("int32_t[]", a) for a in (self._states, self.parent)] + [
-                    ptr("uint8_t[]", self.byte)] + [ptr("int32_t[]", a) for a in (self.skip, self.token)]
-                self._ptrs = (ptr, ptr("int32_t[]", self._blocked))
-            ptr, blocked_ptr = self._ptrs
-            self._states[0] = state + 1
-            mask = out.view(np.uint8)                   # (the kernel only sets entries: out keeps what it had)
-            pending = self.roots
+                self._args = (ptr("uint32_t[]", self.node), ptr("int32_t[]", self.skip),
+                              ptr("uint32_t[]", self.token_or_spare))
+                self._scratch = (ptr("int32_t[]", self._blocked), ptr("int32_t[]", self._depth_scratch))
+            mask = ffi.from_buffer("uint8_t[]", out.view(np.uint8))   # (the kernel only sets entries)
+            pending = np.array([0, state + 1], np.int32)
+            native = isinstance(automaton, NativeDFA)
+            table = None if native else _Table.of(automaton)
             while True:
-                n = lib.grammar_trie_walk(*self._args, ptr("int32_t[]", table.rows), ptr("uint8_t[]", table.done),
-                                          ptr("uint8_t[]", table.need), ptr("int32_t[]", pending), len(pending),
-                                          blocked_ptr, ptr("uint8_t[]", mask))
+                if native:
+                    rows = done = ffi.NULL
+                else:
+                    table.ensure(pending[1::2])         # (the rows the walk paused for)
+                    rows, done = ffi.from_buffer("int32_t[]", table.rows), ffi.from_buffer("uint8_t[]", table.done)
+                n = lib.grammar_trie_walk(automaton._g if native else ffi.NULL, rows, done, *self._args,
+                                          ffi.from_buffer("int32_t[]", pending), len(pending) // 2,
+                                          *self._scratch, mask)
+                if n < 0:
+                    raise MemoryError(f"grammar: no memory for more states of {automaton.pattern!r}")
                 if not n:
                     break
-                missing = np.flatnonzero(table.need)
-                table.need[missing] = 0
-                table.fill(missing.tolist())
-                pending = self._blocked[:n].copy()
+                pending = self._blocked[:2 * n].copy()
             same, first = self.same_bytes
             if len(same):
                 out[same] = out[first]
             return
+        table = _Table.of(automaton)
+        table.ensure(np.array([state + 1]))
         states = np.zeros(self.num_nodes, np.int32)     # each node's state + 1 (0: dead)
         states[0] = state + 1
         for level in self.levels:
@@ -138,7 +145,7 @@ class TokenTrie:
             states[level] = table.rows[parents, self.byte[level]]
         allowed = states[self.end] > 0
         allowed[self.end == 0] = False
-        out |= allowed
+        out[:-1] |= allowed
 
 
 def _token_bytes(tokenizer, eot):
@@ -161,16 +168,6 @@ def _token_bytes(tokenizer, eot):
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _kernels():
-    """(ffi, lib) of the C kernels when they are built, else None."""
-    try:
-        from .. import _kernels as k
-    except ImportError:
-        return None
-    return (k.ffi, k.lib) if hasattr(k.lib, "grammar_trie_walk") else None
-
-
 class _Table:
     """An automaton's transitions as a dense array, rows filled on demand: rows[s + 1, b] is step(s, b) + 1 (row
     0 and value 0: dead), so a trie level is one gather."""
@@ -189,7 +186,6 @@ class _Table:
         self.rows = np.zeros((64, 256), np.int32)
         self.done = np.zeros(64, np.uint8)              # (grows so that every state + 1 in rows is an index)
         self.done[0] = 1
-        self.need = np.zeros(64, np.uint8)              # the C walk's requests (cleared once filled)
 
     def ensure(self, states):
         """Fill the rows of `states` (state + 1 values)."""
@@ -202,7 +198,6 @@ class _Table:
             size = max(need, 2 * len(self.done))
             self.rows = np.concatenate([self.rows, np.zeros((size - len(self.rows), 256), np.int32)])
             self.done = np.concatenate([self.done, np.zeros(size - len(self.done), np.uint8)])
-            self.need = np.zeros(size, np.uint8)
 
     def fill(self, missing):
         for s in missing:
@@ -239,8 +234,8 @@ class Grammar:
     def mask(self, state):
         m = self._masks.get(state)
         if m is None:
-            m = np.zeros(self.n_vocab, bool)
-            self.trie.allowed(self.dfa, state, m)
+            m = np.zeros(self.n_vocab + 1, bool)[:-1]   # (the C walk's spare entry past the end)
+            self.trie.allowed(self.dfa, state, m.base)
             m[self.eot] = self.dfa.accepting(state)
             m.flags.writeable = False
             self._masks[state] = m

@@ -8,288 +8,23 @@
     dfa.transitions(s)                # the next state for each of the 256 bytes (a list)
     dfa.walk(data), dfa.fullmatch(data), dfa.num_states, dfa.pattern
 
-The pattern is parsed here (positions are kept for the errors), character sets (`[...]`, `.`, `\\d`, `\\w`, `\\s` and
-their negations) take re's own meaning: the set's text is run by `re` over every code point once (cached), and the
-code-point ranges become UTF-8 byte-range sequences (the utf8-ranges algorithm of Rust's regex-syntax). The parse
-tree becomes a Thompson NFA over byte ranges; NFA states that cannot reach acceptance are pruned, so every DFA
-state (a set of NFA states, built on demand by subset construction and memoized) is live, and the empty set is DEAD.
+The pattern is parsed by regex_parse.py into the AST of nodes.py, which becomes a Thompson NFA over byte ranges; NFA
+states that cannot reach acceptance are pruned, so every DFA state (a set of NFA states, built on demand by subset
+construction and memoized) is live, and the empty set is DEAD. Two automata build the same DFA: `RegexDFA` in
+Python (the reference, and the fallback without the C kernels) and `NativeDFA` in C (runtime_c/grammar.c), whose
+rows the token trie's walk fills as it goes. `automaton()` picks the C one where the kernels are built.
 """
 import functools
 import re
-import unicodedata
 
-__all__ = ["compile_regex", "RegexDFA", "DEAD"]
+import numpy as np
+
+from .regex_parse import _cp_ranges_to_seqs, _Parser
+
+__all__ = ["compile_regex", "automaton", "RegexDFA", "NativeDFA", "DEAD"]
 
 DEAD = -1
 _UNKNOWN = -2
-_MAX_CP = 0x10FFFF
-_SUR_LO, _SUR_HI = 0xD800, 0xDFFF
-
-
-# ---------------------------------------------------------------- code-point sets and UTF-8 byte ranges
-
-@functools.lru_cache(maxsize=1)
-def _all_chars():
-    """Every code point except the surrogates, in order (position p is code point p, or p + 0x800 past them)."""
-    import numpy as np
-    cps = np.concatenate([np.arange(_SUR_LO), np.arange(_SUR_HI + 1, _MAX_CP + 1)]).astype("<u4")
-    return cps.tobytes().decode("utf-32-le")
-
-
-def _pos_cp(p):
-    return p if p < _SUR_LO else p + (_SUR_HI - _SUR_LO + 1)
-
-
-_ASCII_CLASS = re.compile(r"\[(?:[ -\[\]-~]|\\[^dDwWsSxuUN0-9])*\]")   # [...] of ASCII, no ^ or \\d \\w \\x ...
-
-
-@functools.lru_cache(maxsize=None)
-def _charset(text):
-    """Code-point ranges ((lo, hi) inclusive, no surrogates, sorted) that the single-character re `text` matches."""
-    out = []
-    if text == ".":                                     # everything but a newline
-        return ((0, 9), (11, _SUR_LO - 1), (_SUR_HI + 1, _MAX_CP))
-    if _ASCII_CLASS.fullmatch(text):                    # ASCII items: 128 characters to try instead of 1.1M
-        negated = text[1:2] == "^"
-        members = _charset("[" + "\\" * (text[2:3] == "^") + text[2:]) if negated else None
-        if negated:                                     # everything else
-            out, at = [], 0
-            for lo, hi in members + ((_SUR_LO, _SUR_HI),):
-                if at < lo:
-                    out.append((at, lo - 1))
-                at = hi + 1
-            return tuple(out) + ((_SUR_HI + 1, _MAX_CP),)
-        universe = "".join(map(chr, range(128)))
-    else:
-        universe = _all_chars()
-    for m in re.finditer("(?:%s)+" % text, universe):
-        lo, hi = _pos_cp(m.start()), _pos_cp(m.end() - 1)
-        if lo < _SUR_LO <= hi:
-            out += [(lo, _SUR_LO - 1), (_SUR_HI + 1, hi)]
-        else:
-            out.append((lo, hi))
-    return tuple(out)
-
-
-def _utf8_sequences(lo, hi):
-    """Split the code-point range [lo, hi] (no surrogates) into byte-range sequences [(blo, bhi), ...]: the UTF-8
-    encodings of the range are exactly the byte strings each matching one sequence (Rust's `Utf8Sequences`)."""
-    out, stack = [], [(lo, hi)]
-    while stack:
-        lo, hi = stack.pop()
-        while True:
-            for m in (0x7F, 0x7FF, 0xFFFF):            # split where the encoded length changes
-                if lo <= m < hi:
-                    stack.append((m + 1, hi))
-                    hi = m
-                    break
-            else:
-                if hi <= 0x7F:
-                    out.append([(lo, hi)])
-                    break
-                for i in (1, 2, 3):
-                    m = (1 << (6 * i)) - 1
-                    if lo & ~m != hi & ~m:
-                        if lo & m:
-                            stack.append(((lo | m) + 1, hi))
-                            hi = lo | m
-                            break
-                        if hi & m != m:
-                            stack.append((hi & ~m, hi))
-                            hi = (hi & ~m) - 1
-                            break
-                else:
-                    a, b = chr(lo).encode("utf-8"), chr(hi).encode("utf-8")
-                    out.append(list(zip(a, b)))
-                    break
-    return out
-
-
-@functools.lru_cache(maxsize=4096)
-def _cp_ranges_to_seqs(ranges):
-    seqs = []
-    for lo, hi in ranges:
-        seqs += _utf8_sequences(lo, hi)
-    return tuple(tuple(seq) for seq in seqs)
-
-
-def _char_ranges(c):
-    cp = ord(c)
-    return () if _SUR_LO <= cp <= _SUR_HI else ((cp, cp),)
-
-
-# ---------------------------------------------------------------- parser (positions kept for the errors)
-
-_BRACES = re.compile(r"\{(\d*)(,(\d*))?\}")
-
-
-class _Parser:
-    # AST: ("set", ranges) | ("cat", [nodes]) | ("alt", [nodes]) | ("rep", node, min, max-or-None)
-    def __init__(self, pattern):
-        self.p, self.i, self.n = pattern, 0, len(pattern)
-
-    def unsupported(self, what, pos):
-        raise ValueError("compile_regex: %s at position %d of %r is not supported" % (what, pos, self.p))
-
-    def peek(self, k=0):
-        j = self.i + k
-        return self.p[j] if j < self.n else ""
-
-    def parse(self):
-        node = self.alt()
-        if self.i != self.n:                            # re.compile already rejected an unbalanced ')'
-            raise ValueError("compile_regex: unexpected %r at position %d of %r" % (self.peek(), self.i, self.p))
-        return node
-
-    def alt(self):
-        branches = [self.cat()]
-        while self.peek() == "|":
-            self.i += 1
-            branches.append(self.cat())
-        return branches[0] if len(branches) == 1 else ("alt", branches)
-
-    def cat(self):
-        items = []
-        while self.i < self.n and self.peek() not in "|)":
-            atom = self.atom()
-            while True:
-                q = self.quantifier()
-                if q is None:
-                    break
-                atom = ("rep", atom, q[0], q[1])
-            items.append(atom)
-        return items[0] if len(items) == 1 else ("cat", items)
-
-    def quantifier(self):
-        c, start = self.peek(), self.i
-        if c in ("*", "+", "?"):
-            self.i += 1
-            lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
-        elif c == "{":
-            m = _BRACES.match(self.p, self.i)
-            if m is None or m.group(0) == "{}":
-                return None                             # a literal '{', as in re
-            lo = int(m.group(1)) if m.group(1) else 0
-            if m.group(2) is None:
-                hi = lo
-            else:
-                hi = int(m.group(3)) if m.group(3) else None
-            self.i = m.end()
-        else:
-            return None
-        if self.peek() == "?":                          # lazy: the same language
-            self.i += 1
-        elif self.peek() == "+":
-            self.unsupported("possessive quantifier", start)
-        return lo, hi
-
-    def atom(self):
-        c, pos = self.peek(), self.i
-        if c == "(":
-            return self.group()
-        if c == "[":
-            return self.klass()
-        if c == ".":
-            self.i += 1
-            return ("set", _charset("."))
-        if c == "^":
-            self.i += 1
-            if pos != 0:
-                self.unsupported("'^' anchor (other than at the start)", pos)
-            return ("cat", [])
-        if c == "$":
-            self.i += 1
-            if pos != self.n - 1:
-                self.unsupported("'$' anchor (other than at the end)", pos)
-            return ("cat", [])
-        if c == "\\":
-            return self.escape()
-        self.i += 1
-        return ("set", _char_ranges(c))
-
-    def group(self):
-        pos = self.i
-        self.i += 1
-        if self.peek() == "?":
-            rest = self.p[self.i + 1:self.i + 3]
-            if rest.startswith(":"):
-                self.i += 2
-            elif rest == "P<":
-                self.i = self.p.index(">", self.i) + 1
-            elif rest == "P=":
-                self.unsupported("named backreference (?P=...)", pos)
-            elif rest.startswith("=") or rest.startswith("!"):
-                self.unsupported("lookahead assertion", pos)
-            elif rest in ("<=", "<!"):
-                self.unsupported("lookbehind assertion", pos)
-            elif rest.startswith(">"):
-                self.unsupported("atomic group (?>...)", pos)
-            elif rest.startswith("#"):
-                self.i = self.p.index(")", self.i) + 1
-                return ("cat", [])
-            elif rest.startswith("("):
-                self.unsupported("conditional group (?(...)...)", pos)
-            else:
-                self.unsupported("inline flags group", pos)
-        node = self.alt()
-        if self.peek() != ")":
-            raise ValueError("compile_regex: missing ')' for the group at position %d of %r" % (pos, self.p))
-        self.i += 1
-        return node
-
-    def klass(self):
-        j = self.i + 1
-        if j < self.n and self.p[j] == "^":
-            j += 1
-        if j < self.n and self.p[j] == "]":
-            j += 1
-        while j < self.n and self.p[j] != "]":
-            j += 2 if self.p[j] == "\\" else 1
-        text = self.p[self.i:j + 1]
-        self.i = j + 1
-        return ("set", _charset(text))
-
-    def escape(self):
-        pos = self.i
-        c = self.peek(1)
-        self.i += 2
-        if c in "dDwWsS":
-            return ("set", _charset("\\" + c))
-        if c in "bB":
-            self.unsupported("word boundary \\" + c, pos)
-        if c == "A":
-            if pos != 0:
-                self.unsupported("\\A anchor (other than at the start)", pos)
-            return ("cat", [])
-        if c == "Z":
-            if self.i != self.n:
-                self.unsupported("\\Z anchor (other than at the end)", pos)
-            return ("cat", [])
-        if c in "xuU":
-            k = {"x": 2, "u": 4, "U": 8}[c]
-            cp = int(self.p[self.i:self.i + k], 16)
-            self.i += k
-            return ("set", _char_ranges(chr(cp)))
-        if c == "N":
-            end = self.p.index("}", self.i)
-            ch = unicodedata.lookup(self.p[self.i + 1:end])
-            self.i = end + 1
-            return ("set", _char_ranges(ch))
-        if c == "0":
-            digits = c
-            while len(digits) < 3 and self.peek() in "01234567" and self.peek():
-                digits += self.peek()
-                self.i += 1
-            return ("set", _char_ranges(chr(int(digits, 8))))
-        if c.isdigit():
-            octal = "01234567"
-            if c in octal and self.peek() and self.peek() in octal and self.peek(1) and self.peek(1) in octal:
-                cp = int(self.p[pos + 1:pos + 4], 8)
-                self.i += 2
-                return ("set", _char_ranges(chr(cp)))
-            self.unsupported("backreference \\" + c, pos)
-        simple = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a"}
-        return ("set", _char_ranges(simple.get(c, c)))
 
 
 # ---------------------------------------------------------------- NFA over byte ranges, then the lazy DFA
@@ -309,12 +44,7 @@ class _NFA:
         (maxLength: 120 would otherwise be 120 copies of a JSON character's states at compile time). The body
         is built once, unreachable, as a template; each copy is the template's states shifted."""
         body, copies, e = self.deferred.pop(u)
-        template = self._templates.get(id(body))
-        if template is None:
-            a, b = self.new(), self.new()
-            self.build(body, a, b)
-            template = self._templates[id(body)] = (body, a, b, len(self.trans))
-        _, a, b, end = template
+        a, b, end = self._template(body)
         off = len(self.trans) - a
         trans, eps, calls = self.trans, self.eps, self.calls
         for x in range(a, end):
@@ -329,6 +59,59 @@ class _NFA:
         eps[nxt].append(e)
         if copies > 1:
             self.deferred[nxt] = (body, copies - 1, e)
+
+    def _template(self, body):
+        """(start, end, past the last state) of `body`'s template: built once, reached by nothing."""
+        template = self._templates.get(id(body))
+        if template is None:
+            a, b = self.new(), self.new()
+            self.build(body, a, b)
+            template = self._templates[id(body)] = (body, a, b, len(self.trans))   # (body kept: ids stay unique)
+        return template[1:]
+
+    def arrays(self, calls):
+        """The NFA with every deferred copy made, as CSR arrays by source state (runtime_c/grammar.h's gdfa_new):
+        (n, t_off, t_lo, t_hi, t_to, e_off, e_to, c_off, c_to), `calls` {state: [(rule, target)]} the calls
+        kept. A copy is its template's edges shifted, so the copies of a repetition are made in a few NumPy ops."""
+        todo = list(self.deferred.values())
+        while todo:                                     # every template, those of repetitions inside them too
+            a, b, end = self._template(todo.pop()[0])
+            todo += [d for x, d in self.deferred.items() if a <= x < end and id(d[0]) not in self._templates]
+        n = len(self.trans)
+        t = np.array([(u, lo, hi, v) for u, edges in enumerate(self.trans) for lo, hi, v in edges],
+                     np.int32).reshape(-1, 4)
+        e = np.array([(u, v) for u, vs in enumerate(self.eps) for v in vs], np.int32).reshape(-1, 2)
+        c = np.array([(u, v) for u, cs in calls.items() for _, v in cs], np.int32).reshape(-1, 2)
+        inside, templates = np.zeros(n, bool), {}
+        for body, a, b, end in self._templates.values():
+            inside[a:end] = True
+            templates[id(body)] = (a, b, end, t[(t[:, 0] >= a) & (t[:, 0] < end)],
+                                   e[(e[:, 0] >= a) & (e[:, 0] < end)],
+                                   [(x, d) for x, d in self.deferred.items() if a <= x < end])
+        ts, es = [t], [e]
+        work = [(u, d) for u, d in self.deferred.items() if not inside[u]]
+        while work:
+            u, (body, copies, after) = work.pop()
+            a, b, end, tt, te, inner = templates[id(body)]
+            offs = n - a + (end - a) * np.arange(copies, dtype=np.int32)   # copy j: the template shifted by offs[j]
+            tc = np.repeat(tt[None], copies, 0)
+            tc[:, :, 0] += offs[:, None]
+            tc[:, :, 3] += offs[:, None]
+            ts.append(tc.reshape(-1, 4))
+            es += [(np.repeat(te[None], copies, 0) + offs[:, None, None]).reshape(-1, 2),
+                   np.array([(u, a + offs[0])], np.int32),                 # into the first copy,
+                   np.stack([b + offs, np.full(copies, after, np.int32)], 1),   # out of each,
+                   np.stack([b + offs[:-1], a + offs[1:]], 1)]              # and on to the next
+            work += [(x + o, (ib, ic, ie + o)) for x, (ib, ic, ie) in inner for o in offs.tolist()]
+            n += copies * (end - a)
+        out = [n]
+        for edges in (np.concatenate(ts), np.concatenate(es), c):
+            off = np.zeros(n + 1, np.int32)
+            np.cumsum(np.bincount(edges[:, 0], minlength=n), out=off[1:])
+            edges = edges[np.argsort(edges[:, 0], kind="stable")]
+            out += [off] + ([edges[:, 1].astype(np.uint8), edges[:, 2].astype(np.uint8)] if edges.shape[1] == 4
+                            else []) + [np.ascontiguousarray(edges[:, -1])]
+        return out
 
     def new(self):
         self.trans.append([])
@@ -460,6 +243,12 @@ class Automaton:
         return self.accepting(self.walk(data))
 
 
+def _kept_calls(nfa, productive):
+    """{state: [(rule, target)]}: a grammar rule's calls of sub-rules that derive some string (`productive`);
+    the others are cut."""
+    return {u: [(k, v) for k, v in c if k in productive] for u, c in enumerate(nfa.calls) if c}
+
+
 class RegexDFA(Automaton):
     """A byte-level DFA for `pattern` (fullmatch on UTF-8), subset-constructed on demand and memoized; every
     interned state is a non-empty set of NFA states that can reach the end, so live."""
@@ -467,8 +256,7 @@ class RegexDFA(Automaton):
     def __init__(self, pattern, nfa, start, final, productive=()):
         self.pattern = pattern
         self._nfa, self._final = nfa, final
-        # a grammar rule's calls of sub-rules that derive some string (`productive`) are edges; others are cut
-        self._calls = {u: [(k, v) for k, v in c if k in productive] for u, c in enumerate(nfa.calls) if c}
+        self._calls = _kept_calls(nfa, productive)
         cut = any(len(self._calls[u]) != len(nfa.calls[u]) for u in self._calls)
         if nfa.maybe_dead or cut:                       # co-reachability needs the whole NFA
             while nfa.deferred:
@@ -591,8 +379,86 @@ class RegexDFA(Automaton):
         return len(self._sets)
 
 
+@functools.lru_cache(maxsize=1)
+def kernels():
+    """(ffi, lib) of the C kernels when they are built, else None."""
+    try:
+        from .. import _kernels as k
+    except ImportError:
+        return None
+    return (k.ffi, k.lib) if hasattr(k.lib, "gdfa_new") else None
+
+
+class NativeDFA(Automaton):
+    """`RegexDFA`'s automaton subset-constructed in C (runtime_c/grammar.c): the same DFA, its states numbered as
+    they are made; the token trie's walk fills rows as it reaches them, with no Python in between."""
+
+    def __init__(self, pattern, nfa, start, final, productive=()):
+        self.pattern = pattern
+        self._ffi, self._lib = ffi, lib = kernels()
+        self._calls = _kept_calls(nfa, productive)
+        n, *arrays = nfa.arrays(self._calls)
+        types = ["int32_t[]", "uint8_t[]", "uint8_t[]", "int32_t[]", "int32_t[]", "int32_t[]", "int32_t[]",
+                 "int32_t[]"]
+        g = lib.gdfa_new(n, *[ffi.from_buffer(t, a) for t, a in zip(types, arrays)], final)
+        if g == ffi.NULL:
+            raise MemoryError(f"grammar: no memory for the automaton of {pattern!r} ({n:,} NFA states)")
+        self._g = ffi.gc(g, lib.gdfa_free)
+        self._call_edges = {}
+        self.start = self._closure([start])
+
+    def _closure(self, states):
+        a = np.array(states, np.int32)
+        s = self._lib.gdfa_closure(self._g, self._ffi.from_buffer("int32_t[]", a), len(a))
+        if s == -2:
+            raise MemoryError(f"grammar: no memory for more states of {self.pattern!r}")
+        return s
+
+    def _row(self, state):
+        row = self._lib.gdfa_row(self._g, state)
+        if row == self._ffi.NULL:
+            raise MemoryError(f"grammar: no memory for more states of {self.pattern!r}")
+        return row
+
+    def step(self, state, byte):
+        return DEAD if state < 0 else self._row(state)[byte] - 1
+
+    def transitions(self, state):
+        if state < 0:
+            return [DEAD] * 256
+        return (np.frombuffer(self._ffi.buffer(self._row(state), 1024), np.int32) - 1).tolist()
+
+    def accepting(self, state):
+        return bool(self._lib.gdfa_flags(self._g, state) & 1)
+
+    def has_bytes(self, state):
+        return bool(self._lib.gdfa_flags(self._g, state) & 2)
+
+    def calls(self, state):
+        edges = self._call_edges.get(state)
+        if edges is None:
+            members = np.empty(self._lib.gdfa_set(self._g, state, self._ffi.NULL), np.int32)
+            self._lib.gdfa_set(self._g, state, self._ffi.from_buffer("int32_t[]", members))
+            targets = {}
+            for u in members.tolist():
+                for k, v in self._calls.get(u, ()):
+                    targets.setdefault(k, []).append(v)
+            edges = tuple((k, self._closure(vs)) for k, vs in sorted(targets.items()))
+            edges = self._call_edges[state] = tuple((k, t) for k, t in edges if t != DEAD)
+        return edges
+
+    @property
+    def num_states(self):
+        return self._lib.gdfa_num_states(self._g)
+
+
+def automaton(pattern, nfa, start, final, productive=()):
+    """The DFA of `nfa` from `start` to `final`: in C where the kernels are built, else in Python."""
+    return (NativeDFA if kernels() else RegexDFA)(pattern, nfa, start, final, productive)
+
+
 def compile_regex(pattern):
-    """Compile the Python `re` pattern (str) to a byte-level `RegexDFA` with re.fullmatch semantics on UTF-8."""
+    """Compile the Python `re` pattern (str) to a byte-level DFA with re.fullmatch semantics on UTF-8."""
     if not isinstance(pattern, str):
         raise TypeError("compile_regex: pattern must be a str, got %s" % type(pattern).__name__)
     try:
@@ -603,4 +469,4 @@ def compile_regex(pattern):
     nfa = _NFA()
     start, final = nfa.new(), nfa.new()
     nfa.build(ast, start, final)
-    return RegexDFA(pattern, nfa, start, final)
+    return automaton(pattern, nfa, start, final)
