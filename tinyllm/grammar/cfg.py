@@ -15,6 +15,8 @@ left to do after it passes the caller's tails on instead of a frame (a tail call
 list's next item, keeps the stack flat). Left recursion would push forever without reading a byte and is
 refused, as llama.cpp's GBNF does; so are rules that derive no string at all (an empty language).
 """
+import numpy as np
+
 from .regex_dfa import DEAD, Automaton, _NFA, automaton
 
 __all__ = ["CFG"]
@@ -241,7 +243,8 @@ class CFG(Automaton):
         # one rule calling nothing: its DFA is the whole grammar, without parser states around it
         self.dfa = self.dfas[0] if n == 1 and not any(nfas[0][0].calls) else None
         self._node_ids, self._nodes = {}, []
-        self._ids, self._configs, self._table, self._accepting = {}, [], [], []   # parser states: their top nodes
+        self._ids, self._configs, self._accepting = {}, [], []  # parser states: their top nodes
+        self._table, self._rows = [], []                # a state's next states: some bytes' (step), all (row)
         self.start = self._close({(0, self.dfas[0].start): {BOTTOM}})
 
     def _refuse_left_recursion(self, nfas, nullable, productive):
@@ -330,6 +333,7 @@ class CFG(Automaton):
             cid = self._ids[key] = len(self._configs)
             self._configs.append(live)
             self._table.append({})
+            self._rows.append(None)
             self._accepting.append(complete)
         return cid
 
@@ -349,6 +353,8 @@ class CFG(Automaton):
     def step(self, state, byte):
         if state < 0:
             return DEAD
+        if self._rows[state] is not None:
+            return int(self._rows[state][byte])
         row = self._table[state]
         nxt = row.get(byte)
         if nxt is None:
@@ -358,23 +364,33 @@ class CFG(Automaton):
             nxt = row[byte] = self._close(moved) if moved else DEAD
         return nxt
 
-    def transitions(self, state):
-        """The next state for each of the 256 bytes (a list): bytes that move every top node alike share one
-        closure."""
-        row = self._table[state]
-        if len(row) < 256:
-            nodes, dfas = self._nodes, self.dfas
-            columns = [dfas[nodes[n][0][0]].transitions(nodes[n][0][1]) for n in self._configs[state]]
-            if not columns:
-                keys = [()] * 256
+    def row(self, state):
+        """The next state for each of the 256 bytes (an int32 array): bytes that move every top node alike share
+        one closure."""
+        row = self._rows[state]
+        if row is None:
+            nodes, dfas, tops = self._nodes, self.dfas, self._configs[state]
+            if not tops:                                # (complete, and nothing continues it)
+                row = self._rows[state] = np.full(256, DEAD, np.int32)
+                return row
+            if len(tops) == 1:                          # (the common case: one column, its states small ints)
+                (r, s), _ = nodes[next(iter(tops))]
+                column = dfas[r].row(s) + 1
+                keys = np.flatnonzero(np.bincount(column))
+                inverse = np.empty(len(keys) and int(keys[-1]) + 1, np.intp)
+                inverse[keys] = np.arange(len(keys))
+                inverse = inverse[column]
+                keys = [(k - 1,) for k in keys.tolist()]
             else:
-                keys = list(zip(*columns))
-            nxt = dict.fromkeys(keys)
-            for targets in nxt:
-                moved = self._moved(state, targets)
-                nxt[targets] = self._close(moved) if moved else DEAD
-            self._table[state] = row = dict(enumerate(nxt[k] for k in keys))
-        return [row[b] for b in range(256)]
+                columns = np.stack([dfas[nodes[n][0][0]].row(nodes[n][0][1]) for n in tops], 1)   # (_moved's order)
+                keys, inverse = np.unique(columns, axis=0, return_inverse=True)
+                keys = [tuple(k) for k in keys.tolist()]
+            nxt = [self._close(moved) if (moved := self._moved(state, k)) else DEAD for k in keys]
+            row = self._rows[state] = np.array(nxt, np.int32)[inverse.ravel()]
+        return row
+
+    def transitions(self, state):
+        return self.row(state).tolist()
 
     def accepting(self, state):
         return state >= 0 and self._accepting[state]

@@ -9,12 +9,16 @@ since the automaton runs on bytes. The mask depends on the automaton's state alo
 computed once and cached. End of text (the tokenizer's `eot_token`) is allowed exactly where the output so far is
 in the language; it is never text.
 """
-import functools
+import contextlib
+import gc
 import weakref
 
 import numpy as np
 
-from .regex_dfa import DEAD, Automaton, NativeDFA, kernels  # (DEAD, -1: no continuation can match)
+from .cfg import CFG
+from .gbnf import parse_gbnf
+from .json_schema import schema_grammar
+from .regex_dfa import DEAD, Automaton, NativeDFA, compile_regex, kernels  # (DEAD, -1: no continuation can match)
 
 
 class LiteralDFA(Automaton):
@@ -189,8 +193,9 @@ class _Table:
 
     def ensure(self, states):
         """Fill the rows of `states` (state + 1 values)."""
-        self.grow(int(states.max()) + 1)
-        self.fill(np.flatnonzero((np.bincount(states, minlength=len(self.done)) > 0) & (self.done == 0)).tolist())
+        states = set(states.tolist())
+        self.grow(max(states) + 1)
+        self.fill([s for s in states if not self.done[s]])
 
     def grow(self, need):
         """Room for the rows of the states below `need` (a state reached by accept() has no row yet)."""
@@ -201,7 +206,7 @@ class _Table:
 
     def fill(self, missing):
         for s in missing:
-            row = np.asarray(self.automaton.transitions(s - 1), np.int32) + 1
+            row = self.automaton.row(s - 1) + 1
             self.grow(max(int(row.max()), s) + 1)
             self.rows[s] = row
             self.done[s] = 1
@@ -350,24 +355,36 @@ def compile(tokenizer, *, regex=None, choice=None, json_schema=None, gbnf=None, 
     cache = _compiled.setdefault(tokenizer, {})
     if key in cache:
         return cache[key]
-    if kind == "choice":
-        dfa, description = LiteralDFA(s.encode("utf-8") for s in spec), f"choice={list(spec)!r}"
-    elif kind == "json_schema":
-        from .cfg import CFG
-        from .json_schema import schema_grammar
-        cfg = CFG(*schema_grammar(spec, whitespace_flexible), "json_schema")
-        dfa = cfg.dfa or cfg
-        description = "the JSON schema"
-    elif kind == "gbnf":
-        from .cfg import CFG
-        from .gbnf import parse_gbnf
-        cfg = CFG(*parse_gbnf(spec), "gbnf")
-        dfa, description = cfg.dfa or cfg, "the GBNF grammar"
-    else:
-        from .regex_dfa import compile_regex
-        dfa, description = compile_regex(spec), f"regex {spec!r}"
+    with _gc_paused():
+        dfa, description = _automaton(kind, spec, whitespace_flexible)
     trie = _tries.get(tokenizer)
     if trie is None:
         trie = _tries[tokenizer] = TokenTrie(tokenizer, tokenizer.eot_token)
     cache[key] = grammar = Grammar(dfa, tokenizer, trie, description, list(spec) if kind == "choice" else None)
     return grammar
+
+
+def _automaton(kind, spec, whitespace_flexible):
+    """(automaton, description) of a checked spec."""
+    if kind == "choice":
+        return LiteralDFA(s.encode("utf-8") for s in spec), f"choice={list(spec)!r}"
+    if kind == "regex":
+        return compile_regex(spec), f"regex {spec!r}"
+    if kind == "json_schema":
+        cfg, description = CFG(*schema_grammar(spec, whitespace_flexible), "json_schema"), "the JSON schema"
+    else:
+        cfg, description = CFG(*parse_gbnf(spec), "gbnf"), "the GBNF grammar"
+    return cfg.dfa or cfg, description
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Compiling makes many small lists and tuples and no cycles worth collecting: a cyclic collection midway (it
+    walks every object the program holds) can cost more than the compile itself, so it waits until the end."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

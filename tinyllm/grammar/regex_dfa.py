@@ -15,6 +15,7 @@ Python (the reference, and the fallback without the C kernels) and `NativeDFA` i
 rows the token trie's walk fills as it goes. `automaton()` picks the C one where the kernels are built.
 """
 import functools
+import itertools
 import re
 
 import numpy as np
@@ -78,9 +79,11 @@ class _NFA:
             a, b, end = self._template(todo.pop()[0])
             todo += [d for x, d in self.deferred.items() if a <= x < end and id(d[0]) not in self._templates]
         n = len(self.trans)
-        t = np.array([(u, lo, hi, v) for u, edges in enumerate(self.trans) for lo, hi, v in edges],
-                     np.int32).reshape(-1, 4)
-        e = np.array([(u, v) for u, vs in enumerate(self.eps) for v in vs], np.int32).reshape(-1, 2)
+        flat = itertools.chain.from_iterable
+        t = np.fromiter(flat(flat(self.trans)), np.int32).reshape(-1, 3)
+        t = np.column_stack([np.repeat(np.arange(n, dtype=np.int32), [len(x) for x in self.trans]), t])
+        e = np.column_stack([np.repeat(np.arange(n, dtype=np.int32), [len(x) for x in self.eps]),
+                             np.fromiter(flat(self.eps), np.int32)])
         c = np.array([(u, v) for u, cs in calls.items() for _, v in cs], np.int32).reshape(-1, 2)
         inside, templates = np.zeros(n, bool), {}
         for body, a, b, end in self._templates.values():
@@ -225,10 +228,15 @@ def _plain(node):
 
 class Automaton:
     """What every grammar automaton shares: states are ints, DEAD (-1) the one that nothing continues, and each
-    other state is live (some continuation reaches acceptance). Subclasses give start, step, accepting."""
+    other state is live (some continuation reaches acceptance). Subclasses give start, step, accepting and
+    transitions (a state's 256 next states, a list)."""
 
     def live(self, state):
         return state >= 0
+
+    def row(self, state):
+        """transitions(state) as an int32 array (the token trie's table reads these)."""
+        return np.asarray(self.transitions(state), np.int32)
 
     def walk(self, data, state=None):
         """The state after the bytes `data` from `state` (default: the start)."""
@@ -423,10 +431,13 @@ class NativeDFA(Automaton):
     def step(self, state, byte):
         return DEAD if state < 0 else self._row(state)[byte] - 1
 
-    def transitions(self, state):
+    def row(self, state):
         if state < 0:
-            return [DEAD] * 256
-        return (np.frombuffer(self._ffi.buffer(self._row(state), 1024), np.int32) - 1).tolist()
+            return np.full(256, DEAD, np.int32)
+        return np.frombuffer(self._ffi.buffer(self._row(state), 1024), np.int32) - 1
+
+    def transitions(self, state):
+        return self.row(state).tolist()
 
     def accepting(self, state):
         return bool(self._lib.gdfa_flags(self._g, state) & 1)
