@@ -209,8 +209,9 @@ class GenerationMixin:
             for _ in range(max_new_tokens):
                 with no_grad():
                     logits = decoder.logits(ids)
-                    if matchers is not None:
-                        logits = logits.masked_fill(~self._grammar_mask(grammar, matchers, logits), float("-inf"))
+                    if matchers is not None:                # (in NumPy, where the sampler reads the logits)
+                        logits = logits.numpy()
+                        logits = np.where(self._grammar_mask(grammar, matchers, logits.shape[-1]), logits, -np.inf)
                     nxt = sample(logits, **sampling, generator=generator).numpy().astype(np.int64)
                     for m, token in zip(matchers or (), nxt[:, 0]):
                         if not m.is_terminated():
@@ -221,10 +222,9 @@ class GenerationMixin:
         finally:
             decoder.busy = False
 
-    def _grammar_mask(self, grammar, matchers, logits):
-        """(B, vocab) bool tensor of the tokens each row's matcher allows (_grammar_row)."""
-        mask = np.stack([self._grammar_row(grammar, m, logits.shape[-1]) for m in matchers])
-        return Tensor(mask, device=logits.device)
+    def _grammar_mask(self, grammar, matchers, vocab):
+        """(B, vocab) bool NumPy array of the tokens each row's matcher allows (_grammar_row)."""
+        return np.stack([self._grammar_row(grammar, m, vocab) for m in matchers])
 
     def _grammar_row(self, grammar, m, vocab):
         """(vocab,) bool NumPy array of the tokens matcher m allows; a finished row allows end of text alone (its
