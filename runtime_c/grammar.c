@@ -49,9 +49,9 @@ static void sort_ints(int32_t *a, long n) {     // insertion sort: closures and 
 
 void gdfa_free(gdfa *g) {
     if (!g) return;
-    void *ps[] = {g->t_off, g->t_to, g->t_lo, g->t_hi, g->e_off, g->e_to, g->keep, g->c_start, g->c_len, g->c_pool,
-                  g->mark, g->cmark, g->stack, g->buf, g->eb_lo, g->eb_hi, g->eb_to, g->eb_tg, g->s_start, g->s_len, g->s_pool,
-                  g->flags, g->done, g->rows, g->hash};
+    void *ps[] = {g->t_off, g->t_to, g->t_lo, g->t_hi, g->e_off, g->e_to, g->keep, g->c_start, g->c_len,
+                  g->c_pool, g->mark, g->cmark, g->stack, g->buf, g->eb_lo, g->eb_hi, g->eb_to, g->eb_tg,
+                  g->s_start, g->s_len, g->s_pool, g->flags, g->done, g->rows, g->hash};
     for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) free(ps[k]);
     free(g);
 }
