@@ -27,7 +27,8 @@ LAYERS = [
     ("library", ["tinyllm.nn", "tinyllm.optim", "tinyllm.amp", "tinyllm.quantization", "tinyllm.sampling",
                  "tinyllm.utils"]),
     ("models", ["tinyllm.models"]),
-    ("applications", ["tinyllm.distributed", "tinyllm.tokenizer", "tinyllm.interp", "tinyllm.grammar"]),
+    ("applications", ["tinyllm.distributed", "tinyllm.tokenizer", "tinyllm.interp", "tinyllm.grammar",
+                      "tinyllm.continual"]),
 ]
 
 # (importer, imported): allowed against the contract, each with its reason. Keep this short.
