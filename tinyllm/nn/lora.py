@@ -12,8 +12,11 @@ training. No new op: the adapter is two Linear layers whose gradients autograd d
 dA = (α/r)·(dy B)ᵀ dropout(x) with h = dropout(x) Aᵀ; W gets none (frozen), as QMATMUL gives on a quantized base.
 
 `merge` / `unmerge` fold the update into W and out again; `save` / `load` keep the adapters alone in a
-safetensors file with peft's adapter_config fields.
+safetensors file with peft's adapter_config fields. `with disabled(model):` (peft's `disable_adapter()`) runs the
+base model alone, W and b without the adapters: the frozen reference a preference loss compares the policy with,
+without a second copy of the weights.
 """
+import contextlib
 import json
 from collections import OrderedDict
 
@@ -34,7 +37,8 @@ FILE_FORMAT = "tinyllm.lora/1"
 class LoRALinear(Module):
     """A Linear layer with a LoRA adapter beside it (module docstring). Holds the base layer's own `weight` and
     `bias` (the same Parameter objects: a tied weight stays tied), frozen, and trains `lora_A` and `lora_B`
-    (Linear layers without bias). While `merged`, the update lives in `weight` and the adapter is skipped."""
+    (Linear layers without bias). While `merged`, the update lives in `weight` and the adapter is skipped; while
+    `disable_adapters` (set by lora.disabled), the adapter is skipped and the layer is its base alone."""
 
     def __init__(self, base, r=8, lora_alpha=16, lora_dropout=0.0):
         name = type(self).__name__
@@ -45,6 +49,7 @@ class LoRALinear(Module):
         for attr in self._base_attrs:
             setattr(self, attr, getattr(base, attr))
         self.r, self.lora_alpha, self.scaling, self.merged = r, lora_alpha, lora_alpha / r, False
+        self.disable_adapters = False
         self.lora_dropout = Dropout(lora_dropout)
         self.lora_A = Linear(self.in_features, r, bias=False)
         self.lora_B = Linear(r, self.out_features, bias=False)
@@ -65,7 +70,7 @@ class LoRALinear(Module):
             raise RuntimeError(f"{type(self).__name__}: input of shape {x.shape} has {x.shape[-1]} features, the "
                                f"layer expects {self.in_features}")
         y = self._base_forward(x)
-        if self.merged:
+        if self.merged or self.disable_adapters:
             return y
         # (α/r) scales the r-wide hidden values, not the out-wide result: the same product, fewer multiplies
         return y + self.lora_B(self.lora_A(self.lora_dropout(x)) * self.scaling)
@@ -320,6 +325,10 @@ def _check_mergeable(model, what, want_merged):
     if not have:
         raise RuntimeError(f"lora.{what}: {type(model).__name__} has no LoRA layers: call lora.apply(model, ...) "
                            "first")
+    off = [n for n, m in have.items() if m.disable_adapters]
+    if off:
+        raise RuntimeError(f"lora.{what}: {off[0]} is inside lora.disabled(...) ({len(off)} of {len(have)} LoRA "
+                           "layers): leave the block first, or the base weights would change under the reference")
     wrong = [n for n, m in have.items() if m.merged != want_merged]
     if wrong:
         state = "already merged" if want_merged is False else "not merged"
@@ -365,3 +374,29 @@ def unmerge(model):
             m.weight.copy_(m.weight.detach().float() - m.delta_weight())
             m.merged = False
     return model
+
+
+@contextlib.contextmanager
+def disabled(model):
+    """`with lora.disabled(model):` every LoRALinear of `model` computes its base layer alone, x Wᵀ + b (peft's
+    `disable_adapter()`): the model before any adapter training, e.g. the reference of DPO or KTO, without a second
+    copy of the weights. Each layer's previous state comes back on exit, an exception included, so blocks nest.
+    Refused: a model without LoRA layers, and a merged one (its update is inside W: the base alone is gone;
+    lora.unmerge(model) first)."""
+    have = layers(model)
+    if not have:
+        raise RuntimeError(f"lora.disabled: {type(model).__name__} has no LoRA layers, so it already is its base "
+                           "model: call lora.apply(model, ...) first, or use the model itself")
+    merged = [n for n, m in have.items() if m.merged]
+    if merged:
+        raise RuntimeError(f"lora.disabled: {merged[0]} is merged ({len(merged)} of {len(have)} LoRA layers): its "
+                           "update is inside the base weight, so skipping the adapter would not give the base model; "
+                           "lora.unmerge(model) first")
+    before = [(m, m.disable_adapters) for m in have.values()]
+    for m, _ in before:
+        m.disable_adapters = True
+    try:
+        yield model
+    finally:
+        for m, state in before:
+            m.disable_adapters = state
