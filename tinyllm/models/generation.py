@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import factory
 from ..nn import functional as F
+from ..nn import lora
 from ..sampling import check_options, sample
 from ..tensor import Tensor, no_grad
 from ..utils.checks import whole_number
@@ -449,7 +450,9 @@ class GenerationMixin:
         tinyllm.jit records it again). Its cache is max_positions slots per layer, reused by every call."""
         dropout = getattr(self.config, "dropout", 0) or getattr(self.config, "attention_dropout", 0)
         replayable = not self.training or not dropout  # dropout's masks come from the host
-        key = (batch, device, use_cache, replayable)
+        # lora.disabled is a Python switch a recorded step cannot see: each setting keeps its own recordings
+        adapters_off = tuple(m.disable_adapters for m in lora.layers(self).values())
+        key = (batch, device, use_cache, replayable, adapters_off)
         decoders = self.__dict__.setdefault("_decoders", {})
         if key not in decoders:
             while len(decoders) >= 4:  # a few shapes at a time: each holds a cache
