@@ -18,6 +18,8 @@ Printed per round and per run (with / without replay): the win rate, the held-ou
 reward's accuracy and the round's seconds; written: a PNG of the curves (with matplotlib) under --out-dir.
 """
 import argparse
+import hashlib
+import json
 import os
 import sys
 import time
@@ -30,7 +32,9 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tinyllm
 from tinyllm.continual import FeedbackStore, Loop
+from tinyllm.utils import safetensors
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py, gpt_files.py and lora.py beside this file
+from flags import apply_preset  # noqa: E402
 from gpt import new_config  # noqa: E402
 from gpt_files import (CKPT_NAME, CharTokenizer, UsageError, build_model, device_of, load_model,  # noqa: E402
                        run_cli, shakespeare_plays)
@@ -38,7 +42,7 @@ from lora import train  # noqa: E402
 
 DEFAULTS = dict(play="tempest", n_layer=4, n_head=4, n_embd=128, block_size=96, batch_size=32, pretrain_iters=1500,
                 pretrain_lr=3e-3, rounds=5, prompts=64, prompt_len=32, answer_len=48, steps=40, lr=5e-3, beta=0.1,
-                r=8, alpha=16, replay_weight=1.0, taste="vowels", feedback="pairs", model="gpt", n_kv_head=0,
+                r=8, alpha=16, replay_weight=1.0, loss_type="sigmoid", taste="vowels", feedback="pairs", model="gpt", n_kv_head=0,
                 seed=1337, out_dir=os.path.join("out", "feedback"))
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=48, batch_size=4, pretrain_iters=30, rounds=2, prompts=8,
             prompt_len=8, answer_len=12, steps=4, out_dir=os.path.join("out", "feedback-tiny"))
@@ -75,8 +79,12 @@ def parse_args(argv=None):
                              ("replay-weight", float, "weight of the replayed text's loss in the run with replay"),
                              ("seed", int, "seed")]:
         p.add_argument("--" + flag, type=kind, help=f"{text} (default: {d[flag.replace('-', '_')]})")
+    p.add_argument("--loss-type", choices=("sigmoid", "ipo", "hinge"), help="DPO's form (default: "
+                                                                            f"{d['loss_type']})")
     p.add_argument("--taste", choices=tuple(TASTES), help=f"the simulated user's hidden taste (default: {d['taste']})")
     p.add_argument("--feedback", choices=("pairs", "ratings"), help=f"what the user gives (default: {d['feedback']})")
+    p.add_argument("--runs", choices=("both", "replay", "no-replay"), default="both",
+                   help="the runs to make: with replay of the training text, without, or both side by side")
     p.add_argument("--model", choices=("gpt", "llama"), help=f"the model pretrained here (default: {d['model']})")
     p.add_argument("--runtime", help="the tinyllm runtime (device), e.g. numpy or c (default: $TINYLLM_RUNTIME, "
                                      "else c where its module is built, else numpy)")
@@ -84,14 +92,8 @@ def parse_args(argv=None):
     p.add_argument("--no-jit", action="store_true", help="pretraining: run every step's Python (no tinyllm.jit)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and run for smoke tests (explicit flags win)")
     args = p.parse_args(argv)
-    preset = {**DEFAULTS, **(TINY if args.tiny else {})}
-    for k, v in preset.items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
-    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "rounds", "prompts", "prompt_len",
-              "answer_len", "steps", "r"):
-        if getattr(args, k) < 1:
-            p.error(f"--{k.replace('_', '-')} must be at least 1")
+    apply_preset(p, args, DEFAULTS, TINY, ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "rounds",
+                                            "prompts", "prompt_len", "answer_len", "steps", "r"))
     if args.prompt_len + args.answer_len > args.block_size:
         p.error(f"--prompt-len + --answer-len ({args.prompt_len + args.answer_len}) must fit in --block-size "
                 f"({args.block_size})")
@@ -114,11 +116,21 @@ def base_model(args, device):
     tok = CharTokenizer("".join(sorted(set(play).union(corpus))))
     config = new_config(argparse.Namespace(**{**vars(args), "dropout": 0.0, "checkpoint": False}), tok.n_vocab)
     model = build_model(args.model, config).to(device)
+    # the pretrained base is kept in --out-dir, named by what made it, so a second run starts at the rounds
+    made_by = {k: getattr(args, k) for k in ("model", "n_layer", "n_head", "n_embd", "n_kv_head", "block_size",
+                                             "batch_size", "pretrain_iters", "pretrain_lr", "seed", "play")}
+    key = hashlib.sha256(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(args.out_dir, f"base-{key}.safetensors")
+    if os.path.exists(path):
+        model.load_state_dict(safetensors.load_file(path))
+        print(f"base model: {path} (pretrained by an earlier run with the same flags)")
+        return model, tok, corpus, play
     ids = np.asarray(tok.encode_ordinary(corpus), np.uint16)
     t0 = time.time()
     loss = train(model, model.parameters(), ids, args.pretrain_iters, args.pretrain_lr, args, device,
                  "pretraining", weight_decay=0.1)
     print(f"pretrained {args.pretrain_iters} steps in {time.time() - t0:.0f} s: train loss {loss:.3f}")
+    safetensors.save_file(model.state_dict(), path)
     return model, tok, corpus, play
 
 
@@ -161,7 +173,8 @@ def run(label, model, tok, corpus, play, args, replay):
     store = FeedbackStore(path, tokenizer=tok)
     judge = lambda prompt, text: TASTES[args.taste](text)  # noqa: E731 (the hidden taste: the prompt does not matter)
     cut = int(len(play) * 0.5)
-    loop = Loop(model, tok, store, r=args.r, alpha=args.alpha, beta=args.beta, lr=args.lr, steps=args.steps,
+    loop = Loop(model, tok, store, r=args.r, alpha=args.alpha, beta=args.beta, loss_type=args.loss_type, lr=args.lr,
+                steps=args.steps,
                 batch_size=min(args.batch_size, 16), replay_text=corpus[:400_000] if replay else None,
                 replay_weight=args.replay_weight, heldout_prompts=windows(play[cut:], args.prompts, args.prompt_len, rng),
                 heldout_text=play[:cut][:60_000], judge=judge, max_new_tokens=args.answer_len, seed=args.seed)
@@ -214,6 +227,8 @@ def main(argv=None):
     model.eval()
     curves = {}
     for label, replay in (("with replay", True), ("without replay", False)):
+        if args.runs != "both" and replay != (args.runs == "replay"):
+            continue
         curves[label] = run(label.replace(" ", "-"), clone(model, device), tok, corpus, play, args, replay)
     plot(curves, os.path.join(args.out_dir, "feedback.png"))
     for label, curve in curves.items():

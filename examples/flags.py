@@ -27,3 +27,15 @@ def add_old_name(parser, old, new):
     else:
         kind = dict(type=flag.type, choices=flag.choices, metavar=flag.metavar)
     parser.add_argument(old, dest=flag.dest, action=_OldName, new=new, help=argparse.SUPPRESS, **kind)
+
+
+def apply_preset(parser, args, defaults, tiny, at_least_one):
+    """Give each flag left unset its default (--tiny's where --tiny sets one: explicit flags win), then refuse any
+    of the flags `at_least_one` below 1, as a usage error."""
+    preset = {**defaults, **(tiny if args.tiny else {})}
+    for k, v in preset.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+    for k in at_least_one:
+        if getattr(args, k) < 1:
+            parser.error(f"--{k.replace('_', '-')} must be at least 1")

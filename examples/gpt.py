@@ -43,7 +43,7 @@ from gpt_files import (CKPT_NAME, DEFAULT_BPE_VOCAB, MODEL_FLAGS, MODELS, SHAKES
                        TOKENIZER_FILE, TOKENIZERS, Failed, UsageError, build_model, check_tensors, load_checkpoint,
                        make_tokenizer, read_corpus, restore_optimizer, run_cli, save_checkpoint, tokenized_splits,
                        tokenizer_record)
-from flags import add_old_name  # noqa: E402
+from flags import add_old_name, apply_preset  # noqa: E402
 from gpt_parallel import Parallel, parse_failure  # noqa: E402
 
 
@@ -235,13 +235,8 @@ def parse_args(argv=None):
                    help="a tiny model and run for smoke tests (see below; explicit flags win)")
     args = p.parse_args(argv)
     args.explicit = {k for k in DEFAULTS if getattr(args, k) is not None}
-    preset = {**DEFAULTS, **(TINY if args.tiny else {})}
-    for k, v in preset.items():
-        if getattr(args, k) is None:
-            setattr(args, k, v)
-    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "eval_iters", "eval_interval"):
-        if getattr(args, k) < 1:
-            p.error(f"--{k.replace('_', '-')} must be at least 1")
+    apply_preset(p, args, DEFAULTS, TINY, ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "eval_iters",
+                                            "eval_interval"))
     if args.max_iters < 0 or args.warmup_iters < 0 or args.sample_tokens < 0:
         p.error("--max-iters, --warmup-iters and --sample-tokens must not be negative")
     if args.top_k < 0:

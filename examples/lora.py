@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # run from a checkout that is not pip-installed: us
 from tinyllm.nn import lora
 from tinyllm.utils.progress import progress_bar
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py and gpt_files.py beside this file
-from flags import add_old_name  # noqa: E402
+from flags import add_old_name, apply_preset  # noqa: E402
 from gpt import get_batch, new_config  # noqa: E402
 from gpt_files import (CKPT_NAME, MODELS, CharTokenizer, UsageError, build_model, device_of, load_model,  # noqa: E402
                        model_kind, plain_train_step, run_cli, shakespeare_plays)
@@ -98,13 +98,7 @@ def parse_args(argv=None):
                                                          "kernels (tinyllm.jit)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and run for smoke tests (explicit flags win)")
     args = p.parse_args(argv)
-    preset = {**DEFAULTS, **(TINY if args.tiny else {})}
-    for k, v in preset.items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
-    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "r"):
-        if getattr(args, k) < 1:
-            p.error(f"--{k.replace('_', '-')} must be at least 1")
+    apply_preset(p, args, DEFAULTS, TINY, ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "r"))
     if args.pretrain_iters < 0 or args.finetune_iters < 1:
         p.error("--pretrain-iters must not be negative and --finetune-iters must be at least 1")
     if not 0.0 < args.val_fraction < 1.0:

@@ -11,8 +11,8 @@ A round trains the adapters only (the base weights never change) with the loss e
 a pair (chosen, rejected) DPO's, a single rating (+1 desirable, -1 undesirable) KTO's, an edit (the user's
 correction of an answer) the negative log-likelihood of the correction (SFT); `method` narrows that to one loss,
 turning the other kinds into its data where that means something (an edit is a pair: the correction chosen over
-the answer). The reference those losses measure against is the same model with its adapters switched off
-(lora.disabled), so no second copy of the weights exists. Next-token loss on windows of the original training
+the answer), and `loss_type` picks DPO's form (sigmoid, IPO, hinge). The reference those losses measure against
+is the same model with its adapters switched off (lora.disabled), so no second copy of the weights exists. Next-token loss on windows of the original training
 text (`replay_text`) is mixed into every step, as rehearsal against forgetting.
 
 After training, a round evaluates: the held-out text's loss against the base model's (the relative change is
@@ -39,7 +39,7 @@ from ..nn import lora
 from ..random import Generator
 from ..tensor import Tensor, no_grad
 from ..utils.files import atomic_write
-from .losses import dpo_loss, kto_loss, sequence_logprobs
+from .losses import LOSS_TYPES, dpo_loss, kto_loss, sequence_logprobs
 from .store import FeedbackStore, tokenizer_fingerprint
 
 __all__ = ["Loop"]
@@ -50,7 +50,8 @@ TARGETS = {"GPT": ("c_attn", "c_proj"), "Llama": ("q_proj", "v_proj")}
 
 
 class Loop:
-    def __init__(self, model, tokenizer, store, *, method="auto", r=8, alpha=16, beta=0.1, lr=5e-3, steps=20,
+    def __init__(self, model, tokenizer, store, *, method="auto", r=8, alpha=16, beta=0.1, loss_type="sigmoid",
+                 lr=5e-3, steps=20,
                  batch_size=8, targets=None, replay_text=None, replay_weight=1.0, heldout_prompts=(),
                  heldout_text=None, judge=None, max_new_tokens=48, temperature=1.0, top_k=None,
                  max_heldout_increase=None, checkpoint_dir=None, seed=0):
@@ -61,6 +62,9 @@ class Loop:
             raise TypeError(f"{name}: store must be a tinyllm.continual.FeedbackStore, got {type(store).__name__}")
         if method not in METHODS:
             raise ValueError(f"{name}: method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"{name}: loss_type (DPO's) must be one of {', '.join(map(repr, LOSS_TYPES))}, got "
+                             f"{loss_type!r}")
         if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
             raise ValueError(f"{name}: beta must be a finite number > 0 (0.1 is usual), got {beta!r}")
         for what, v in (("steps", steps), ("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
@@ -79,6 +83,7 @@ class Loop:
                              "the tokenizer the store was written with, or a new store")
         self.model, self.tokenizer, self.store, self.method = model, tokenizer, store, method
         self.beta, self.lr, self.steps, self.batch_size = float(beta), float(lr), steps, batch_size
+        self.loss_type = loss_type
         self.replay_weight, self.judge = float(replay_weight), judge
         self.heldout_prompts = list(heldout_prompts)
         self.sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
@@ -237,7 +242,8 @@ class Loop:
             items = [data["pairs"][i] for i in idx]
             n, r = len(items), ref["pairs"]
             logps = _logps(self.model, [(p, c) for p, c, _ in items] + [(p, j) for p, _, j in items])
-            losses, _, _ = dpo_loss(logps[:n], logps[n:], r[idx], r[len(data["pairs"]) + idx], beta=self.beta)
+            losses, _, _ = dpo_loss(logps[:n], logps[n:], r[idx], r[len(data["pairs"]) + idx], beta=self.beta,
+                                    loss_type=self.loss_type)
             terms.append(losses.mean())
         if data["good"] or data["bad"]:
             terms.append(self._kto(data, ref))

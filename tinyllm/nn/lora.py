@@ -320,11 +320,16 @@ def _check_shape(path, key, header, shape):
                          "model: the adapters were trained on another model, or with another r")
 
 
-def _check_mergeable(model, what, want_merged):
+def _require_layers(model, what, fix):
+    """The model's LoRA layers (layers(model)); a clear error naming lora.`what` when it has none."""
     have = layers(model)
     if not have:
-        raise RuntimeError(f"lora.{what}: {type(model).__name__} has no LoRA layers: call lora.apply(model, ...) "
-                           "first")
+        raise RuntimeError(f"lora.{what}: {type(model).__name__} has no LoRA layers: {fix}")
+    return have
+
+
+def _check_mergeable(model, what, want_merged):
+    have = _require_layers(model, what, "call lora.apply(model, ...) first")
     off = [n for n, m in have.items() if m.disable_adapters]
     if off:
         raise RuntimeError(f"lora.{what}: {off[0]} is inside lora.disabled(...) ({len(off)} of {len(have)} LoRA "
@@ -383,10 +388,8 @@ def disabled(model):
     copy of the weights. Each layer's previous state comes back on exit, an exception included, so blocks nest.
     Refused: a model without LoRA layers, and a merged one (its update is inside W: the base alone is gone;
     lora.unmerge(model) first)."""
-    have = layers(model)
-    if not have:
-        raise RuntimeError(f"lora.disabled: {type(model).__name__} has no LoRA layers, so it already is its base "
-                           "model: call lora.apply(model, ...) first, or use the model itself")
+    have = _require_layers(model, "disabled", "it already is its base model: call lora.apply(model, ...) first, "
+                                              "or use the model itself")
     merged = [n for n, m in have.items() if m.merged]
     if merged:
         raise RuntimeError(f"lora.disabled: {merged[0]} is merged ({len(merged)} of {len(have)} LoRA layers): its "
