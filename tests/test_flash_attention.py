@@ -426,3 +426,34 @@ def test_c_kernels_read_grouped_keys_through_the_view(each_runtime):
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     want_grads = attention.attention_backward(*f64, want, dout.astype(np.float64), 0.4, True)
     np.testing.assert_allclose(grads, want_grads, rtol=1e-4, atol=1e-4 * np.abs(want_grads).max())
+
+
+@pytest.mark.wgsl
+def test_wgsl_kernels_read_grouped_keys_through_the_view(monkeypatch):
+    """On WGSL too: grouped-query attention's k and v broadcast over the group (stride 0), v a head split of a
+    projection: FLASH_ATTN and FLASH_ATTN_BWD read q, k and v in place (no copy dispatched) and match float64."""
+    if "wgsl" not in tl.runtime.available():
+        pytest.skip("no WebGPU adapter (CI installs lavapipe, and there a missing adapter fails elsewhere)")
+    from tinyllm.runtime.wgsl.runtime import WGSLRuntime
+    rng = np.random.default_rng(12)
+    b, hkv, g, t, d = 2, 2, 3, 37, 8
+    qn = rng.standard_normal((b, hkv * g, t, d)).astype(np.float32)
+    kvn = rng.standard_normal((b, t, 2 * hkv * d)).astype(np.float32)  # one projection, k and v split out of it
+    q = tl.tensor(qn, device="wgsl", requires_grad=True)
+    kv = tl.tensor(kvn, device="wgsl", requires_grad=True)
+    k, v = (kv[..., i * hkv * d:(i + 1) * hkv * d].reshape(b, t, hkv, d).transpose(1, 2) for i in range(2))
+    copies = []
+    real = WGSLRuntime.copy_into
+    monkeypatch.setattr(WGSLRuntime, "copy_into", lambda self, *a: copies.append(a[2].shape) or real(self, *a))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    (y * tl.tensor(dy, device="wgsl")).sum().backward()
+    got = (y.numpy(), q.grad.numpy(), kv.grad.numpy())
+    assert not [s for s in copies if len(s) >= 4 and s[-2:] == (t, d)], f"q, k or v was copied: {copies}"
+    tq = torch.tensor(qn.astype(np.float64), requires_grad=True)
+    tkv = torch.tensor(kvn.astype(np.float64), requires_grad=True)
+    tk, tv = (tkv[..., i * hkv * d:(i + 1) * hkv * d].reshape(b, t, hkv, d).transpose(1, 2) for i in range(2))
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
+    (ty * torch.tensor(dy.astype(np.float64))).sum().backward()
+    for ours, want in zip(got, (ty.detach().numpy(), tq.grad.numpy(), tkv.grad.numpy())):
+        np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -3,7 +3,7 @@
 // Delta = rowsum(dO * O) - dL and dQ = scale * sum_j dS_ij k_j. PART 1 (dispatched after it) runs one per key:
 // dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i, with dS = P * (dO v^T - Delta). Each invocation owns
 // its output row, so nothing is added atomically. grads [BH, TQ*D + TK*D + TK*DV] = [dq | dk | dv] per (b, h).
-// o is the forward's [O | L]; dout its gradient [dO | dL], rows DOUT_W = DV + 1 wide, or dO alone (DOUT_W = DV,
+// o is the forward's [O | L] and dout its gradient [dO | dL], rows DOUT_W = DV + 1 wide, or dO alone (DOUT_W = DV,
 // dL = 0: MINUS_DL is then 0); q, k, v, the sizes and qk() are flash_attention.wgsl's.
 @group(0) @binding(0) var<storage, read_write> grads: array<{{T}}>;
 @group(0) @binding(4) var<storage, read> o: array<{{T}}>;
@@ -14,11 +14,13 @@ const PART: u32 = {{PART}}u;
 const PER_HEAD: u32 = TQ * D + TK * D + TK * DV;
 const DOUT_W: u32 = {{DOUT_W}}u;
 
-// (P_ij, dS_ij) for query row `qr` = bh*TQ + i and key row `kr` = bh*TK + j.
-fn scores(qr: u32, kr: u32, dl: f32, scale: f32) -> vec2<f32> {
-  let p = exp(qk(qr, kr) * scale - f32(o[qr * (DV + 1u) + DV]));
+// (P_ij, dS_ij) for query i and key j of (batch, head) bh.
+fn scores(bh: u32, i: u32, j: u32, dl: f32, scale: f32) -> vec2<f32> {
+  let qr = bh * TQ + i;
+  let p = exp(qk(q_row(bh, i), k_row(bh, j)) * scale - f32(o[qr * (DV + 1u) + DV]));
+  let vb = v_row(bh, j);
   var dp = 0.0;
-  for (var c = 0u; c < DV; c++) { dp += f32(dout[qr * DOUT_W + c]) * f32(v[kr * DV + c]); }
+  for (var c = 0u; c < DV; c++) { dp += f32(dout[qr * DOUT_W + c]) * f32(v[vb + c]); }
   return vec2<f32>(p, p * (dp - dl) * scale);
 }
 
@@ -37,8 +39,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var d = 0u; d < D; d++) { dq[d] = 0.0; }
     let kend = select(TK, min(TK, i + 1u), CAUSAL);
     for (var j = 0u; j < kend; j++) {
-      let ds = scores(r, bh * TK + j, dl, scale).y;
-      for (var d = 0u; d < D; d++) { dq[d] += ds * f32(k[(bh * TK + j) * D + d]); }
+      let ds = scores(bh, i, j, dl, scale).y;
+      let kb = k_row(bh, j);
+      for (var d = 0u; d < D; d++) { dq[d] += ds * f32(k[kb + d]); }
     }
     for (var d = 0u; d < D; d++) { grads[bh * PER_HEAD + i * D + d] = {{T}}(dq[d]); }
   } else {
@@ -51,9 +54,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var c = 0u; c < DV; c++) { dv[c] = 0.0; }
     for (var i = select(0u, j, CAUSAL); i < TQ; i++) {
       let qr = bh * TQ + i;
-      let pds = scores(qr, r, delta[qr], scale);
+      let pds = scores(bh, i, j, delta[qr], scale);
+      let qb = q_row(bh, i);
       for (var c = 0u; c < DV; c++) { dv[c] += pds.x * f32(dout[qr * DOUT_W + c]); }
-      for (var d = 0u; d < D; d++) { dk[d] += pds.y * f32(q[qr * D + d]); }
+      for (var d = 0u; d < D; d++) { dk[d] += pds.y * f32(q[qb + d]); }
     }
     for (var d = 0u; d < D; d++) { grads[bh * PER_HEAD + TQ * D + j * D + d] = {{T}}(dk[d]); }
     for (var c = 0u; c < DV; c++) { grads[bh * PER_HEAD + TQ * D + TK * D + j * DV + c] = {{T}}(dv[c]); }

@@ -15,6 +15,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let scale = bitcast<f32>({{SCALE_BITS}}u);
   let bh = row / TQ;
   let i = row % TQ;
+  let qb = q_row(bh, i);
   let kend = select(TK, min(TK, i + 1u), CAUSAL);
   var acc: array<f32, {{DV}}>;
   for (var c = 0u; c < DV; c++) { acc[c] = 0.0; }
@@ -25,7 +26,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n = min(BC, kend - k0);
     var mx = LOWEST;
     for (var j = 0u; j < n; j++) {
-      s[j] = qk(row, bh * TK + k0 + j) * scale;
+      s[j] = qk(qb, k_row(bh, k0 + j)) * scale;
       mx = max(mx, s[j]);
     }
     let m_new = max(m, mx);
@@ -34,8 +35,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var c = 0u; c < DV; c++) { acc[c] *= alpha; }
     for (var j = 0u; j < n; j++) {
       let p = exp(s[j] - m_new);
+      let vb = v_row(bh, k0 + j);
       l += p;
-      for (var c = 0u; c < DV; c++) { acc[c] += p * f32(v[(bh * TK + k0 + j) * DV + c]); }
+      for (var c = 0u; c < DV; c++) { acc[c] += p * f32(v[vb + c]); }
     }
     m = m_new;
   }
