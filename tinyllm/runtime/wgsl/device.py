@@ -85,14 +85,10 @@ class Storage:
     Python frees it, its buffer goes back to the device's pool (as torch's caching allocator keeps freed blocks)."""
     __slots__ = ("buffer", "nbytes", "order", "recycler", "__weakref__")
 
-    def __init__(self, buffer, nbytes, pool, order):
+    def __init__(self, buffer, nbytes, device, order):
         self.buffer, self.nbytes, self.order = buffer, nbytes, order
-        self.recycler = weakref.finalize(self, _recycle, pool, buffer, nbytes, order)
+        self.recycler = weakref.finalize(self, device.recycle, buffer, nbytes, order)
         self.recycler.atexit = False  # at exit, recycling would make new finalizers to run, without end
-
-
-def _recycle(pool, buffer, nbytes, order):
-    _give_back(pool, Storage(buffer, nbytes, pool, order))
 
 
 def _give_back(pool, storage):
@@ -129,6 +125,7 @@ class Device:
         self.made = itertools.count()  # Storage orders
         self.encoder = self.pass_ = None
         self.submits = 0  # command buffers submitted (read-backs aside)
+        self.log = None  # while a schedule runs for a Plan (plan.py): what it allocates, frees and dispatches
         usage = wgpu.BufferUsage
         self.usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
 
@@ -141,13 +138,23 @@ class Device:
                               f"({self.limits['max-storage-buffer-binding-size']} bytes); use smaller tensors")
         free = self.pool.get(size)
         storage = heapq.heappop(free)[1] if free else self._new_storage(size)
+        if self.log is not None:
+            self.log.append(("alloc", size, storage.order))
         return track(storage, size)
 
     def _new_storage(self, size):
-        return Storage(self.device.create_buffer(size=size, usage=self.usage), size, self.pool, next(self.made))
+        return Storage(self.device.create_buffer(size=size, usage=self.usage), size, self, next(self.made))
+
+    def recycle(self, buffer, nbytes, order):
+        """A Storage Python freed: its buffer back to the pool, in a Storage of its own (logged as a free)."""
+        if self.log is not None:
+            self.log.append(("free", order))
+        _give_back(self.pool, Storage(buffer, nbytes, self, order))
 
     def release(self, storage):
         """`storage` holds nothing anyone needs: keep it for the next allocation of its size."""
+        if self.log is not None:
+            self.log.append(("free", storage.order))
         untrack(storage)
         _give_back(self.pool, storage)
 
@@ -164,6 +171,8 @@ class Device:
         pooled=False makes a buffer of its own (constants in the middle of recording)."""
         array = np.ascontiguousarray(array)
         if pooled:
+            if self.log is not None:
+                self.log.append(("host",))              # (data from the host: a replay could not repeat it)
             self.submit()
             storage = self.alloc(array.nbytes)
         else:
@@ -178,6 +187,8 @@ class Device:
 
     def download(self, storage, nbytes):
         """The first `nbytes` of `storage`, after everything submitted so far has run (read_buffer waits)."""
+        if self.log is not None:
+            self.log.append(("host",))
         self.submit()
         if nbytes == 0:
             return b""
@@ -224,12 +235,19 @@ class Device:
                 for i, s in enumerate(storages)])
             # the entry keeps the buffers alive, so their ids cannot be reused while it is cached
             entry = self.bind_groups[key] = (group, tuple(s.buffer for s in storages))
+        pass_ = self.open_pass()
+        pass_.set_pipeline(pipe)
+        pass_.set_bind_group(0, entry[0])
+        pass_.dispatch_workgroups(*groups)
+        if self.log is not None:
+            self.log.append(("run", pipe, entry[0], tuple(groups)))
+
+    def open_pass(self):
+        """The compute pass dispatches are recorded into (one command buffer until the next submit)."""
         if self.pass_ is None:
             self.encoder = self.device.create_command_encoder()
             self.pass_ = self.encoder.begin_compute_pass()
-        self.pass_.set_pipeline(pipe)
-        self.pass_.set_bind_group(0, entry[0])
-        self.pass_.dispatch_workgroups(*groups)
+        return self.pass_
 
     def submit(self):
         """Send what was recorded (one command buffer) to the GPU; does not wait."""

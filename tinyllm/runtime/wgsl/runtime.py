@@ -29,6 +29,7 @@ from ...views import contiguous_strides, view_strides
 from ..base import Buffer, Runtime, kernels, load_kernels
 from . import render
 from .device import Device
+from .plan import Plans
 
 HOST = {"float32": np.float32, "float16": np.float16, "int64": np.int32, "bool": np.uint32,  # storage per dtype
         "int8": np.int8, "uint8": np.uint8}  # (bytes, four to a u32 word of the GPU buffer)
@@ -93,6 +94,8 @@ class WGSLRuntime(Runtime):
         self.constants = {}  # (value, dtype) -> one-element Storage, never recycled
         self.errors = self.gpu.upload(np.zeros(ERROR_SLOTS, np.uint32))
         self.index_ops = []  # what each error slot's kernel was, since the last check
+        # schedules replayed from their recorded dispatches (plan.py); TINYLLM_WGSL_PLANS=0 runs every kernel's Python
+        self.plans = Plans() if os.environ.get("TINYLLM_WGSL_PLANS", "1") != "0" else None
         self.warned = set()  # ops that ran on the host
         if debug_level():
             print(f"[tinyllm wgsl] adapter {self.info['device']} ({self.info['backend']}, {self.info['adapter_type']})"
@@ -144,7 +147,12 @@ class WGSLRuntime(Runtime):
                              "when the host next reads a value; those elements were set to 0)")
 
     def empty_cache(self):
+        if self.plans is not None:
+            self.plans.clear()                          # (they hold bind groups over the freed buffers)
         self.gpu.empty_cache()
+
+    def value(self, storage, shape, dtype, strides=None, offset=0):
+        return Value(storage, shape, dtype, strides, offset)
 
     # ---- what kernels use ----
     def empty(self, shape, dtype):
@@ -187,12 +195,38 @@ class WGSLRuntime(Runtime):
         return Value(self.constants[key], shape, dtype, (0,) * len(shape))
 
     def error_slot(self, what):
+        if self.gpu.log is not None:
+            self.gpu.log.append(("slot", what))
         self.index_ops.append(what)
         return min(len(self.index_ops), ERROR_SLOTS) - 1
 
     # ---- running a schedule ----
     def execute(self, schedule, feeds=(), donate=()):
         vals = self.input_values(schedule, feeds)
+        key = None
+        if self.plans is not None:                      # replayed from the dispatches it recorded (plan.py)
+            inputs = list(vals.values())
+            key = self.plans.key(schedule, inputs, len(self.index_ops))
+            plan = self.plans.get(key, schedule)
+            if plan is not None:
+                outs = plan.replay(self, inputs)
+                if outs is not None:
+                    self.plans.replays += 1
+                    self.gpu.submit()
+                    return outs
+                self.plans.drop(key)
+            self.gpu.log = []
+        try:
+            outs = self._run_kernels(schedule, vals)
+        finally:
+            log, self.gpu.log = self.gpu.log, None
+        if key is not None:
+            self.plans.record(key, schedule, log, [(b.data, b.shape, b.dtype) for b in outs])
+        self.gpu.submit()
+        return outs
+
+    def _run_kernels(self, schedule, vals):
+        """Each kernel of the schedule through its kernel function; -> the outputs (Buffers), not yet submitted."""
         protected = {id(v.storage) for v in vals.values()}
         users = {}  # storage id -> live values on it: a storage goes back to the pool when none is left
         for v in vals.values():
@@ -220,7 +254,6 @@ class WGSLRuntime(Runtime):
                     fresh and id(v.storage) in protected):
                 v = self.copy(v)
             outs.append(Buffer(self, v, n.shape, n.dtype))
-        self.gpu.submit()
         return outs
 
     def copy(self, value):
