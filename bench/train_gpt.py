@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import numpy as np
 
 from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
 
@@ -67,6 +68,33 @@ TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
 MEMORY_TARGET = 0.7  # issue 24: a config M step's peak memory under bfloat16 autocast, against float32's
 BF16_LOSS_RTOL = 2e-2  # a bfloat16 run against torch's bfloat16 autocast run: both round to 8 bits, differently
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
+
+
+def wgpu_meter():
+    """Counts and times every wgpu-py call the WGSL runtime makes (its pass, encoder, device and queue methods):
+    {"calls": n, "seconds": s, "dispatches": n}, reset by the caller. A dispatch is one dispatch_workgroups."""
+    from wgpu.backends import wgpu_native as wn
+    meter = {"calls": 0, "seconds": 0.0, "dispatches": 0}
+
+    def wrap(cls, name):
+        fn = getattr(cls, name)
+
+        def timed(self, *a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(self, *a, **k)
+            finally:
+                meter["seconds"] += time.perf_counter() - t
+                meter["calls"] += 1
+                meter["dispatches"] += name == "dispatch_workgroups"
+        setattr(cls, name, timed)
+    for cls, names in [(wn.GPUComputePassEncoder, ("set_pipeline", "set_bind_group", "dispatch_workgroups", "end")),
+                       (wn.GPUCommandEncoder, ("begin_compute_pass", "finish")),
+                       (wn.GPUDevice, ("create_command_encoder", "create_bind_group", "create_buffer")),
+                       (wn.GPUQueue, ("submit", "write_buffer", "read_buffer"))]:
+        for name in names:
+            wrap(cls, name)
+    return meter
 
 
 def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device="cpu"):
@@ -128,7 +156,9 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
     for rt in runtimes:
         fns[rt] = tinyllm_step(rt)
     names = list(fns)
-    res = {n: {"first_s": None, "losses": [], "round_tok_s": [], "error": None, "step_peak": 0} for n in names}
+    res = {n: {"first_s": None, "losses": [], "round_tok_s": [], "error": None, "step_peak": 0, "host": []}
+           for n in names}
+    meter = wgpu_meter() if any(n.startswith("wgsl") for n in names) else None
 
     # OMP_PROC_BIND=true makes each OpenMP runtime in this process (torch's bundled libgomp, the system libgomp of
     # tinyllm's C kernels) pin the main thread to the first core at its first parallel region. Left as is, that
@@ -142,6 +172,8 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
         os.sched_setaffinity(0, masks[name])
         start = tl.memory_allocated()
         tl.reset_peak_memory_stats()
+        if meter is not None:
+            meter.update(calls=0, seconds=0.0, dispatches=0)
         t = time.perf_counter()
         try:
             loss = fns[name](*data[i])
@@ -149,6 +181,8 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             elapsed = time.perf_counter() - t
             masks[name] = os.sched_getaffinity(0)
             os.sched_setaffinity(0, full_mask)
+        if name.startswith("wgsl") and i > warmup:  # (measured steps: jit's are replays)
+            res[name]["host"].append((elapsed, meter["seconds"], meter["calls"], meter["dispatches"]))
         if i == 0 and name in own:  # what the first step allocated and kept: moments, recorded replays
             own[name] += tl.memory_allocated() - start
         elif name in own:  # the most a step allocated on top of what it started from
@@ -326,6 +360,17 @@ def main():
                       f"{'—' if peak is None else f'{peak:,.0f}':>9}")
                 row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
                              "first": r["first_s"], "ok": ok, "peak": peak}
+            for name, r in res["results"].items():
+                if r.get("host"):
+                    h = np.array(r["host"])                 # (step s, s inside wgpu-py calls, calls, dispatches)
+                    outside = h[:, 0] - h[:, 1]
+                    print(f"  {label(name)} host, per step (median of {len(h)}): {np.median(h[:, 0]) * 1e3:,.1f} ms, "
+                          f"inside wgpu-py calls {np.median(h[:, 1]) * 1e3:,.1f} ms, outside them (Python) "
+                          f"{np.median(outside) * 1e3:,.2f} ms = {np.median(outside / h[:, 3]) * 1e6:.1f} µs a "
+                          f"dispatch; {np.median(h[:, 2]):,.0f} wgpu-py calls and {np.median(h[:, 3]):,.0f} dispatches")
+                    row.setdefault("host", {})[name] = {"outside_ms": float(np.median(outside) * 1e3),
+                                                        "calls": float(np.median(h[:, 2])),
+                                                        "dispatches": float(np.median(h[:, 3]))}
             first_loss = {n: r["losses"][0] for n, r in res["results"].items() if r["losses"]}
             print("  loss at step 1 (same weights, same batch): "
                   + ", ".join(f"{n} {v:.6f}" for n, v in first_loss.items()))
