@@ -71,19 +71,25 @@ LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
 
 
 def wgpu_meter():
-    """Counts and times every wgpu-py call the WGSL runtime makes (its pass, encoder, device and queue methods):
-    {"calls": n, "seconds": s, "dispatches": n}, reset by the caller. A dispatch is one dispatch_workgroups."""
+    """Counts and times every wgpu-py call the WGSL runtime makes (its pass, encoder, device and queue methods; not
+    those wgpu-py makes inside them): {"calls": n, "seconds": s, "dispatches": n}, reset by the caller. A dispatch
+    is one dispatch_workgroups."""
     from wgpu.backends import wgpu_native as wn
     meter = {"calls": 0, "seconds": 0.0, "dispatches": 0}
+    depth = [0]  # (a call wgpu-py makes inside another, as read_buffer's own submit, is not the runtime's)
 
     def wrap(cls, name):
         fn = getattr(cls, name)
 
         def timed(self, *a, **k):
+            if depth[0]:
+                return fn(self, *a, **k)
+            depth[0] += 1
             t = time.perf_counter()
             try:
                 return fn(self, *a, **k)
             finally:
+                depth[0] -= 1
                 meter["seconds"] += time.perf_counter() - t
                 meter["calls"] += 1
                 meter["dispatches"] += name == "dispatch_workgroups"

@@ -87,3 +87,25 @@ def test_index_errors_are_reported_from_a_replay():
             table[bad].numpy()
     finally:
         RT.plans = saved
+
+
+def test_a_jit_replay_is_one_command_buffer():
+    """A replayed step's schedules go to one compute pass, submitted once when the replay ends."""
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("wgsl")
+    opt = tl.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        _, loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    fn = tl.jit(step)
+    x = tl.tensor(np.arange(16).reshape(2, 8) % 11, device="wgsl")
+    for _ in range(5):
+        fn(x).item()
+    submits = RT.gpu.submits
+    loss = fn(x)
+    assert RT.gpu.submits == submits + 1
+    assert np.isfinite(loss.item())

@@ -1,4 +1,5 @@
 """Tape: one recorded call of a jitted function as what a replay does (replay/jit.py explains the whole)."""
+import contextlib
 import itertools
 import sys
 import weakref
@@ -208,13 +209,16 @@ class Tape:
         if runtime is not None:
             runtime.observed = observed  # what each schedule's run saw, for Runtime.chain
         try:
-            moved = self._assign(self.assigns[0], value)
-            for k, (runtime_k, schedule, srcs) in enumerate(self.schedules):
-                donate = [p for p, t in self.donatable[k] if _unshared(t)]
-                outs.append(runtime_k.execute(schedule, [value(s) for s in srcs], donate))
-                moved += self._assign(self.assigns[k + 1], value)
-                for kk, j in self.frees[k]:
-                    outs[kk][j] = None
+            with contextlib.ExitStack() as together:  # (each runtime may send the step's work at once)
+                for rt in {id(r): r for r, _, _ in self.schedules}.values():
+                    together.enter_context(rt.together())
+                moved = self._assign(self.assigns[0], value)
+                for k, (runtime_k, schedule, srcs) in enumerate(self.schedules):
+                    donate = [p for p, t in self.donatable[k] if _unshared(t)]
+                    outs.append(runtime_k.execute(schedule, [value(s) for s in srcs], donate))
+                    moved += self._assign(self.assigns[k + 1], value)
+                    for kk, j in self.frees[k]:
+                        outs[kk][j] = None
         finally:
             if runtime is not None:
                 runtime.observed = None

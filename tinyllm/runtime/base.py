@@ -11,6 +11,7 @@ Its modules register their kernels when imported; runtime.py ends with `load_ker
 them all. tinyllm/runtime/__init__.py finds the package by its folder, so TINYLLM_RUNTIME=NAME and device="NAME"
 reach it, and the tests run every op and rewrite on it (tests/conftest.py, RUNTIMES).
 """
+import contextlib
 import importlib
 import pkgutil
 import sys
@@ -120,6 +121,12 @@ class Runtime:
     # Whether chain(tape, observed) can make something that replays all of a jit Tape's schedules at once, from
     # what the replay that just ran reported to `observed` (a list, set while it ran): the C runtime's c/chain.py
     chains = False
+
+    @contextlib.contextmanager
+    def together(self):
+        """Around a jit Tape's replay of several schedules: a runtime may hold their work back and send it at once
+        when the block ends (the WGSL runtime submits one command buffer for the whole step); here nothing."""
+        yield
 
     def execute(self, schedule, feeds=(), donate=()):
         """Run `schedule` (see tinyllm/schedule.py) with feeds[i] the Buffer for its i-th SLOT input; return

@@ -13,6 +13,7 @@ and bfloat16 are refused, at upload and when a kernel would make one: WGSL has n
 QMATMUL reads its float16 scales as raw 16-bit halves two to a u32 word (unpack2x16float), so its kernel needs
 no `shader-f16`.
 """
+import contextlib
 import math
 import os
 import time
@@ -96,6 +97,7 @@ class WGSLRuntime(Runtime):
         self.index_ops = []  # what each error slot's kernel was, since the last check
         # schedules replayed from their recorded dispatches (plan.py); TINYLLM_WGSL_PLANS=0 runs every kernel's Python
         self.plans = Plans() if os.environ.get("TINYLLM_WGSL_PLANS", "1") != "0" else None
+        self.held_back = 0  # inside together(): schedules' work waits for one submit at the end
         self.warned = set()  # ops that ran on the host
         if debug_level():
             print(f"[tinyllm wgsl] adapter {self.info['device']} ({self.info['backend']}, {self.info['adapter_type']})"
@@ -150,6 +152,18 @@ class WGSLRuntime(Runtime):
         if self.plans is not None:
             self.plans.clear()                          # (they hold bind groups over the freed buffers)
         self.gpu.empty_cache()
+
+    @contextlib.contextmanager
+    def together(self):
+        """A jit replay's schedules in one command buffer, submitted when the block ends (a read-back or an upload
+        inside it still submits what came before, so nothing runs out of order)."""
+        self.held_back += 1
+        try:
+            yield
+        finally:
+            self.held_back -= 1
+            if not self.held_back:
+                self.gpu.submit()
 
     def value(self, storage, shape, dtype, strides=None, offset=0):
         return Value(storage, shape, dtype, strides, offset)
@@ -212,7 +226,8 @@ class WGSLRuntime(Runtime):
                 outs = plan.replay(self, inputs)
                 if outs is not None:
                     self.plans.replays += 1
-                    self.gpu.submit()
+                    if not self.held_back:
+                        self.gpu.submit()
                     return outs
                 self.plans.drop(key)
             self.gpu.log = []
@@ -222,7 +237,8 @@ class WGSLRuntime(Runtime):
             log, self.gpu.log = self.gpu.log, None
         if key is not None:
             self.plans.record(key, schedule, log, [(b.data, b.shape, b.dtype) for b in outs])
-        self.gpu.submit()
+        if not self.held_back:
+            self.gpu.submit()
         return outs
 
     def _run_kernels(self, schedule, vals):
