@@ -43,15 +43,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpt.py, gpt_fi
 from flags import apply_preset  # noqa: E402
 from gpt import new_config  # noqa: E402
 from gpt_files import (CKPT_NAME, CharTokenizer, UsageError, build_model, device_of, load_model,  # noqa: E402
-                       run_cli, shakespeare_plays)
+                       model_kind, run_cli, shakespeare_plays)
 from lora import train  # noqa: E402
 
 DEFAULTS = dict(play="tempest", n_layer=4, n_head=4, n_embd=128, block_size=96, batch_size=32, pretrain_iters=1500,
                 pretrain_lr=3e-3, rounds=5, prompts=256, prompt_len=16, answer_len=80, steps=40, lr=2e-3, beta=0.5,
-                r=2, alpha=4, replay_weight=3.0, loss_type="sigmoid", targets="c_attn,c_fc,c_proj", taste="vowels",
+                r=2, alpha=4, replay_weight=3.0, loss_type="sigmoid", targets=None, taste="vowels",
                 feedback="pairs", model="gpt", n_kv_head=0, seed=1337, out_dir=os.path.join("out", "feedback"))
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=48, batch_size=4, pretrain_iters=30, rounds=2, prompts=8,
             prompt_len=8, answer_len=12, steps=4, out_dir=os.path.join("out", "feedback-tiny"))
+TARGETS = {"gpt": "c_attn,c_fc,c_proj", "llama": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"}
 TASTES = {
     "vowels": lambda text: _share(text, lambda c: c.lower() in "aeiou", str.isalpha),
     "caps": lambda text: _share(text, str.isupper, str.isalpha),
@@ -85,8 +86,8 @@ def parse_args(argv=None):
                              ("replay-weight", float, "weight of the replayed text's loss in the run with replay"),
                              ("seed", int, "seed")]:
         p.add_argument("--" + flag, type=kind, help=f"{text} (default: {d[flag.replace('-', '_')]})")
-    p.add_argument("--targets", help="comma-separated module names (or suffixes) LoRA wraps (default: "
-                                     f"{d['targets']})")
+    p.add_argument("--targets", help="comma-separated module names (or suffixes) LoRA wraps (default: every "
+                                     "projection: " + "; ".join(f"{k}: {v}" for k, v in TARGETS.items()) + ")")
     p.add_argument("--loss-type", choices=("sigmoid", "ipo", "hinge"), help="DPO's form (default: "
                                                                             f"{d['loss_type']})")
     p.add_argument("--taste", choices=tuple(TASTES), help=f"the simulated user's hidden taste (default: {d['taste']})")
@@ -181,11 +182,13 @@ def run(label, model, tok, corpus, play, args, replay):
     store = FeedbackStore(path, tokenizer=tok)
     judge = lambda prompt, text: TASTES[args.taste](text)  # noqa: E731 (the hidden taste: the prompt does not matter)
     cut = int(len(play) * 0.5)
+    targets = tuple(t.strip() for t in (args.targets or TARGETS[model_kind(model)]).split(",") if t.strip())
+    heldout_prompts = windows(play[cut:], args.prompts, args.prompt_len, rng)
     loop = Loop(model, tok, store, r=args.r, alpha=args.alpha, beta=args.beta, loss_type=args.loss_type, lr=args.lr,
-                steps=args.steps, targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()),
-                batch_size=min(args.batch_size, 16), replay_text=corpus[:400_000] if replay else None,
-                replay_weight=args.replay_weight, heldout_prompts=windows(play[cut:], args.prompts, args.prompt_len, rng),
-                heldout_text=play[:cut][:60_000], judge=judge, max_new_tokens=args.answer_len, seed=args.seed)
+                steps=args.steps, targets=targets, batch_size=min(args.batch_size, 16),
+                replay_text=corpus[:400_000] if replay else None, replay_weight=args.replay_weight,
+                heldout_prompts=heldout_prompts, heldout_text=play[:cut][:60_000], judge=judge,
+                max_new_tokens=args.answer_len, seed=args.seed)
     curve = []
     for k in range(args.rounds):
         t0 = time.time()
