@@ -26,6 +26,7 @@ With a `checkpoint_dir`, each version of the adapters is a file (tinyllm.nn.lora
 records which one is current and the store position it was trained to, so a new Loop on the same directory
 resumes where the last one stopped.
 """
+import contextlib
 import json
 import math
 import os
@@ -217,9 +218,13 @@ class Loop:
         self._write_state()
 
     # ---- the loss of one step
-    def _batch(self, items):
-        k = min(self.batch_size, len(items))
-        return [items[i] for i in self._rng.choice(len(items), k, replace=False)]
+    def _pick(self, n):
+        """Indices of a batch drawn from n items without replacement (none from none)."""
+        return self._rng.choice(n, min(self.batch_size, n), replace=False) if n else np.zeros(0, np.int64)
+
+    def _mismatched(self, both):
+        """TRL's KL pairs: each prompt with the next item's completion, cut to the context."""
+        return [(p, both[(i + 1) % len(both)][1][:self.block - len(p)]) for i, (p, _) in enumerate(both)]
 
     def _reference(self, data):
         """The base model's log-probabilities of every completion in `data`, once per round (the adapters off)."""
@@ -227,10 +232,7 @@ class Loop:
         with no_grad(), lora.disabled(self.model):
             for key in ("pairs", "good", "bad"):
                 items = data[key]
-                if key == "pairs":
-                    seqs = [(p, c) for p, c, _ in items] + [(p, r) for p, _, r in items]
-                else:
-                    seqs = items
+                seqs = _sides(items) if key == "pairs" else items
                 if seqs:
                     ref[key] = _logps(self.model, seqs).numpy()
         return ref
@@ -238,17 +240,17 @@ class Loop:
     def _loss(self, data, ref):
         terms = []
         if data["pairs"]:
-            idx = self._rng.choice(len(data["pairs"]), min(self.batch_size, len(data["pairs"])), replace=False)
+            idx = self._pick(len(data["pairs"]))
             items = [data["pairs"][i] for i in idx]
             n, r = len(items), ref["pairs"]
-            logps = _logps(self.model, [(p, c) for p, c, _ in items] + [(p, j) for p, _, j in items])
+            logps = _logps(self.model, _sides(items))
             losses, _, _ = dpo_loss(logps[:n], logps[n:], r[idx], r[len(data["pairs"]) + idx], beta=self.beta,
                                     loss_type=self.loss_type)
             terms.append(losses.mean())
         if data["good"] or data["bad"]:
             terms.append(self._kto(data, ref))
         if data["sft"]:
-            items = self._batch(data["sft"])
+            items = [data["sft"][i] for i in self._pick(len(data["sft"]))]
             tokens = sum(len(c) for _, c in items)
             terms.append(-_logps(self.model, items).sum() / tokens)
         if self.replay is not None and self.replay_weight > 0:
@@ -258,16 +260,11 @@ class Loop:
     def _kto(self, data, ref):
         """KTO's loss on a batch of desirable and undesirable completions; its KL term (TRL's estimate) from the
         batch's prompts each paired with another's completion."""
-        pick = {}
-        for key in ("good", "bad"):
-            items = data[key]
-            pick[key] = self._rng.choice(len(items), min(self.batch_size, len(items)), replace=False) if items \
-                else np.zeros(0, np.int64)
+        pick = {key: self._pick(len(data[key])) for key in ("good", "bad")}
         good = [data["good"][i] for i in pick["good"]]
         bad = [data["bad"][i] for i in pick["bad"]]
         both = good + bad
-        mismatched = [(both[i][0], both[(i + 1) % len(both)][1]) for i in range(len(both))]
-        mismatched = [(p, c[:self.block - len(p)]) for p, c in mismatched]
+        mismatched = self._mismatched(both)
         logps = _logps(self.model, both + mismatched)
         with no_grad(), lora.disabled(self.model):
             ref_kl = _logps(self.model, mismatched)
@@ -277,8 +274,11 @@ class Loop:
         return losses.mean()
 
     def _replay_loss(self):
-        ids, T = self.replay, min(self.block, len(self.replay) - 1)
-        starts = self._rng.integers(0, len(ids) - T, self.batch_size)
+        T = min(self.block, len(self.replay) - 1)
+        return self._windows_loss(self.replay, T, self._rng.integers(0, len(self.replay) - T, self.batch_size))
+
+    def _windows_loss(self, ids, T, starts):
+        """The model's mean next-token loss over the windows of T tokens of `ids` at `starts`."""
         x = np.stack([ids[s:s + T] for s in starts])
         y = np.stack([ids[s + 1:s + T + 1] for s in starts])
         _, loss = self.model(Tensor(x, device=self._device()), Tensor(y, device=self._device()))
@@ -293,15 +293,8 @@ class Loop:
         if self.heldout is None:
             return None
         ids, T = self.heldout, min(self.block, len(self.heldout) - 1)
-        starts = np.arange(0, len(ids) - T, T)[:64]
-        x = np.stack([ids[s:s + T] for s in starts])
-        y = np.stack([ids[s + 1:s + T + 1] for s in starts])
-        with no_grad():
-            if adapters:
-                _, loss = self.model(Tensor(x, device=self._device()), Tensor(y, device=self._device()))
-            else:
-                with lora.disabled(self.model):
-                    _, loss = self.model(Tensor(x, device=self._device()), Tensor(y, device=self._device()))
+        with no_grad(), (contextlib.nullcontext() if adapters else lora.disabled(self.model)):
+            loss = self._windows_loss(ids, T, np.arange(0, len(ids) - T, T)[:64])
         return float(loss.item())
 
     def _evaluate(self, data, ref):
@@ -309,7 +302,7 @@ class Loop:
         with no_grad():
             if data["pairs"]:
                 items, n, r = data["pairs"], len(data["pairs"]), ref["pairs"]
-                logps = _logps(self.model, [(p, c) for p, c, _ in items] + [(p, j) for p, _, j in items]).numpy()
+                logps = _logps(self.model, _sides(items)).numpy()
                 margin = self.beta * ((logps[:n] - r[:n]) - (logps[n:] - r[n:]))
                 out.update(reward_margin=float(margin.mean()), reward_accuracy=float((margin > 0).mean()))
             if data["good"] or data["bad"]:               # KTO: the implicit reward's sign, and TRL's KL estimate
@@ -321,8 +314,7 @@ class Loop:
                 rewards, signs = np.concatenate(rewards), np.concatenate(signs)
                 out["reward_accuracy"] = float((np.sign(rewards) == signs).mean())
                 both = data["good"] + data["bad"]
-                mismatched = [(both[i][0], both[(i + 1) % len(both)][1][:self.block - len(both[i][0])])
-                              for i in range(len(both))]
+                mismatched = self._mismatched(both)
                 policy = _logps(self.model, mismatched).numpy()
                 with lora.disabled(self.model):
                     base = _logps(self.model, mismatched).numpy()
@@ -412,6 +404,11 @@ class Loop:
         state = {"format": STATE_FORMAT, "version": self.version, "position": self.position,
                  "store": os.path.abspath(self.store.path), "history": self.history}
         atomic_write(self._state_path(), json.dumps(state, indent=1))
+
+
+def _sides(pairs):
+    """[(prompt, chosen)] then [(prompt, rejected)] of [(prompt, chosen, rejected)]."""
+    return [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs]
 
 
 def _logps(model, seqs):
