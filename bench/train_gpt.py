@@ -73,7 +73,7 @@ LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
 def wgpu_meter():
     """Counts and times every wgpu-py call the WGSL runtime makes (its pass, encoder, device and queue methods; not
     those wgpu-py makes inside them): {"calls": n, "seconds": s, "dispatches": n}, reset by the caller. A dispatch
-    is one dispatch_workgroups."""
+    is one dispatch_workgroups, or one of those a replay encodes in C (Device.encode)."""
     from wgpu.backends import wgpu_native as wn
     meter = {"calls": 0, "seconds": 0.0, "dispatches": 0}
     depth = [0]  # (a call wgpu-py makes inside another, as read_buffer's own submit, is not the runtime's)
@@ -95,11 +95,18 @@ def wgpu_meter():
                 meter["dispatches"] += name == "dispatch_workgroups"
         setattr(cls, name, timed)
     for cls, names in [(wn.GPUComputePassEncoder, ("set_pipeline", "set_bind_group", "dispatch_workgroups", "end")),
-                       (wn.GPUCommandEncoder, ("begin_compute_pass", "finish")),
+                       (wn.GPUCommandEncoder, ("begin_compute_pass", "finish", "copy_buffer_to_buffer")),
                        (wn.GPUDevice, ("create_command_encoder", "create_bind_group", "create_buffer")),
                        (wn.GPUQueue, ("submit", "write_buffer", "read_buffer"))]:
         for name in names:
             wrap(cls, name)
+    from tinyllm.runtime.wgsl.device import Device
+    encode = Device.encode
+
+    def counted(self, runs):  # dispatches replayed in one C call (runtime_c/wgpu_replay.c) count too
+        meter["dispatches"] += len(runs)
+        return encode(self, runs)
+    Device.encode = counted
     return meter
 
 

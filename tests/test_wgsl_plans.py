@@ -1,6 +1,7 @@
 """The WGSL runtime's replayed schedules (tinyllm/runtime/wgsl/plan.py): a schedule run again over the same buffers
 replays its recorded dispatches without its kernels' Python, and gives bit for bit what running its kernels gives;
 a pool that hands out other buffers, a read-back midway and index errors all keep their meaning."""
+import gc
 import os
 
 import numpy as np
@@ -17,9 +18,13 @@ pytestmark = pytest.mark.wgsl
 RT = tl.runtime.get("wgsl")
 
 
-def train(steps, jit, plans):
-    """Losses and final parameters of a tiny GPT trained on WGSL, with plans on or off."""
+def train(steps, jit, plans, chains=False, read_every=1):
+    """Losses and final parameters of a tiny GPT trained on WGSL, with plans and chains on or off; the loss read
+    back every `read_every` steps."""
     saved, RT.plans = RT.plans, (plans if plans else None)
+    saved_chains, RT.chains = RT.chains, chains
+    gc.collect()                                        # (the pool as a fresh process has it, whatever ran before)
+    RT.empty_cache()
     try:
         tl.manual_seed(0)
         model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, dropout=0.0)).to("wgsl")
@@ -34,12 +39,15 @@ def train(steps, jit, plans):
         fn = tl.jit(step) if jit else step
         rng = np.random.default_rng(0)
         losses = []
-        for _ in range(steps):
+        for i in range(steps):
             x = rng.integers(0, 65, (4, 16))
-            losses.append(fn(tl.tensor(x, device="wgsl"), tl.tensor((x * 7 + 3) % 65, device="wgsl")).item())
-        return losses, {k: v.numpy() for k, v in model.state_dict().items()}
+            losses.append(fn(tl.tensor(x, device="wgsl"), tl.tensor((x * 7 + 3) % 65, device="wgsl")))
+            if i % read_every == read_every - 1:
+                losses = [v if type(v) is float else v.item() for v in losses]
+        return [v if type(v) is float else v.item() for v in losses], {k: v.numpy() for k, v in
+                                                                        model.state_dict().items()}
     finally:
-        RT.plans = saved
+        RT.plans, RT.chains = saved, saved_chains
 
 
 @pytest.mark.parametrize("jit", [True, False])
@@ -109,3 +117,74 @@ def test_a_jit_replay_is_one_command_buffer():
     loss = fn(x)
     assert RT.gpu.submits == submits + 1
     assert np.isfinite(loss.item())
+
+
+@pytest.mark.parametrize("read_every,native", [(1, True), (5, True), (1, False)])
+def test_a_chained_step_is_bit_for_bit_the_replay(read_every, native, monkeypatch):
+    """A jit step chained (chain.py: one command sequence over buffers that stay put, the state copied to where
+    the step reads it) gives the losses and parameters of the kernels' own eager steps, the loss read every step or
+    every fifth (index checks pending between); also where the C encoder is missing (wgpu-py calls instead)."""
+    from tinyllm.runtime.wgsl.plan import Plans
+    if not native:
+        monkeypatch.setattr(RT.gpu, "native", None)
+    encoded = RT.gpu.encoded
+    chained = train(14, True, Plans(), chains=True, read_every=read_every)
+    assert RT.gpu.encoded > encoded                     # (it ran chained)
+    eager = train(14, False, None)
+    assert chained[0] == eager[0]
+    assert all(np.array_equal(chained[1][k], eager[1][k]) for k in eager[1])
+
+
+def count_wgpu_calls():
+    """Wraps every method of wgpu-py's device, queue, command encoder and compute pass; -> the counter (a list of
+    the names tinyllm called; not the calls wgpu-py makes inside them, as read_buffer's own submit) and a function
+    that unwraps them."""
+    from wgpu.backends import wgpu_native as wn
+    called, saved, depth = [], [], [0]
+    for cls in (wn.GPUDevice, wn.GPUQueue, wn.GPUCommandEncoder, wn.GPUComputePassEncoder):
+        for name, fn in list(vars(cls).items()):
+            if callable(fn) and not name.startswith("_"):
+                def wrapped(self, *a, _fn=fn, _name=name, **k):
+                    if not depth[0]:
+                        called.append(_name)
+                    depth[0] += 1
+                    try:
+                        return _fn(self, *a, **k)
+                    finally:
+                        depth[0] -= 1
+                saved.append((cls, name, fn))
+                setattr(cls, name, wrapped)
+
+    def undo():
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
+    return called, undo
+
+
+def test_a_chained_training_step_makes_few_wgpu_calls():
+    """Issue 47's target: a replayed training step makes at most 10 wgpu-py calls, however many kernels it has
+    (writing the inputs, the host values, one command buffer, reading the loss); it fails should the replay fall
+    back to work per dispatch."""
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("wgsl")
+    opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(x):
+        _, loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    fn = tl.jit(step)
+    data = np.arange(16).reshape(2, 8) % 11
+    for _ in range(6):
+        fn(tl.tensor(data, device="wgsl")).item()
+    called, undo = count_wgpu_calls()
+    try:
+        encoded = RT.gpu.encoded
+        loss = fn(tl.tensor(data, device="wgsl")).item()
+    finally:
+        undo()
+    assert RT.gpu.encoded - encoded > 100               # (the step's dispatches, none of them a wgpu-py call)
+    assert len(called) <= 10, " ".join(called)
+    assert np.isfinite(loss)

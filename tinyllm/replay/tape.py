@@ -222,8 +222,8 @@ class Tape:
         finally:
             if runtime is not None:
                 runtime.observed = None
-        if runtime is not None and not moved:  # every assigned tensor was updated in place: chain the next calls
-            self.chain = runtime.chain(self, observed)
+        if runtime is not None:  # chain the next calls (the runtime says whether it can, e.g. only when `moved` is 0)
+            self.chain = runtime.chain(self, observed, moved)
             self.chain_targets = [(t, weakref.ref(t.node), _own_refs(t)) for t in self.targets]
         return self._finish(value, args)
 

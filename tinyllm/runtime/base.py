@@ -118,8 +118,9 @@ class Runtime:
                 vals[n] = self.constant(n.arg, n.shape, n.dtype)
         return vals
 
-    # Whether chain(tape, observed) can make something that replays all of a jit Tape's schedules at once, from
-    # what the replay that just ran reported to `observed` (a list, set while it ran): the C runtime's c/chain.py
+    # Whether chain(tape, observed, moved) can make something that replays all of a jit Tape's schedules at once,
+    # from what the replay that just ran reported to `observed` (a list, set while it ran; `moved`: how many
+    # assigned tensors got new memory rather than being written in place): c/chain.py, wgsl/chain.py
     chains = False
 
     @contextlib.contextmanager

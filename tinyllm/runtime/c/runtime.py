@@ -84,8 +84,8 @@ class CRuntime(NumpyRuntime):
     observed = _per_thread("observed", "A list that each Program.run on this thread reports to (program.execute), "
                            "or None.")
 
-    def chain(self, tape, observed):
-        return chain.build(self, tape, observed)
+    def chain(self, tape, observed, moved):
+        return None if moved else chain.build(self, tape, observed)  # (a Chain writes every assigned array in place)
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel, arguments converted by

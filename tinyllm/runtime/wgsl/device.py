@@ -125,7 +125,11 @@ class Device:
         self.made = itertools.count()  # Storage orders
         self.encoder = self.pass_ = None
         self.submits = 0  # command buffers submitted (read-backs aside)
+        self.encoded = 0  # dispatches replayed through encode (in C they make no wgpu-py call to count)
         self.log = None  # while a schedule runs for a Plan (plan.py): what it allocates, frees and dispatches
+        self.trace = None  # while a jit replay is observed for a Chain (chain.py): each dispatch's Run (None: host I/O)
+        self.native = _native_encoder()
+        self.last_pipe = 0  # the handle of the pipeline the open pass has set (0: none)
         usage = wgpu.BufferUsage
         self.usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
 
@@ -173,22 +177,30 @@ class Device:
         if pooled:
             if self.log is not None:
                 self.log.append(("host",))              # (data from the host: a replay could not repeat it)
+            if self.trace is not None:
+                self.trace.append(None)
             self.submit()
             storage = self.alloc(array.nbytes)
         else:
             size = max(16, -(-array.nbytes // 16) * 16)
             storage = self._new_storage(size)
             storage.recycler.detach()  # never pooled: nothing can be recorded on it before it is written
+        self.write(storage, array)
+        return storage
+
+    def write(self, storage, array):
+        """`array`'s bytes to the start of `storage` (a queue write: it runs before what is submitted after it)."""
         if array.nbytes:
-            data = array.tobytes()
+            data = np.ascontiguousarray(array).tobytes()
             data += b"\0" * (-len(data) % 4)  # writes are in whole 4-byte words
             self.queue.write_buffer(storage.buffer, 0, data)
-        return storage
 
     def download(self, storage, nbytes):
         """The first `nbytes` of `storage`, after everything submitted so far has run (read_buffer waits)."""
         if self.log is not None:
             self.log.append(("host",))
+        if self.trace is not None:
+            self.trace.append(None)
         self.submit()
         if nbytes == 0:
             return b""
@@ -230,23 +242,83 @@ class Device:
         if entry is None:
             if len(self.bind_groups) >= MAX_BIND_GROUPS_CACHED:
                 self.bind_groups.clear()
-            group = self.device.create_bind_group(layout=layout, entries=[
-                {"binding": i, "resource": {"buffer": s.buffer, "offset": 0, "size": s.nbytes}}
-                for i, s in enumerate(storages)])
+            bound = tuple((s.buffer, s.nbytes) for s in storages)
             # the entry keeps the buffers alive, so their ids cannot be reused while it is cached
-            entry = self.bind_groups[key] = (group, tuple(s.buffer for s in storages))
+            entry = self.bind_groups[key] = (self.bind_group(layout, bound), bound)
         pass_ = self.open_pass()
         pass_.set_pipeline(pipe)
+        self.last_pipe = 0  # (a handle is taken only where a replay needs it)
         pass_.set_bind_group(0, entry[0])
         pass_.dispatch_workgroups(*groups)
-        if self.log is not None:
-            self.log.append(("run", pipe, entry[0], tuple(groups)))
+        if self.log is not None or self.trace is not None:
+            run = Run(pipe, entry[0], tuple(groups), layout, entry[1])
+            if self.log is not None:
+                self.log.append(("run", run))
+            if self.trace is not None:
+                self.trace.append(run)
+
+    def bind_group(self, layout, bound):
+        """A bind group of `layout` binding each (buffer, size) of `bound` whole, in order."""
+        return self.device.create_bind_group(layout=layout, entries=[
+            {"binding": i, "resource": {"buffer": buffer, "offset": 0, "size": size}}
+            for i, (buffer, size) in enumerate(bound)])
+
+    def encode(self, runs):
+        """Record `runs` (a Runs) into the open pass: in one C call where the kernels are built, else two or
+        three wgpu-py calls a dispatch."""
+        pass_ = self.open_pass()
+        self.encoded += len(runs)
+        if self.native is not None and runs.arrays is not None:
+            lib, ffi, fns, _ = self.native
+            pipes, groups, xyz = runs.arrays
+            self.last_pipe = lib.wgpu_encode_dispatches(fns, handle(pass_), len(runs), ffi.from_buffer(
+                "uintptr_t[]", pipes), ffi.from_buffer("uintptr_t[]", groups), ffi.from_buffer("uint32_t[]", xyz),
+                self.last_pipe)
+            return
+        last = None
+        for run in runs.items:
+            if run.pipe is not last:
+                pass_.set_pipeline(run.pipe)
+                last = run.pipe
+            pass_.set_bind_group(0, run.group)
+            pass_.dispatch_workgroups(*run.groups)
+        self.last_pipe = 0
+
+    def submit_step(self, before, state, runs, after):
+        """One command buffer, submitted: the buffer copies `before` and `state`, one compute pass of `runs` (a
+        Runs), the copies `after`. A copy is (source, its byte offset, destination, bytes) into the destination's
+        start (a Chain's run: `state` a Copies it made once)."""
+        self.submit()
+        encoder = self.device.create_command_encoder()
+        self._copies(encoder, before)
+        self._copies(encoder, state)
+        self.encoder, self.pass_, self.last_pipe = encoder, encoder.begin_compute_pass(), 0
+        self.encode(runs)
+        self.pass_.end()
+        self.encoder = self.pass_ = None
+        self._copies(encoder, after)
+        self.queue.submit([encoder.finish()])
+        self.submits += 1
+
+    def _copies(self, encoder, copies):
+        if not copies:
+            return
+        if self.native is None:
+            for src, at, dst, size in copies:
+                encoder.copy_buffer_to_buffer(src, at, dst, 0, size)
+            return
+        lib, ffi, _, copy = self.native
+        src, at, dst, sizes = (copies if isinstance(copies, Copies) else Copies(copies)).arrays
+        lib.wgpu_encode_copies(copy, handle(encoder), len(copies), ffi.from_buffer("uintptr_t[]", src),
+                               ffi.from_buffer("uint64_t[]", at), ffi.from_buffer("uintptr_t[]", dst),
+                               ffi.from_buffer("uint64_t[]", sizes))
 
     def open_pass(self):
         """The compute pass dispatches are recorded into (one command buffer until the next submit)."""
         if self.pass_ is None:
             self.encoder = self.device.create_command_encoder()
             self.pass_ = self.encoder.begin_compute_pass()
+            self.last_pipe = 0
         return self.pass_
 
     def submit(self):
@@ -256,3 +328,62 @@ class Device:
             self.queue.submit([self.encoder.finish()])
             self.submits += 1
             self.encoder = self.pass_ = None
+
+
+class Run:
+    """One dispatch as recorded: the pipeline, bind group and workgroups (x, y, z), and what the group binds: its
+    layout and each binding's (buffer, size), for a Chain that binds other buffers in their place."""
+    __slots__ = ("pipe", "group", "groups", "layout", "bound")
+
+    def __init__(self, pipe, group, groups, layout, bound):
+        self.pipe, self.group, self.groups, self.layout, self.bound = pipe, group, groups, layout, bound
+
+
+class Runs:
+    """Dispatches to record again and again (Device.encode): the Run objects (kept alive: the arrays hold their
+    handles), and the handles as arrays for the C encoder."""
+    __slots__ = ("items", "arrays")
+
+    def __init__(self, items, native):
+        self.items = list(items)
+        self.arrays = None
+        if native is not None:
+            self.arrays = (np.array([handle(r.pipe) for r in self.items], np.uintp),
+                           np.array([handle(r.group) for r in self.items], np.uintp),
+                           np.array([r.groups for r in self.items], np.uint32).reshape(-1))
+
+    def __len__(self):
+        return len(self.items)
+
+
+class Copies(list):
+    """Buffer copies (source, its byte offset, destination, bytes) and their handles as arrays for the C encoder (a
+    Chain makes those it runs every call once)."""
+
+    def __init__(self, copies):
+        super().__init__(copies)
+        self.arrays = (np.array([handle(c[0]) for c in self], np.uintp), np.array([c[1] for c in self], np.uint64),
+                       np.array([handle(c[2]) for c in self], np.uintp), np.array([c[3] for c in self], np.uint64))
+
+
+def handle(obj):
+    """The address of a wgpu-py object's wgpu-native handle."""
+    from wgpu.backends.wgpu_native._ffi import ffi
+    return int(ffi.cast("uintptr_t", obj._internal))
+
+
+def _native_encoder():
+    """(lib, ffi, fns, copy) for runtime_c/wgpu_replay.c's encoders, fns and copy the addresses of the wgpu-native
+    functions they call (those wgpu-py calls); None without the C kernels."""
+    try:
+        from ... import _kernels
+        from wgpu.backends.wgpu_native._ffi import ffi as wffi, lib as wlib
+    except ImportError:
+        return None
+    if not hasattr(_kernels.lib, "wgpu_encode_dispatches"):
+        return None
+    names = ("wgpuComputePassEncoderSetPipeline", "wgpuComputePassEncoderSetBindGroup",
+             "wgpuComputePassEncoderDispatchWorkgroups")
+    address = lambda name: int(wffi.cast("uintptr_t", wffi.addressof(wlib, name)))  # noqa: E731
+    fns = _kernels.ffi.new("uintptr_t[]", [address(n) for n in names])
+    return _kernels.lib, _kernels.ffi, fns, address("wgpuCommandEncoderCopyBufferToBuffer")

@@ -8,16 +8,18 @@ so the first run of a schedule over given inputs records what it did (the Device
 size and which buffer the pool gave), each buffer given back, each dispatch (pipeline, bind group, workgroups) and
 each error slot. A later run with the same key replays the log: the pool's allocations and frees are made again,
 and checked to hand out the same buffers (they do when the program runs the same steps: the pool gives the oldest
-free buffer of a size), then the dispatches go to one compute pass in a loop of wgpu-py calls: set_bind_group and
-dispatch_workgroups per dispatch, set_pipeline where the pipeline changes. A buffer the pool hands out differently
+free buffer of a size), then the dispatches go to the open compute pass (Device.encode: one C call for all of them
+where the kernels are built, else set_bind_group and dispatch_workgroups per dispatch and set_pipeline where the
+pipeline changes, through wgpu-py). A buffer the pool hands out differently
 undoes the allocations and runs the schedule's kernels again (recording it anew). A run that read a value back or
 wrote one from the host midway (a kernel without a WGSL version) is not replayable and always runs its kernels.
 
 WebGPU has no reusable command buffers and no bundles for compute passes (render bundles only: gpuweb/gpuweb
-issues 1971 and 4138), so a dispatch costs its wgpu-py calls on every run; what a replay saves is the Python
-around them.
+issues 1971 and 4138), so each dispatch is encoded again on every run; a replay saves the Python around it, and
+the C encoder the wgpu-py calls. A jit step goes further: chain.py.
 """
 from ..base import Buffer
+from .device import Runs
 
 MAX_PLANS = 512  # recorded schedules kept (each holds its bind groups); past that the table starts afresh
 
@@ -25,13 +27,14 @@ MAX_PLANS = 512  # recorded schedules kept (each holds its bind groups); past th
 class Plan:
     """One recorded run of a schedule: `pool` the allocations ("alloc", size, buffer order) and frees ("free",
     order) in order, `runs` the dispatches (pipeline, bind group, workgroups), `slots` the error slots' messages,
-    `outputs` what it returned (buffer order, shape, strides, offset, dtype, the node's shape and dtype)."""
+    `outputs` what it returned (buffer order, shape, strides, offset, dtype, the node's shape and dtype);
+    `runs` the dispatches (a Runs of device.Run)."""
     __slots__ = ("schedule", "pool", "runs", "slots", "outputs")
 
-    def __init__(self, schedule, log, outputs):
+    def __init__(self, schedule, log, outputs, native):
         self.schedule = schedule                        # (kept alive: plans are keyed by its id)
         self.pool = [e for e in log if e[0] in ("alloc", "free")]
-        self.runs = [e[1:] for e in log if e[0] == "run"]
+        self.runs = Runs([e[1] for e in log if e[0] == "run"], native)
         self.slots = [e[1] for e in log if e[0] == "slot"]
         self.outputs = [(v.storage.order, v.shape, v.elem_strides, v.offset, v.dtype, shape, dtype)
                         for v, shape, dtype in outputs]
@@ -53,14 +56,9 @@ class Plan:
                 storage = held.pop(event[1], None)
                 if storage is not None:                 # (else one Python freed by chance while the run was recorded)
                     gpu.release(storage)
-        pass_ = gpu.open_pass()
-        last = None
-        for pipe, group, groups in self.runs:
-            if pipe is not last:
-                pass_.set_pipeline(pipe)
-                last = pipe
-            pass_.set_bind_group(0, group)
-            pass_.dispatch_workgroups(*groups)
+        gpu.encode(self.runs)
+        if gpu.trace is not None:
+            gpu.trace.extend(self.runs.items)
         rt.index_ops.extend(self.slots)
         by_order = {v.storage.order: v.storage for v in inputs}
         by_order.update(held)
@@ -88,13 +86,13 @@ class Plans:
     def drop(self, key):
         self.table.pop(key, None)
 
-    def record(self, key, schedule, log, outputs):
+    def record(self, key, schedule, log, outputs, native):
         """Keep a run's log as the plan of its key, unless it touched the host midway."""
         if any(e[0] == "host" for e in log):
             return
         if len(self.table) >= MAX_PLANS:
             self.table.clear()
-        self.table[key] = Plan(schedule, log, outputs)
+        self.table[key] = Plan(schedule, log, outputs, native)
         self.records += 1
 
     def clear(self):

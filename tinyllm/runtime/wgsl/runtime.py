@@ -29,6 +29,7 @@ from ...ops.kernel import Kernel
 from ...views import contiguous_strides, view_strides
 from ..base import Buffer, Runtime, kernels, load_kernels
 from . import render
+from . import chain
 from .device import Device
 from .plan import Plans
 
@@ -97,7 +98,9 @@ class WGSLRuntime(Runtime):
         self.index_ops = []  # what each error slot's kernel was, since the last check
         # schedules replayed from their recorded dispatches (plan.py); TINYLLM_WGSL_PLANS=0 runs every kernel's Python
         self.plans = Plans() if os.environ.get("TINYLLM_WGSL_PLANS", "1") != "0" else None
+        self.chains = self.plans is not None  # and a jit step's replays chained (chain.py)
         self.held_back = 0  # inside together(): schedules' work waits for one submit at the end
+        self.observed = None  # while a jit replay is watched for a Chain: what each schedule's run saw (execute)
         self.warned = set()  # ops that ran on the host
         if debug_level():
             print(f"[tinyllm wgsl] adapter {self.info['device']} ({self.info['backend']}, {self.info['adapter_type']})"
@@ -108,12 +111,18 @@ class WGSLRuntime(Runtime):
 
     # ---- host <-> device ----
     def from_numpy(self, array, dtype):
+        array = self.host_array(array, dtype)
+        return Buffer(self, Value(self.gpu.upload(array), array.shape, dtype), array.shape, dtype)
+
+    @staticmethod
+    def host_array(array, dtype):
+        """`array` as a buffer of `dtype` holds it on the GPU."""
         name = _storage_name(dtype)
         array = np.asarray(array, dtype=dtype.np)
         if dtype is dt.int64 and array.size and (array.min() < -2**31 or array.max() >= 2**31):
             raise OverflowError(f"the WGSL runtime stores int64 as 32-bit integers (WGSL has none wider), and this "
                                 f"tensor holds values in [{array.min()}, {array.max()}]: keep them within ±2³¹")
-        return Buffer(self, Value(self.gpu.upload(array.astype(HOST[name])), array.shape, dtype), array.shape, dtype)
+        return array.astype(HOST[name])
 
     def storage(self, buffer):
         """(a number standing for the GPU buffer, the view's offset in elements, the buffer's bytes): WebGPU gives
@@ -164,6 +173,9 @@ class WGSLRuntime(Runtime):
             self.held_back -= 1
             if not self.held_back:
                 self.gpu.submit()
+
+    def chain(self, tape, observed, moved):
+        return chain.build(self, tape, observed)
 
     def value(self, storage, shape, dtype, strides=None, offset=0):
         return Value(storage, shape, dtype, strides, offset)
@@ -216,6 +228,17 @@ class WGSLRuntime(Runtime):
 
     # ---- running a schedule ----
     def execute(self, schedule, feeds=(), donate=()):
+        if self.observed is None:
+            return self._execute(schedule, feeds)
+        self.gpu.trace, slots = [], len(self.index_ops)
+        try:
+            outs = self._execute(schedule, feeds)
+        finally:
+            trace, self.gpu.trace = self.gpu.trace, None
+        self.observed.append(chain.Seen([f.data for f in feeds], list(outs), trace, self.index_ops[slots:]))
+        return outs
+
+    def _execute(self, schedule, feeds):
         vals = self.input_values(schedule, feeds)
         key = None
         if self.plans is not None:                      # replayed from the dispatches it recorded (plan.py)
@@ -236,7 +259,7 @@ class WGSLRuntime(Runtime):
         finally:
             log, self.gpu.log = self.gpu.log, None
         if key is not None:
-            self.plans.record(key, schedule, log, [(b.data, b.shape, b.dtype) for b in outs])
+            self.plans.record(key, schedule, log, [(b.data, b.shape, b.dtype) for b in outs], self.gpu.native)
         if not self.held_back:
             self.gpu.submit()
         return outs
