@@ -179,6 +179,42 @@ def test_f16_cast_elementwise_and_matmul():
     np.testing.assert_allclose(ha.sum(1).float().numpy(), a16.sum(1), rtol=4e-3, atol=4e-3)
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_f16_matmul_accumulates_in_f32(autocast):
+    """A float16 MATMUL (float16 operands, or float32 ones under autocast(float16)) reads f16 operands, stages them
+    in f32 workgroup tiles and accumulates in f32, rounding to f16 once at the store: K = 4096 products of ones
+    give 4096 (an f16 running sum stops at 2048, where adding 1 rounds back), and random products in [0, 1) give
+    the f16 rounding of the exact dot product within one f16 ulp (an f16 running sum is off by tens of them)."""
+    wgsl_f16_or_skip()
+    k = 4096
+    rng = np.random.default_rng(0)
+    a = np.concatenate([np.ones((1, k)), rng.random((7, k))]).astype(np.float16)
+    b = np.concatenate([np.ones((k, 1)), rng.random((k, 8))], 1).astype(np.float16)
+    dtypes = []
+    original = render.render_matmul
+
+    def spy(*args):
+        dtypes.append(args[6])
+        return original.__wrapped__(*args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(render, "render_matmul", spy)
+        if autocast:
+            with tl.autocast(device_type="wgsl", dtype=tl.float16):
+                got = (tl.tensor(a.astype(np.float32), device="wgsl") @ tl.tensor(b.astype(np.float32), device="wgsl"))
+            got = got.numpy().astype(np.float16)
+        else:
+            got = (tl.tensor(a, device="wgsl") @ tl.tensor(b, device="wgsl")).numpy()
+    assert dtypes == ["float16"]
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert got[0, 0] == 4096
+    ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= ulp)
+    running = np.float16(0)  # what an f16 accumulator gives, for the contrast the docstring draws
+    for x, y in zip(a[1], b[:, 1]):
+        running = np.float16(running + x * y)
+    assert abs(float(running) - exact[1, 1]) > 8 * ulp[1, 1]
+
+
 def test_float16_without_shader_f16_is_stored_only(monkeypatch):
     """An adapter without shader-f16 (Mesa's OpenGL llvmpipe; simulated here on any adapter) stores float16, reads
     it back, sorts it and uses it as QMATMUL's scales (kernels that read the halves' bits), and refuses a kernel

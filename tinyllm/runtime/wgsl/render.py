@@ -5,7 +5,9 @@ Storage types: float32 -> f32, float16 -> f16 (with `shader-f16`), int64 -> i32 
 the runtime checks that values fit), bool -> u32 (0 or 1; WGSL has no bool storage). Shapes and strides are
 constants, so every index computation folds. int8 / uint8 are bytes packed in u32 words: only the quantized matmul
 (wgsl/qmatmul.wgsl, dequant.wgsl over qweight.wgsl) and byte copies (copy_bytes.wgsl) are rendered for them.
-Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl).
+Reductions: one invocation per output over few elements, else one workgroup per output (wgsl/reduce.wgsl), whose
+invocations combine their partial results with subgroup operations where the adapter has the feature `subgroup`
+(wgsl/reduce_subgroup.wgsl), else in a tree through workgroup memory (reduce_tree.wgsl).
 A float16 instruction rounds its result to f16 (math_f16.wgsl's tl_round_h), as its op does unfused: an adapter
 may keep f16 values in f32 registers between ops (llvmpipe does), which would round a fused chain once."""
 import functools
@@ -51,6 +53,25 @@ def template(name, **values):
     if "{{" in text:
         raise KeyError(f"template {name}.wgsl: unfilled placeholder at ...{text[text.index('{{'):][:40]}")
     return text
+
+
+# The builtins a workgroup reduction reads (wgsl/reduce_tree.wgsl, reduce_subgroup.wgsl), handed to `main` as one
+# struct, so that the kernels around a reduction are the same text with or without subgroups.
+INVOCATION = {
+    False: "struct Invocation { @builtin(local_invocation_index) t: u32 }",
+    True: "struct Invocation {\n  @builtin(local_invocation_index) t: u32,\n"
+          "  @builtin(subgroup_invocation_id) lane: u32,\n  @builtin(subgroup_size) size: u32,\n"
+          "  @builtin(subgroup_id) group: u32,\n  @builtin(num_subgroups) groups: u32,\n}",
+}
+
+
+def workgroup_combine(name, t, combine, identity, workgroup, subgroups):
+    """WGSL of `fn name(inv: Invocation, v: t) -> t`: the workgroup's combine (a WGSL function's name) of its
+    invocations' v, in a workgroup of `workgroup` invocations over `var<workgroup> part: array<t, workgroup>`; with
+    subgroup operations (wgsl/reduce_subgroup.wgsl) or in a tree (reduce_tree.wgsl). identity: combine's identity
+    (a WGSL expression)."""
+    return template("reduce_subgroup" if subgroups else "reduce_tree", NAME=name, T=t, COMBINE=combine,
+                    IDENTITY=identity, WORKGROUP=workgroup)
 
 
 def f32_bits(value):
@@ -159,9 +180,15 @@ def groups_for(n):
     return (min(n, MAX_GROUPS), -(-n // MAX_GROUPS), 1) if n else (0, 1, 1)
 
 
+def reduce_width(n_red):
+    """Invocations of wgsl/reduce.wgsl's workgroup over n_red elements: about 4 elements each, 32 to 256."""
+    return min(256, 1 << max(5, (n_red - 1).bit_length() - 2))
+
+
 @_cached
-def render(kernel, out_dtype, src_dtypes, workgroup=64):
-    """(WGSL source, workgroups to dispatch) of one kernel."""
+def render(kernel, out_dtype, src_dtypes, workgroup=64, subgroups=False):
+    """(WGSL source, workgroups to dispatch) of one kernel; subgroups: whether a reduction may use subgroup
+    operations (the adapter has the feature `subgroup`)."""
     reduced = set(kernel.reduce[1]) if kernel.reduce else set()
     red_op = kernel.reduce[0] if kernel.reduce else None
     n_ops = len(kernel.ins) + 1
@@ -206,9 +233,10 @@ def render(kernel, out_dtype, src_dtypes, workgroup=64):
     if n_red <= SERIAL_REDUCE_MAX:
         groups = groups_for(-(-n_out // workgroup))
         return head + "\n" + template("reduce_serial", WORKGROUP=workgroup, ROW=groups[0] * workgroup, **fill), groups
-    width = min(256, 1 << max(5, (n_red - 1).bit_length() - 2))  # about 4 elements per invocation at least
-    return head + "\n" + template("reduce", WORKGROUP=width, LOG2=width.bit_length() - 1, **fill), \
-        groups_for(n_out)
+    width = reduce_width(n_red)
+    combine = workgroup_combine("workgroup_combine", acc_t, "combine", init, width, subgroups)
+    return head + "\n" + template("reduce", WORKGROUP=width, INVOCATION=INVOCATION[subgroups],
+                                   WORKGROUP_COMBINE=combine, **fill), groups_for(n_out)
 
 
 def copy_kernel(shape, strides, offset, dtype):

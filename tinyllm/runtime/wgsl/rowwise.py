@@ -1,6 +1,6 @@
 """ROW_SOFTMAX, ROW_LOG_SOFTMAX and ROW_LAYER_NORM (made by rewrite/rowwise.py) on the WGSL runtime: one workgroup
-per row, wgsl/row_reduce.wgsl for the workgroup's tree reductions plus wgsl/softmax.wgsl (both softmaxes) or
-layer_norm.wgsl."""
+per row, wgsl/row_reduce.wgsl for the workgroup's reductions (with subgroup operations where the adapter has them)
+plus wgsl/softmax.wgsl (both softmaxes) or layer_norm.wgsl."""
 import math
 
 import numpy as np
@@ -40,8 +40,13 @@ def _row_kernel(rt, node, ins):
                      AFFINE="".join({"w": " * w[i]", "b": " + b[i]"}[name] for name in names))
     bindings = "\n".join(f"@group(0) @binding({i + 2}) var<storage, read> {name}: array<f32>;"
                          for i, name in enumerate(names))
+    sub = "subgroup" in rt.features
+    neg_inf = render.WGSL.literal(-math.inf, "float32")
+    reductions = dict(WORKGROUP_MAX=render.workgroup_combine("workgroup_max", "f32", "tl_max", neg_inf, width, sub),
+                      WORKGROUP_SUM=render.workgroup_combine("workgroup_sum", "f32", "add", "0.0", width, sub))
     source = render.template("math", F16_HELPERS="") + "\n" + \
-        render.template("row_reduce", BINDINGS=bindings, N=n, ROWS=rows, WORKGROUP=width) + "\n" + \
+        render.template("row_reduce", BINDINGS=bindings, N=n, ROWS=rows, WORKGROUP=width,
+                        INVOCATION=render.INVOCATION[sub], **reductions) + "\n" + \
         render.template(TEMPLATES[node.op], WORKGROUP=width, **extra)
     rt.dispatch(source, [out, x, *vectors], render.groups_for(rows))
     return out

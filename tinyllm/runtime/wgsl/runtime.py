@@ -374,7 +374,7 @@ def _fused(rt, node, ins):
         for *_, name in node.arg.code:  # a dtype WGSL lacks inside the kernel (a cast through it) is refused too
             _storage_name(dt.from_name(name))
         source, groups = render.render(node.arg, _storage_name(node.dtype), tuple(_storage_name(v.dtype) for v in ins),
-                                       rt.workgroup)
+                                       rt.workgroup, "subgroup" in rt.features)
         rt.dispatch(source, [out, *ins], groups)
     return out
 
