@@ -461,7 +461,7 @@ def test_wgsl_kernels_read_grouped_keys_through_the_view(monkeypatch):
 
 @pytest.mark.wgsl
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
-@settings(max_examples=10)
+@settings(max_examples=20)
 @given(b=st.integers(1, 2), hkv=st.integers(1, 2), g=st.integers(1, 3), tq=st.integers(1, 70),
        tk=st.integers(1, 70), d=st.integers(1, 40), dv=st.integers(1, 40), causal=st.booleans(),
        with_dl=st.booleans(), blocks=st.sampled_from([None, (1, 1), (4, 3), (16, 7)]), seed=st.integers(0, 2**31 - 1))
