@@ -16,7 +16,7 @@ from tinyllm.ops import attention
 from tinyllm.rewrite import flash, tracing
 from tinyllm.autograd import gradients, prepare
 
-from helpers import tiny_gpt_steps
+from helpers import tiny_gpt_steps, wgsl_f16_or_skip
 
 pytestmark = pytest.mark.usefixtures("each_runtime")
 
@@ -457,3 +457,45 @@ def test_wgsl_kernels_read_grouped_keys_through_the_view(monkeypatch):
     (ty * torch.tensor(dy.astype(np.float64))).sum().backward()
     for ours, want in zip(got, (ty.detach().numpy(), tq.grad.numpy(), tkv.grad.numpy())):
         np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.wgsl
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@settings(max_examples=20)
+@given(b=st.integers(1, 2), hkv=st.integers(1, 2), g=st.integers(1, 3), tq=st.integers(1, 70),
+       tk=st.integers(1, 70), d=st.integers(1, 40), dv=st.integers(1, 40), causal=st.booleans(),
+       with_dl=st.booleans(), blocks=st.sampled_from([None, (1, 1), (4, 3), (16, 7)]), seed=st.integers(0, 2**31 - 1))
+def test_wgsl_tiles_match_the_reference(each_runtime, dtype, b, hkv, g, tq, tk, d, dv, causal, with_dl, blocks, seed):
+    """wgsl/flash_attention_*.wgsl, tiled through workgroup memory, against the float64 NumPy reference: lengths
+    around the blocks (BR query rows per workgroup, BC staged rows; `blocks` shrinks both to make the ragged last
+    blocks and the causal diagonal cross several of them), D != DV, grouped-query k and v broadcast over the group
+    (stride 0, read in place), dout [dO | dL] or dO alone, float16 storage where the adapter has shader-f16."""
+    if each_runtime != "wgsl":
+        pytest.skip("WGSL kernels")
+    if dtype is np.float16:
+        wgsl_f16_or_skip()
+    from tinyllm.runtime.wgsl import attention as wgsl_attention
+    rng = np.random.default_rng(seed)
+    scale, tol = 0.4, (1e-4 if dtype is np.float32 else 4e-3)
+    q = rng.standard_normal((b, hkv, g, tq, d)).astype(dtype)
+    k, v = (rng.standard_normal((b, hkv, 1, tk, w)).astype(dtype) for w in (d, dv))
+    dout = rng.standard_normal((b, hkv, g, tq, dv + with_dl)).astype(dtype)
+    f64 = [np.ascontiguousarray(np.broadcast_to(x, (b, hkv, g, tk, x.shape[-1])), np.float64) if x is not q
+           else x.astype(np.float64) for x in (q, k, v)]
+    want = attention.attention_forward(*f64, scale, causal)
+    with pytest.MonkeyPatch.context() as mp:
+        if blocks:
+            mp.setattr(wgsl_attention, "BR_MAX", blocks[0])
+            mp.setattr(wgsl_attention, "BC_MAX", blocks[1])
+        tq_, tk_, tv_ = (tl.tensor(x, device="wgsl") for x in (q, k, v))
+        tk_, tv_ = (x.expand(b, hkv, g, tk, x.shape[-1]) for x in (tk_, tv_))
+        node = build("FLASH_ATTN", tq_.node, tk_.node, tv_.node, arg=(scale, causal))
+        out = tl.Tensor._from_node(node, "wgsl").numpy()
+        node = build("FLASH_ATTN_BWD", tq_.node, tk_.node, tv_.node, tl.tensor(out, device="wgsl").node,
+                     tl.tensor(dout, device="wgsl").node, arg=(scale, causal))
+        grads = tl.Tensor._from_node(node, "wgsl").numpy()
+    assert out.dtype == grads.dtype == dtype
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+    # the backward against the reference given the same forward output (rounded to float16 where stored so)
+    want_grads = attention.attention_backward(*f64, out.astype(np.float64), dout.astype(np.float64), scale, causal)
+    np.testing.assert_allclose(grads, want_grads, rtol=tol, atol=tol * max(1.0, np.abs(want_grads).max()))

@@ -2,7 +2,9 @@
 wgsl/flash_attention.wgsl. q, k and v are read in place through their views (grouped-query attention's keys and
 values broadcast over a group with stride 0, a head split of a projection): their batch axes as up to three runs
 of one stride each, their rows strided, their columns contiguous; anything else is copied first (a strided copy on
-the GPU), as are the backward's other operands."""
+the GPU), as are the backward's other operands. The kernels are tiled through workgroup memory (FlashAttention-2):
+a workgroup owns BR rows of one (batch, head) and stages the rows it walks over BC at a time (wgsl/flash_attention.wgsl
+says how); tiles() picks BR and BC."""
 import math
 
 from ... import dtype as dt
@@ -31,13 +33,34 @@ def _in_place(rt, q, k, v):
     return (*qkv, values)
 
 
-def _source(name, rt, threads, q, k, v, arg, views, **extra):
-    """(source, workgroups): wgsl/flash_attention.wgsl (q, k, v, the sizes, qk) followed by wgsl/NAME.wgsl."""
-    groups = render.groups_for(-(-threads // rt.workgroup))
+BR_MAX = 64  # rows per workgroup: more share each staged block, fewer leave more workgroups to run side by side
+BC_MAX = 32  # rows per staged block: fewer barriers per row walked, more workgroup memory
+
+
+def tiles(rt, rows, d, dv):
+    """(BR, BC) for a pass over `rows` rows per (batch, head), of widths d and dv: BR rows per workgroup, one per
+    invocation (no more than there are rows); BC rows per staged block, as many (up to BC_MAX) as fit the device's
+    workgroup storage: per row d and dv rounded up to vec4s of f32, and the backward's (L, Delta). WebGPU
+    guarantees 16 KiB, which holds BC = 32 up to d = dv = 60 and BC = 15 at d = dv = 128 (lavapipe has 32 KiB)."""
+    limits = rt.gpu.limits
+    br = min(BR_MAX, rt.workgroup, limits["max-compute-invocations-per-workgroup"], 1 << max(rows - 1, 0).bit_length())
+    bc = min(BC_MAX, limits["max-compute-workgroup-storage-size"] // (16 * (-(-d // 4) - (-dv // 4)) + 8))
+    if bc < 1:
+        raise ValueError(f"FLASH_ATTN on WGSL: heads {d} and {dv} wide leave no room for one staged row in this "
+                         f"device's {limits['max-compute-workgroup-storage-size']} bytes of workgroup storage")
+    return br, bc
+
+
+def _source(name, rt, rows, q, k, v, arg, views, **extra):
+    """(source, workgroups): wgsl/flash_attention.wgsl (q, k, v, the sizes, the staging) followed by wgsl/NAME.wgsl,
+    for a pass over `rows` rows of each (batch, head)."""
+    br, bc = tiles(rt, rows, q.shape[-1], v.shape[-1])
+    bh = math.prod(q.shape[:-2])
+    groups = render.groups_for(bh * -(-rows // br))
     enable = "enable f16;\n" if q.dtype is dt.float16 else ""
-    values = dict(T=render.STORAGE[q.dtype.name], BH=math.prod(q.shape[:-2]), TQ=q.shape[-2], TK=k.shape[-2],
-                  D=q.shape[-1], DV=v.shape[-1], SCALE_BITS=render.f32_bits(arg[0]), CAUSAL=str(arg[1]).lower(),
-                  WORKGROUP=rt.workgroup, ROW=groups[0] * rt.workgroup, **views, **extra)
+    values = dict(T=render.STORAGE[q.dtype.name], BH=bh, TQ=q.shape[-2], TK=k.shape[-2], D=q.shape[-1],
+                  DV=v.shape[-1], SCALE_BITS=render.f32_bits(arg[0]), CAUSAL=str(arg[1]).lower(), BR=br, BC=bc,
+                  GX=groups[0], **views, **extra)
     return enable + render.template("flash_attention", **values) + "\n" + render.template(name, **values), groups
 
 
@@ -45,9 +68,8 @@ def _source(name, rt, threads, q, k, v, arg, views, **extra):
 def _flash_forward(rt, node, ins):
     q, k, v, views = _in_place(rt, *ins)
     out = rt.empty(node.shape, node.dtype)
-    rows = math.prod(q.shape[:-1])
-    if rows:
-        source, groups = _source("flash_attention_forward", rt, rows, q, k, v, node.arg, views)
+    if math.prod(q.shape[:-1]):
+        source, groups = _source("flash_attention_forward", rt, q.shape[-2], q, k, v, node.arg, views)
         rt.dispatch(source, [out, q, k, v], groups)
     return out
 
@@ -64,8 +86,9 @@ def _flash_backward(rt, node, ins):
     read_only = [False, True, True, True, True, True, False]
     width = dout.shape[-1]  # v's width + 1 when dout holds dL, v's width when it is dO alone (dL = 0)
     minus_dl = "-f32(dout[r * DOUT_W + DV])" if width > v.shape[-1] else "0.0"
-    for part, rows in ((0, math.prod(q.shape[:-1])), (1, math.prod(k.shape[:-1]))):
-        source, groups = _source("flash_attention_backward", rt, rows, q, k, v, node.arg, views, PART=part,
-                                 DOUT_W=width, MINUS_DL=minus_dl)
-        rt.dispatch(source, bindings, groups, read_only)
+    for part, rows in ((0, q.shape[-2]), (1, k.shape[-2])):
+        if rows:
+            source, groups = _source("flash_attention_backward", rt, rows, q, k, v, node.arg, views, PART=part,
+                                     DOUT_W=width, MINUS_DL=minus_dl)
+            rt.dispatch(source, bindings, groups, read_only)
     return grads
