@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 # (speculative decoding's 25,000 small batched matmuls: 30 s instead of 2). Waiting asleep changes no value. Set
 # before any OpenMP runtime loads (tinyllm._kernels, torch), which read it once.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+os.environ.setdefault("TINYLLM_TUNE", "0")  # no autotuning of the C products in tests (tests/test_tune.py tunes)
 
 settings.register_profile("default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -23,8 +23,9 @@ def train(steps, jit, plans, chains=False, read_every=1):
     back every `read_every` steps."""
     saved, RT.plans = RT.plans, (plans if plans else None)
     saved_chains, RT.chains = RT.chains, chains
-    gc.collect()                                        # (the pool as a fresh process has it, whatever ran before)
+    gc.collect()                                        # (the pool as a fresh process has it, whatever ran before,
     RT.empty_cache()
+    gc.disable()                                        # and no collection hands it buffers at a random point)
     try:
         tl.manual_seed(0)
         model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, dropout=0.0)).to("wgsl")
@@ -47,6 +48,7 @@ def train(steps, jit, plans, chains=False, read_every=1):
         return [v if type(v) is float else v.item() for v in losses], {k: v.numpy() for k, v in
                                                                         model.state_dict().items()}
     finally:
+        gc.enable()
         RT.plans, RT.chains = saved, saved_chains
 
 

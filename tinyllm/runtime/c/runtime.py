@@ -2,6 +2,7 @@
 generated C (render.py, compiler.py), MATMUL, embeddings, attention and copies by runtime_c/'s prebuilt module.
 An op without a C kernel runs its NumPy forward, as everything does, with a warning, where no compiler or prebuilt
 module exists. Every C call goes through CRuntime.call, so a repeated schedule replays its calls (program.py)."""
+import collections
 import math
 import sys
 import threading
@@ -17,7 +18,7 @@ from ...ops.index import check_index
 from ...ops.kernel import run_kernel
 from ...views import contiguous_strides
 from ...weak import WeakValues
-from . import chain, compiler, copy, program, record
+from . import chain, compiler, copy, program, record, tune
 from .views import batch_runs, matrix_layout
 from ..base import kernels, load_kernels
 from ..memory import track, untrack
@@ -65,6 +66,9 @@ class CRuntime(NumpyRuntime):
             self.lib.tl_set_num_threads(threads)
         elif threads > 0:
             _set_omp_threads(threads)
+        # the float32 products run, (batch, transA, transB, M, N, K) -> count, and this machine's tuning (tune.py)
+        self.shapes = collections.Counter()
+        self.tuning = tune.load(self.lib)
 
     def execute(self, schedule, feeds=(), donate=()):
         cpu = compiler.path()  # kernels compiled for another CPU path (compiler.set_path) are not these
@@ -85,7 +89,11 @@ class CRuntime(NumpyRuntime):
                            "or None.")
 
     def chain(self, tape, observed, moved):
-        return None if moved else chain.build(self, tape, observed)  # (a Chain writes every assigned array in place)
+        made = None if moved else chain.build(self, tape, observed)  # (a Chain writes every assigned array in place)
+        if made is not None and self.tuning is None and tune.enabled() and self.shapes:
+            # a jitted step in its steady state: its products are known, and this machine has no tuning yet
+            self.tuning = tune.tune_and_store(self.lib, dict(self.shapes))
+        return made
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel, arguments converted by
@@ -225,6 +233,8 @@ class CRuntime(NumpyRuntime):
             la, lb, runs = matrix_layout(a), matrix_layout(b), batch_runs(batch, a, b, out)
         (n0, (a0, b0, c0)), (n1, (a1, b1, c1)) = ([(1, (0, 0, 0))] * 2 + runs)[-2:]
         beta = (0.0,) if gemm == "tl_sgemm_batched2" else ()  # the 16-bit products always overwrite
+        if beta:
+            self.shapes[n0 * n1, la[0], lb[0], M, N, K] += 1
         self.call(getattr(self.lib, gemm), n0, n1, la[0], lb[0], M, N, K, a, la[1], a0, a1, b, lb[1], b0, b1,
                   *beta, out, N, c0, c1)
         return out

@@ -1,0 +1,132 @@
+"""The C runtime's autotuning (tinyllm/runtime/c/tune.py): what a choice may change in a product's values, the
+search within its budget, the stored choice applied on the next start, TINYLLM_TUNE=0, and the search a jitted
+step starts by itself."""
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import tinyllm as tl
+import tinyllm.runtime as runtime
+
+RT = runtime.get("c")
+if RT.lib is None:
+    pytest.skip("the C kernels are not built", allow_module_level=True)
+from tinyllm.runtime.c import tune  # noqa: E402
+
+LIB, FFI = RT.lib, RT.ffi
+
+
+def product(ta, tb, M, N, K, a, b):
+    c = np.empty((M, N), np.float32)
+    LIB.tl_sgemm(ta, tb, M, N, K, FFI.from_buffer("float[]", a), M if ta else K, FFI.from_buffer("float[]", b),
+                 K if tb else N, 0.0, FFI.from_buffer("float[]", c), N)
+    return c
+
+
+@pytest.fixture
+def restored():
+    """Whatever a test sets, the runtime's own configuration afterwards."""
+    yield
+    for path in range(3):
+        LIB.tl_sgemm_set_blocking(path, 0, 0, 0)
+    LIB.tl_cpu_set_path(-1)
+
+
+@given(st.integers(1, 200), st.integers(1, 200), st.integers(1, 700), st.booleans(), st.booleans(),
+       st.sampled_from([0.5, 2.0]), st.sampled_from([0.5, 2.0]))
+def test_row_and_column_blocks_leave_every_bit(M, N, K, ta, tb, fm, fn):
+    """MC and NC split rows and columns among blocks: the sum over K of each element keeps its order."""
+    rng = np.random.default_rng(M * 7 + N * 13 + K)
+    a = rng.standard_normal((K, M) if ta else (M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32)
+    path = LIB.tl_cpu_path()
+    try:
+        before = product(ta, tb, M, N, K, a, b)
+        mr, nr, kc, mc, nc = tune._plan(LIB, path)
+        LIB.tl_sgemm_set_blocking(path, kc, max(mr, int(mc * fm)), max(nr, int(nc * fn)))
+        assert np.array_equal(product(ta, tb, M, N, K, a, b), before)
+    finally:
+        LIB.tl_sgemm_set_blocking(path, 0, 0, 0)
+
+
+def test_every_candidate_computes_the_product(restored):
+    """The path and KC change how the sum over K is blocked: the rounding, within float32's error of it."""
+    rng = np.random.default_rng(0)
+    M, N, K = 67, 45, 1500
+    a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    seen = set()
+    for choice in tune.candidates(LIB):
+        tune.apply(LIB, choice)
+        got = product(0, 0, M, N, K, a, b)
+        assert np.all(np.abs(got - exact) <= 4 * K * 2.0 ** -24 * scale), choice
+        seen.add(got.tobytes())
+    assert len(tune.candidates(LIB)) >= 9
+    assert len(seen) > 1                                # (KC or the path did change the rounding somewhere)
+
+
+def test_search_stores_a_choice_the_next_start_applies(tmp_path, monkeypatch, restored):
+    monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TINYLLM_TUNE", "1")
+    shapes = {(1, 0, 0, 64, 96, 128): 3, (1, 1, 0, 128, 96, 64): 1, (4, 0, 1, 16, 16, 32): 2}
+    record = tune.tune_and_store(LIB, shapes, seconds=1.0, progress=False)
+    assert record["seconds"] < 3.0
+    assert record["choice"] in tune.candidates(LIB) and record["default"] == tune.default_choice(LIB)
+    assert record["speedup"] >= 1.0
+    path = tune.store_path(tune.machine(LIB))
+    assert os.path.exists(path) and not [f for f in os.listdir(tmp_path / "tune") if f.endswith(".tmp")]
+    chosen = {"path": LIB.tl_cpu_path(), "kc": 192, "mc": 2 * tune._plan(LIB, LIB.tl_cpu_path())[0], "nc": 4096}
+    with open(path) as f:
+        stored = json.load(f)
+    stored["choice"] = chosen                           # (a choice that is surely not the default)
+    with open(path, "w") as f:
+        json.dump(stored, f)
+    tune.default_choice(LIB)
+    assert tune.load(LIB)["choice"] == chosen
+    assert tune._plan(LIB, chosen["path"])[2:] == [chosen["kc"], chosen["mc"], chosen["nc"]]
+    tune.default_choice(LIB)
+    monkeypatch.setenv("TINYLLM_TUNE", "0")
+    assert tune.load(LIB) is None                       # off: nothing applied
+    assert tune._plan(LIB, chosen["path"])[2] != chosen["kc"]
+
+
+def test_the_runtime_records_its_products():
+    RT.shapes.clear()
+    a = tl.tensor(np.ones((3, 5, 7), np.float32), device="c")
+    b = tl.tensor(np.ones((7, 4), np.float32), device="c")
+    (a @ b).numpy()
+    (a.transpose(1, 2) @ tl.tensor(np.ones((3, 5, 2), np.float32), device="c")).numpy()
+    assert RT.shapes[(1, 0, 0, 15, 4, 7)] + RT.shapes[(3, 0, 0, 5, 4, 7)] == 1
+    assert sum(n for (batch, ta, tb, M, N, K), n in RT.shapes.items() if (M, N, K) == (7, 2, 5) and ta == 1) == 1
+
+
+def test_a_jitted_step_tunes_once_where_nothing_is_stored(tmp_path, monkeypatch, restored):
+    """The search runs at the first chained call of a jitted step (within the budget), once, and is stored."""
+    from tinyllm.models.gpt import GPT, GPTConfig
+    monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TINYLLM_TUNE", "1")
+    monkeypatch.setenv("TINYLLM_TUNE_BUDGET", "0.5")
+    monkeypatch.setattr(RT, "tuning", None)
+    runs = []
+    real = tune.tune_and_store
+    monkeypatch.setattr(tune, "tune_and_store", lambda *a, **k: runs.append(1) or real(*a, **k))
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("c")
+    opt = tl.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        _, loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    fn = tl.jit(step)
+    x = tl.tensor(np.arange(16).reshape(2, 8) % 11, device="c")
+    losses = [fn(x).item() for _ in range(6)]
+    assert runs == [1] and RT.tuning is not None
+    assert os.path.exists(tune.store_path(tune.machine(LIB)))
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]

@@ -1,0 +1,90 @@
+"""Tune the C runtime's products for this machine and remember the choice (tinyllm/runtime/c/tune.py).
+
+    python -m tinyllm.tune                         # a GPT training step's products (config M: 6 x 384, block 256)
+    python -m tinyllm.tune --n-layer 4 --n-embd 128 --block-size 64 --batch 16 --budget 5
+    python -m tinyllm.tune --steps 20              # then time 20 jitted steps with the default and the choice
+
+The products are those one training step of a GPT of that shape runs on the C runtime (forward, backward, AdamW).
+The choice is stored in the kernel cache and applied whenever the C runtime starts on this machine (TINYLLM_TUNE=0:
+never). With --steps, the steps alternate between the default configuration and the choice, and the report says
+how many steps pay the search back.
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
+    """The float32 products one eager training step runs on the C runtime, and the jitted step itself."""
+    from .factory import manual_seed, tensor
+    from .models.gpt import GPT, GPTConfig
+    from .optim import AdamW
+    from .replay.jit import jit
+    manual_seed(0)
+    model = GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
+                          vocab_size=vocab_size, dropout=0.0)).to("c")
+    opt = AdamW(model.parameters(), lr=1e-3)
+
+    def step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, vocab_size, (batch, block_size))
+    batch_xy = (tensor(x, device="c"), tensor((7 * x + 3) % vocab_size, device="c"))
+    rt.shapes.clear()
+    step(*batch_xy).item()
+    return dict(rt.shapes), jit(step), batch_xy
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n-layer", type=int, default=6)
+    ap.add_argument("--n-head", type=int, default=6)
+    ap.add_argument("--n-embd", type=int, default=384)
+    ap.add_argument("--block-size", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab-size", type=int, default=65)
+    ap.add_argument("--budget", type=float, default=None, help="seconds (default: TINYLLM_TUNE_BUDGET or 10)")
+    ap.add_argument("--steps", type=int, default=0, help="then time this many steps, default against the choice")
+    args = ap.parse_args(argv)
+    from . import runtime
+    from .runtime.c import tune
+    rt = runtime.get("c")
+    if rt.lib is None:
+        raise SystemExit("tinyllm.tune: the C kernels are not built (pip install -e . with a C compiler)")
+    shapes, fn, batch_xy = step_products(rt, args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch,
+                                         args.vocab_size)
+    record = tune.tune_and_store(rt.lib, shapes, args.budget)
+    names = {0: "portable", 1: "avx2", 2: "avx512"}
+    show = lambda c: f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}"  # noqa: E731
+    print(f"machine: {json.dumps(record['machine'])}")
+    print(f"{len(shapes)} distinct products, {sum(shapes.values())} a step; searched {len(record['timings'])} "
+          f"configurations in {record['seconds']:.1f} s")
+    print(f"default: {show(record['default'])}; chosen: {show(record['choice'])}; the step's products "
+          f"{record['speedup']:.3f}x the default's speed")
+    print(f"stored: {tune.store_path(record['machine'])}")
+    if args.steps:
+        for _ in range(3):                              # (recorded, then replayed and chained)
+            fn(*batch_xy).item()
+        times = {"default": [], "chosen": []}
+        for i in range(2 * args.steps):
+            which = ("default", "chosen")[i % 2]
+            tune.apply(rt.lib, record[which if which == "default" else "choice"])
+            t = time.perf_counter()
+            fn(*batch_xy).item()
+            times[which].append(time.perf_counter() - t)
+        tune.apply(rt.lib, record["choice"])
+        d, c = (float(np.median(times[k])) for k in ("default", "chosen"))
+        saved = d - c
+        pay = f"{record['seconds'] / saved:,.0f} steps" if saved > 0 else "never (no step time saved)"
+        print(f"step (median of {args.steps} each, alternating): default {d * 1e3:.1f} ms, chosen {c * 1e3:.1f} ms; "
+              f"the search pays back after {pay}")
+
+
+if __name__ == "__main__":
+    main()
