@@ -21,7 +21,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import cpu_model  # noqa: E402
+from common import cpu_model, gpt_train_step  # noqa: E402
 from train_gpt import CONFIGS, wgpu_meter  # noqa: E402
 
 MODES = {"chained": dict(plans=True, chains=True), "replayed": dict(plans=True, chains=False),
@@ -39,15 +39,7 @@ def train(tl, rt, meter, cfg, batch, mode, warmup, steps):
     set_mode(rt, mode)
     tl.manual_seed(0)
     model = GPT(GPTConfig(**cfg, dropout=0.0)).to("wgsl")
-    opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    fn = tl.jit(step)
+    fn = tl.jit(gpt_train_step(model, tl.optim.AdamW(model.parameters(), lr=1e-3)))
     rng = np.random.default_rng(0)
     rows = []
     for i in range(warmup + steps):

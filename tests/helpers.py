@@ -183,6 +183,18 @@ def helper_test_op(shapes, torch_fn, tinyllm_fn=None, *, tol, seed=0, dtype=np.f
     return l_outs
 
 
+def gpt_step(model, opt):
+    """A training step of a GPT: forward (the loss of predicting y, x itself where y is not given), backward,
+    optimizer step, zero_grad; returns the loss."""
+    def step(x, y=None):
+        _, loss = model(x, x if y is None else y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step
+
+
 def tiny_gpt_steps(steps, device=None):
     """Train a tiny GPT (AdamW) for `steps` steps on one fixed batch, yielding after each step."""
     from tinyllm.models.gpt import GPT, GPTConfig

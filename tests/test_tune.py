@@ -15,6 +15,7 @@ RT = runtime.get("c")
 if RT.lib is None:
     pytest.skip("the C kernels are not built", allow_module_level=True)
 from tinyllm.runtime.c import tune  # noqa: E402
+from helpers import gpt_step  # noqa: E402
 
 LIB, FFI = RT.lib, RT.ffi
 
@@ -118,13 +119,7 @@ def test_a_jitted_step_tunes_once_where_nothing_is_stored(tmp_path, monkeypatch,
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("c")
     opt = tl.optim.SGD(model.parameters(), lr=0.1)
 
-    def step(x):
-        _, loss = model(x, x)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    fn = tl.jit(step)
+    fn = tl.jit(gpt_step(model, opt))
     x = tl.tensor(np.arange(16).reshape(2, 8) % 11, device="c")
     losses = [fn(x).item() for _ in range(6)]
     assert runs == [1] and RT.tuning is not None

@@ -10,6 +10,7 @@ import pytest
 import tinyllm as tl
 from tinyllm.models.gpt import GPT, GPTConfig
 from conftest import wgsl_skip_reason
+from helpers import gpt_step
 
 if not os.environ.get("CI") and wgsl_skip_reason():
     pytest.skip(wgsl_skip_reason(), allow_module_level=True)
@@ -30,14 +31,7 @@ def train(steps, jit, plans, chains=False, read_every=1):
         tl.manual_seed(0)
         model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, dropout=0.0)).to("wgsl")
         opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
-
-        def step(x, y):
-            _, loss = model(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-        fn = tl.jit(step) if jit else step
+        fn = tl.jit(gpt_step(model, opt)) if jit else gpt_step(model, opt)
         rng = np.random.default_rng(0)
         losses = []
         for i in range(steps):
@@ -105,13 +99,7 @@ def test_a_jit_replay_is_one_command_buffer():
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("wgsl")
     opt = tl.optim.SGD(model.parameters(), lr=0.1)
 
-    def step(x):
-        _, loss = model(x, x)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    fn = tl.jit(step)
+    fn = tl.jit(gpt_step(model, opt))
     x = tl.tensor(np.arange(16).reshape(2, 8) % 11, device="wgsl")
     for _ in range(5):
         fn(x).item()
@@ -171,13 +159,7 @@ def test_a_chained_training_step_makes_few_wgpu_calls():
     model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("wgsl")
     opt = tl.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def step(x):
-        _, loss = model(x, x)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    fn = tl.jit(step)
+    fn = tl.jit(gpt_step(model, opt))
     data = np.arange(16).reshape(2, 8) % 11
     for _ in range(6):
         fn(tl.tensor(data, device="wgsl")).item()
