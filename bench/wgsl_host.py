@@ -29,7 +29,11 @@ MODES = {"chained": dict(plans=True, chains=True), "replayed": dict(plans=True, 
 
 
 def set_mode(rt, mode):
+    """The runtime replaying as `mode` says, from an empty pool (what a fresh process has)."""
+    import gc
     from tinyllm.runtime.wgsl.plan import Plans
+    gc.collect()
+    rt.empty_cache()
     rt.plans = Plans() if MODES[mode]["plans"] else None
     rt.chains = MODES[mode]["chains"]
 
