@@ -125,6 +125,23 @@ def test_a_chained_step_is_bit_for_bit_the_replay(read_every, native, monkeypatc
     assert all(np.array_equal(chained[1][k], eager[1][k]) for k in eager[1])
 
 
+def test_a_parameter_read_between_chained_steps_is_current(monkeypatch):
+    """A chained step writes the parameters' buffers in place: a value read on the host before must not be served
+    again after (the runtime keeps what it read per buffer)."""
+    chained, submit_step = [], RT.gpu.submit_step
+    monkeypatch.setattr(RT.gpu, "submit_step", lambda *a: chained.append(1) or submit_step(*a))
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.0)).to("wgsl")
+    fn = tl.jit(gpt_step(model, tl.optim.SGD(model.parameters(), lr=0.1)))
+    x = tl.tensor(np.arange(16).reshape(2, 8) % 11, device="wgsl")
+    encoded, seen = RT.gpu.encoded, []
+    for _ in range(8):
+        fn(x).item()
+        seen.append(model.lm_head.weight.numpy().copy())
+    assert RT.gpu.encoded > encoded and len(chained) >= 4
+    assert all(not np.array_equal(a, b) for a, b in zip(seen, seen[1:]))
+
+
 def count_wgpu_calls():
     """Wraps every method of wgpu-py's device, queue, command encoder and compute pass; -> the counter (a list of
     the names tinyllm called; not the calls wgpu-py makes inside them, as read_buffer's own submit) and a function

@@ -182,6 +182,8 @@ class Chain:
             out[src] = Buffer(rt, rt.value(fresh, v.shape, v.dtype, v.elem_strides, v.offset), shape, dtype)
         gpu.submit_step(copies, self.state, self.runs, after)
         rt.index_ops.extend(self.slots)
+        for ref, _ in self.homes:                       # (their values changed: what the host read of them is old)
+            ref().node.arg.data.host = None
         return out
 
     def _alone(self):
