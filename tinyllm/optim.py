@@ -178,13 +178,21 @@ class Optimizer:
         def host_step():
             """Count the step and compute the values each update reads (learning rate, bias corrections).
             They enter the graph as buffers, not constants, so the step's graph is the same every time and
-            its compiled kernels are reused; tinyllm.jit runs this again on every replay."""
-            values = {}
+            its compiled kernels are reused; tinyllm.jit runs this again on every replay. _host_step depends on
+            the group and the step count alone, so it runs once per group and count, not per parameter."""
+            values, done = {}, {}  # (group, step before, dtype, device) -> (step after, {name: key})
             for i, p, group in params:
                 state = self.state.setdefault(p, {})
-                for name, value in self._host_step(group, state).items():
-                    key = keys.setdefault(p, {})[name] = (i, state.get("step"), name, p.dtype, p.device)
-                    values[key] = (value, _real(p))  # (a complex parameter's: its real dtype)
+                seen = done.get((i, state.get("step"), p.dtype, p.device))
+                if seen is None:
+                    before, named = state.get("step"), {}
+                    for name, value in self._host_step(group, state).items():
+                        key = named[name] = (i, state.get("step"), name, p.dtype, p.device)
+                        values[key] = (value, _real(p))  # (a complex parameter's: its real dtype)
+                    seen = done[i, before, p.dtype, p.device] = (state.get("step"), named)
+                elif seen[0] is not None:
+                    state["step"] = seen[0]
+                keys[p] = seen[1]
             return values
 
         scalars = host_values(host_step)
