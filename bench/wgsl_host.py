@@ -4,6 +4,7 @@ kernel function (neither), side by side in one process.
 
     python bench/wgsl_host.py                      # config S: 4 layers, 128 wide, block 64, batch 16
     python bench/wgsl_host.py --config XS --steps 6 --tokens 40
+    python bench/wgsl_host.py --profile 10         # + where a chained step's Python goes (cProfile, 10 steps)
 
 Every wgpu-py method the runtime calls is wrapped and timed (train_gpt.wgpu_meter); "outside" is the wall time minus
 the time inside those calls: the Python of the step, the replay and the runtime. On lavapipe the GPU's work runs on
@@ -20,6 +21,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from common import cpu_model, gpt_train_step  # noqa: E402
 from train_gpt import CONFIGS, wgpu_meter  # noqa: E402
@@ -43,7 +45,7 @@ def train(tl, rt, meter, cfg, batch, mode, warmup, steps):
     set_mode(rt, mode)
     tl.manual_seed(0)
     model = GPT(GPTConfig(**cfg, dropout=0.0)).to("wgsl")
-    fn = tl.jit(gpt_train_step(model, tl.optim.AdamW(model.parameters(), lr=1e-3)))
+    fn = profile.fn = tl.jit(gpt_train_step(model, tl.optim.AdamW(model.parameters(), lr=1e-3)))
     rng = np.random.default_rng(0)
     rows = []
     for i in range(warmup + steps):
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=6)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=20)
+    ap.add_argument("--profile", type=int, default=0, help="then profile this many chained training steps")
     args = ap.parse_args()
     import tinyllm as tl
     rt = tl.runtime.get("wgsl")
@@ -103,7 +106,32 @@ def main():
             outside = (wall - inside) * 1e3
             print(f"| {what} | {mode} | {wall * 1e3:,.1f} | {inside * 1e3:,.1f} | {outside:.2f} | "
                   f"{outside * 1e3 / max(dispatches, 1):.1f} | {calls:,.1f} | {dispatches:,.0f} |", flush=True)
+    if args.profile:
+        profile(tl, rt, meter, train_cfg, batch, args.profile)
     set_mode(rt, "chained")
+
+
+def profile(tl, rt, meter, cfg, batch, steps):
+    """The functions a chained training step's Python spends most in, outside the wgpu-py calls (cProfile's own
+    time per function, per step; the wgpu-py calls and the meter's wrappers left out)."""
+    import cProfile
+    import pstats
+    train(tl, rt, meter, cfg, batch, "chained", 6, 1)   # (recorded, replayed, chained: as the table's)
+    fn, pr = profile.fn, cProfile.Profile()
+    rng = np.random.default_rng(1)
+    pr.enable()
+    for _ in range(steps):
+        x = rng.integers(0, cfg["vocab_size"], (batch, cfg["block_size"]))
+        fn(tl.tensor(x, device="wgsl"), tl.tensor((7 * x + 3) % cfg["vocab_size"], device="wgsl")).item()
+    pr.disable()
+    stats = pstats.Stats(pr).stats
+    own = sorted(((tt / steps * 1e3, f"{os.path.relpath(f, ROOT) if f.startswith(ROOT) else os.path.basename(f)}:"
+                   f"{line}({name})") for (f, line, name), (_, _, tt, _, _) in stats.items()
+                  if "wgpu" not in f and "wgsl_host" not in f and "train_gpt" not in f
+                  and "_thread.lock" not in name), reverse=True)  # (locks: read_buffer waiting for the GPU)
+    print(f"\nWhere a chained step's Python goes ({steps} steps, cProfile's own time per step, ms):")
+    for ms, where in own[:12]:
+        print(f"  {ms:7.3f}  {where}")
 
 
 if __name__ == "__main__":
