@@ -1,0 +1,340 @@
+// tinyllm.js: replays the dispatches tinyllm's WGSL runtime recorded for one step (manifest.json) on WebGPU.
+// No framework, no network: `read(name)` gives the site's files (fetch in a page, the file system under Node).
+
+export const FORMAT = 'tinyllm-webgpu-1';
+const MASK = -1e30; // an empty cache slot's key bias (tinyllm/models/generation.py MASKED)
+
+// ---- files ----
+export function parseSafetensors(buffer) {
+  const view = new DataView(buffer);
+  const n = Number(view.getBigUint64(0, true));
+  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, n)));
+  const out = {};
+  for (const [name, entry] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
+    const [begin, end] = entry.data_offsets;
+    out[name] = {dtype: entry.dtype, shape: entry.shape, bytes: new Uint8Array(buffer, 8 + n + begin, end - begin)};
+  }
+  return {tensors: out, metadata: header.__metadata__ || {}};
+}
+
+// A safetensors file of Float32 tensors {name: {shape, data: Float32Array}} with string metadata.
+export function writeSafetensors(tensors, metadata) {
+  const header = {};
+  let offset = 0;
+  const names = Object.keys(tensors).sort();
+  for (const name of names) {
+    const t = tensors[name];
+    header[name] = {dtype: 'F32', shape: t.shape, data_offsets: [offset, offset + t.data.byteLength]};
+    offset += t.data.byteLength;
+  }
+  if (metadata) header.__metadata__ = metadata;
+  let text = JSON.stringify(header);
+  text += ' '.repeat((8 - ((8 + new TextEncoder().encode(text).length) % 8)) % 8); // data 8-byte aligned
+  const head = new TextEncoder().encode(text);
+  const out = new Uint8Array(8 + head.length + offset);
+  new DataView(out.buffer).setBigUint64(0, BigInt(head.length), true);
+  out.set(head, 8);
+  let at = 8 + head.length;
+  for (const name of names) {
+    const d = tensors[name].data;
+    out.set(new Uint8Array(d.buffer, d.byteOffset, d.byteLength), at);
+    at += d.byteLength;
+  }
+  return out;
+}
+
+// ---- the device ----
+const LIMITS = ['maxStorageBuffersPerShaderStage', 'maxStorageBufferBindingSize', 'maxBufferSize',
+  'maxComputeWorkgroupStorageSize', 'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX',
+  'maxComputeWorkgroupSizeY', 'maxComputeWorkgroupSizeZ', 'maxComputeWorkgroupsPerDimension'];
+
+// A device that offers what the recorded kernels need (manifest.needs), asking the adapter for its largest limits
+// (the defaults, 8 storage buffers a stage, are fewer than fused kernels bind).
+export async function openDevice(gpu, needs, adapterOptions) {
+  if (!gpu) throw new Error('WebGPU is not available here (navigator.gpu is missing): open the page in a browser ' +
+    'with WebGPU enabled (Chrome/Edge 113+, or chromium --enable-unsafe-webgpu)');
+  let adapter = await gpu.requestAdapter(adapterOptions);
+  if (!adapter && !adapterOptions) adapter = await gpu.requestAdapter({featureLevel: 'compatibility'});
+  if (!adapter) throw new Error('WebGPU: no adapter (requestAdapter returned null)');
+  const requiredLimits = {};
+  for (const k of LIMITS) if (adapter.limits[k] !== undefined) requiredLimits[k] = adapter.limits[k];
+  for (const k of ['maxStorageBuffersPerShaderStage', 'maxStorageBufferBindingSize', 'maxBufferSize']) {
+    if (needs[k] > (adapter.limits[k] || 0)) {
+      throw new Error(`WebGPU: the kernels need ${k} = ${needs[k]}, this adapter offers ${adapter.limits[k]}`);
+    }
+  }
+  const requiredFeatures = [];
+  if (needs.shaderF16) {
+    if (!adapter.features.has('shader-f16')) throw new Error('WebGPU: the kernels compute in float16 (shader-f16), ' +
+      'which this adapter lacks');
+    requiredFeatures.push('shader-f16');
+  }
+  const device = await adapter.requestDevice({requiredLimits, requiredFeatures});
+  return {adapter, device};
+}
+
+// ---- the recorded program ----
+export class Program {
+  // device: a GPUDevice; manifest; kernels: WGSL texts; weights: parseSafetensors' tensors; state: ArrayBuffer
+  constructor(device, manifest, kernels, weights, state) {
+    this.device = device;
+    this.manifest = manifest;
+    const U = globalThis.GPUBufferUsage;
+    this.buffers = manifest.buffers.map((b, i) => {
+      const buffer = device.createBuffer({size: b.nbytes, usage: U.STORAGE | U.COPY_SRC | U.COPY_DST,
+        label: `buffer ${i}`});
+      if (b.weight !== undefined) {
+        const w = weights[b.weight];
+        if (!w) throw new Error(`weights.safetensors has no tensor ${b.weight} (buffer ${i})`);
+        device.queue.writeBuffer(buffer, 0, w.bytes);
+      } else if (b.state !== undefined) {
+        device.queue.writeBuffer(buffer, 0, new Uint8Array(state, b.state[0], b.state[1]));
+      }
+      return buffer;
+    });
+    const pipelines = new Map(); // (kernel, read-only flags) -> [pipeline, layout], as the WGSL runtime keys them
+    const modules = kernels.map((code, k) => device.createShaderModule({code, label: manifest.kernels[k]}));
+    this.steps = manifest.dispatches.map(([k, bufs, ro, groups]) => {
+      const key = `${k}:${ro.join('')}`;
+      let hit = pipelines.get(key);
+      if (!hit) {
+        const layout = device.createBindGroupLayout({entries: ro.map((r, binding) => ({binding,
+          visibility: globalThis.GPUShaderStage.COMPUTE, buffer: {type: r ? 'read-only-storage' : 'storage'}}))});
+        const pipeline = device.createComputePipeline({compute: {module: modules[k], entryPoint: 'main'},
+          layout: device.createPipelineLayout({bindGroupLayouts: [layout]})});
+        hit = [pipeline, layout];
+        pipelines.set(key, hit);
+      }
+      const group = device.createBindGroup({layout: hit[1], entries: bufs.map((b, binding) => ({binding,
+        resource: {buffer: this.buffers[b]}}))});
+      return [hit[0], group, groups];
+    });
+    this.pipelineCount = pipelines.size;
+  }
+
+  // Encode the recorded dispatches (one compute pass), then `copies` [[from, to, nbytes]], and submit.
+  run(copies = []) {
+    const encoder = this.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    for (const [pipeline, group, groups] of this.steps) {
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
+    }
+    pass.end();
+    for (const [from, to, nbytes] of copies) encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
+    this.device.queue.submit([encoder.finish()]);
+  }
+
+  writeInt(buffer, value) {
+    this.device.queue.writeBuffer(this.buffers[buffer], 0, new Int32Array([value]));
+  }
+
+  // `count` float32 values of buffer `buffer` from element `offset`, once the GPU is done.
+  async readFloats(buffer, offset, count) {
+    const U = globalThis.GPUBufferUsage;
+    const nbytes = Math.ceil((count * 4) / 4) * 4;
+    const staging = this.device.createBuffer({size: nbytes, usage: U.MAP_READ | U.COPY_DST});
+    const encoder = this.device.createCommandEncoder();
+    encoder.copyBufferToBuffer(this.buffers[buffer], offset * 4, staging, 0, nbytes);
+    this.device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(globalThis.GPUMapMode.READ);
+    const out = new Float32Array(staging.getMappedRange().slice(0));
+    staging.unmap();
+    staging.destroy();
+    return out;
+  }
+}
+
+// ---- tokenizers ----
+export function makeTokenizer(table) {
+  if (table.kind === 'char') {
+    const chars = Array.from(table.vocab);
+    const ids = new Map(chars.map((c, i) => [c, i]));
+    return {
+      nVocab: chars.length,
+      encode(text) {
+        return Array.from(text).map((c) => {
+          if (!ids.has(c)) throw new Error(`the character ${JSON.stringify(c)} is not in the model's vocabulary`);
+          return ids.get(c);
+        });
+      },
+      decode: (tokens) => tokens.map((t) => chars[t]).join(''),
+    };
+  }
+  return { // kind "ids": token ids separated by spaces
+    nVocab: table.n_vocab,
+    encode: (text) => text.trim().split(/\s+/).filter(Boolean).map(Number),
+    decode: (tokens) => tokens.map((t) => `${t} `).join(''),
+  };
+}
+
+// ---- sampling (tinyllm.sampling's temperature, top-k, top-p), seeded ----
+export function rng(seed) { // mulberry32: a small seeded PRNG, uniform in [0, 1)
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6D2B79F5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function argmax(logits) {
+  let best = 0;
+  for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+// temperature 0: argmax; else softmax(logits / temperature) kept to the top_k likeliest, then to the fewest whose
+// probability reaches top_p (the token that crosses it included), renormalised and drawn with `random`.
+export function sample(logits, {temperature = 1, topK = 0, topP = 1}, random) {
+  if (temperature === 0) return argmax(logits);
+  const order = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a]);
+  const keep = topK > 0 ? order.slice(0, topK) : order;
+  const top = logits[keep[0]];
+  let probs = keep.map((i) => Math.exp((logits[i] - top) / temperature));
+  let total = probs.reduce((s, p) => s + p, 0);
+  probs = probs.map((p) => p / total);
+  let n = probs.length;
+  if (topP < 1) {
+    let sum = 0;
+    for (n = 0; n < probs.length && sum < topP; n++) sum += probs[n];
+  }
+  total = probs.slice(0, n).reduce((s, p) => s + p, 0);
+  let u = random() * total;
+  for (let j = 0; j < n; j++) {
+    u -= probs[j];
+    if (u < 0) return keep[j];
+  }
+  return keep[n - 1];
+}
+
+// ---- generation: the decode step against the key/value caches ----
+export class Generator {
+  constructor(program) {
+    this.program = program;
+    this.plan = program.manifest.generate;
+    this.block = program.manifest.model.config.block_size ?? program.manifest.model.config.max_position_embeddings;
+    this.reset();
+  }
+
+  // Empty caches: zeros, each key slot's mask bias (its last component) MASKED.
+  reset() {
+    for (const c of this.plan.caches) {
+      const data = new Float32Array(c.shape.reduce((a, b) => a * b, 1));
+      if (c.masked_last) {
+        const last = c.shape[c.shape.length - 1];
+        for (let i = last - 1; i < data.length; i += last) data[i] = c.mask ?? MASK;
+      }
+      this.program.device.queue.writeBuffer(this.program.buffers[c.buffer], 0, data);
+    }
+    this.length = 0;
+  }
+
+  // The next-token logits after `token` at position this.length (the step writes its key and value there).
+  async step(token) {
+    if (this.length >= this.block) throw new Error(`the context is full: ${this.block} tokens (block_size)`);
+    const {inputs, copies, logits} = this.plan;
+    this.program.writeInt(inputs.token, token);
+    this.program.writeInt(inputs.pos, this.length);
+    this.program.run(copies);
+    this.length += 1;
+    return this.program.readFloats(logits.buffer, logits.offset, logits.count);
+  }
+
+  // Feed `prompt` (ids), then sample `maxNew` tokens; onToken(id) as each is drawn. Returns the new ids.
+  async generate(prompt, maxNew, options = {}, onToken = () => {}) {
+    if (!prompt.length) throw new Error('the prompt is empty: give at least one token');
+    this.reset();
+    const random = rng(options.seed ?? 0);
+    let logits;
+    for (const t of prompt) logits = await this.step(t);
+    const out = [];
+    for (let i = 0; i < maxNew; i++) {
+      const t = sample(logits, options, random);
+      out.push(t);
+      onToken(t);
+      if (i + 1 === maxNew || this.length >= this.block) break;
+      logits = await this.step(t);
+    }
+    return out;
+  }
+}
+
+// ---- loading a site ----
+// read(name) -> Promise<ArrayBuffer>; returns {manifest, program, tokenizer, adapter, device}.
+export async function loadSite(gpu, read, adapterOptions) {
+  const text = (name) => read(name).then((b) => new TextDecoder().decode(b));
+  const manifest = JSON.parse(await text('manifest.json'));
+  if (manifest.format !== FORMAT) throw new Error(`manifest.json is ${manifest.format}, this driver reads ${FORMAT}`);
+  const [kernels, weights, state] = await Promise.all([Promise.all(manifest.kernels.map(text)),
+    read(manifest.weights), read(manifest.state)]);
+  const {adapter, device} = await openDevice(gpu, manifest.needs, adapterOptions);
+  device.addEventListener?.('uncapturederror', (e) => console.error('WebGPU error:', e.error.message));
+  const program = new Program(device, manifest, kernels, parseSafetensors(weights).tensors, state);
+  return {manifest, program, tokenizer: makeTokenizer(manifest.tokenizer), adapter, device};
+}
+
+// ---- the page ----
+async function fetchFile(name) {
+  const response = await fetch(name);
+  if (!response.ok) throw new Error(`${name}: HTTP ${response.status}`);
+  return response.arrayBuffer();
+}
+
+// Wires index.html's controls. What the page did is kept on `document.body.dataset` (generated, tokensPerS,
+// losses) for tests that drive a headless browser.
+export async function mountPage(document) {
+  const $ = (id) => document.getElementById(id);
+  const status = (text, bad) => {
+    $('status').textContent = text;
+    $('status').className = bad ? 'error' : '';
+  };
+  const body = document.body;
+  let site;
+  try {
+    site = await loadSite(globalThis.navigator?.gpu, fetchFile);
+  } catch (e) {
+    status(`cannot run: ${e.message}`, true);
+    body.dataset.error = e.message;
+    return;
+  }
+  const {manifest, program, tokenizer, adapter} = site;
+  const info = adapter.info || {};
+  status(`${manifest.dispatches.length} dispatches of ${manifest.kernels.length} kernels on ` +
+    `${[info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'WebGPU'}`);
+  body.dataset.ready = '1';
+  if (manifest.step === 'generate') mountGenerate($, status, body, program, tokenizer);
+  else mountTrain($, status, body, program);
+}
+
+function mountGenerate($, status, body, program, tokenizer) {
+  $('generate').hidden = false;
+  const gen = new Generator(program);
+  const button = $('run-generate');
+  button.disabled = false;
+  button.onclick = async () => {
+    button.disabled = true;
+    try {
+      const prompt = tokenizer.encode($('prompt').value);
+      const options = {temperature: Number($('temperature').value), topK: Number($('top-k').value),
+        topP: Number($('top-p').value), seed: Number($('seed').value)};
+      $('output').textContent = $('prompt').value;
+      const start = performance.now();
+      const tokens = await gen.generate(prompt, Number($('max-new').value), options, (t) => {
+        $('output').textContent += tokenizer.decode([t]);
+      });
+      const perS = (prompt.length + tokens.length - 1) / ((performance.now() - start) / 1000);
+      status(`${tokens.length} tokens, ${perS.toFixed(1)} steps/s (prompt included)`);
+      body.dataset.generated = tokenizer.decode(tokens);
+      body.dataset.tokensPerS = perS.toFixed(2);
+    } catch (e) {
+      status(e.message, true);
+      body.dataset.error = e.message;
+    }
+    button.disabled = false;
+  };
+}
