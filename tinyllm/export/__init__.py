@@ -55,5 +55,4 @@ def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, 
     else:
         from .train import record_train
         manifest, kernels, tensors, blob = record_train(model, rt, head, train or {})
-    write_site(out_dir, manifest, kernels, tensors, blob, f"tinyllm {step}")
-    return manifest
+    return write_site(out_dir, manifest, kernels, tensors, blob, f"tinyllm {step}")

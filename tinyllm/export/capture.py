@@ -70,6 +70,9 @@ def recording(rt):
         raise ExportError(f"tinyllm.export: op {node.op} {tuple(node.shape)} has no WGSL kernel and runs on the host "
                           "in the WGSL runtime; an exported page can only dispatch kernels: use a model without it")
 
+    def refuse_host_forward(op, node, ins):
+        refuse_host(node)
+
     def refuse_download(storage, nbytes):
         if not inside[0]:
             raise ExportError(f"tinyllm.export: the step reads {nbytes} bytes back to the host while it runs (a value "
@@ -85,7 +88,7 @@ def recording(rt):
     plans, rt.plans = rt.plans, None
     gpu.submit()
     gpu.dispatch, gpu.download, gpu.upload = record, refuse_download, refuse_upload
-    rt.on_host = rt.host_forward = refuse_host
+    rt.on_host, rt.host_forward = refuse_host, refuse_host_forward
     try:
         yield rec
     finally:

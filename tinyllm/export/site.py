@@ -78,6 +78,7 @@ def write_site(out_dir, manifest, kernels, tensors, blob, title):
         page = f.read()
     with open(os.path.join(out_dir, "index.html"), "w") as f:
         f.write(page.replace("{{TITLE}}", title).replace("{{STEP}}", manifest["step"]))
+    return manifest
 
 
 def needs(kernels, manifest):

@@ -1,0 +1,132 @@
+"""tinyllm.export.webgpu, step="generate": the exported site run under Node (Dawn's WebGPU, the `webgpu` npm
+package) against the Python WGSL runtime it was recorded from, and the NumPy runtime; and the exporter's errors."""
+import os
+
+import numpy as np
+import pytest
+
+import tinyllm
+import tinyllm.export
+from conftest import wgsl_skip_reason
+from export_web_helpers import run_site
+from tinyllm.models import GPT, GPTConfig
+from tinyllm.models.generation import Decoder
+from tinyllm.tensor import Tensor
+
+pytestmark = pytest.mark.wgsl
+
+if not os.environ.get("CI") and wgsl_skip_reason():
+    pytest.skip(wgsl_skip_reason(), allow_module_level=True)
+
+VOCAB = "\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+class Chars:  # as examples/gpt_files.CharTokenizer
+    kind = "char"
+
+    def __init__(self, vocab):
+        self.vocab, self.n_vocab = vocab, len(vocab)
+
+
+def small_gpt(seed=0, block=32):
+    tinyllm.manual_seed(seed)
+    model = GPT(GPTConfig(block_size=block, vocab_size=len(VOCAB), n_layer=2, n_head=2, n_embd=32))
+    return model.to("wgsl").eval()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    model = small_gpt()
+    out = tmp_path_factory.mktemp("site") / "gen"
+    manifest = tinyllm.export.webgpu(model, str(out), tokenizer=Chars(VOCAB))
+    return model, out, manifest
+
+
+def python_steps(model, tokens):
+    """The WGSL runtime's logits after each token, through the Decoder's replayed step from empty caches."""
+    decoder = Decoder(model, 1, "wgsl", True)
+    decoder.cut(Tensor([0], device="wgsl"))
+    with tinyllm.no_grad():
+        return np.stack([decoder.step(Tensor([[t]], device="wgsl"), Tensor([i], device="wgsl")).numpy()[0]
+                         for i, t in enumerate(tokens)])
+
+
+def test_site_files(site):
+    _, out, manifest = site
+    names = sorted(os.listdir(out))
+    assert names == ["index.html", "kernels", "manifest.json", "state.bin", "tinyllm.js", "weights.safetensors"]
+    assert len(os.listdir(out / "kernels")) == len(manifest["kernels"]) > 0
+    assert manifest["generate"]["logits"]["count"] == len(VOCAB)
+    assert manifest["tokenizer"] == {"kind": "char", "vocab": VOCAB}
+    js = (out / "tinyllm.js").read_text()
+    assert "fetch(" in js and "http" not in js.replace("HTTP ${", "")  # no network beyond the site's own files
+
+
+def test_logits_match_the_wgsl_runtime(site):
+    model, out, _ = site
+    tokens = [int(t) for t in np.random.default_rng(1).integers(0, len(VOCAB), 20)]
+    got = run_site(out, mode="logits", tokens=tokens)
+    js = np.array(got["logits"], np.float32)
+    want = python_steps(model, tokens)
+    assert js.shape == want.shape
+    np.testing.assert_allclose(js, want, atol=1e-5, rtol=0)
+    # and the NumPy runtime's full forward over the same tokens (other kernels: float rounding differs)
+    reference = small_gpt().to("numpy")
+    with tinyllm.no_grad():
+        full = reference.lm_head(reference._features(Tensor([tokens], device="numpy"))).numpy()[0]
+    np.testing.assert_allclose(js, full, atol=1e-4, rtol=0)
+
+
+def test_greedy_generation_gives_the_same_tokens(site):
+    model, out, _ = site
+    prompt = [int(t) for t in np.random.default_rng(2).integers(0, len(VOCAB), 5)]
+    n = 32 - len(prompt)  # up to the block: the page's context ends there
+    got = run_site(out, mode="generate", prompt=prompt, max_new=n, options={"temperature": 0})
+    want = model.generate(Tensor([prompt], device="wgsl"), n, temperature=0).numpy()[0, len(prompt):]
+    assert got["tokens"] == want.tolist()
+    print(f"\nNode ({got['backend']}, {got['adapter']}): {got['tokens_per_s']:.1f} tokens/s")
+
+
+def test_sampling_is_seeded(site):
+    _, out, _ = site
+    prompt = [1, 2, 3]
+    options = {"temperature": 0.9, "topK": 10, "topP": 0.9, "seed": 7}
+    a = run_site(out, mode="generate", prompt=prompt, max_new=12, options=options)["tokens"]
+    b = run_site(out, mode="generate", prompt=prompt, max_new=12, options=options)["tokens"]
+    c = run_site(out, mode="generate", prompt=prompt, max_new=12, options={**options, "seed": 8})["tokens"]
+    assert a == b and len(a) == 12 and a != c
+
+
+# ---- errors ----
+def test_an_existing_directory_is_refused_without_overwrite(site, tmp_path):
+    model = site[0]
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(tinyllm.export.ExportError, match="exists and is not empty.*overwrite=True"):
+        tinyllm.export.webgpu(model, str(tmp_path))
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    tinyllm.export.webgpu(model, str(tmp_path), overwrite=True)
+    assert (tmp_path / "index.html").exists()
+
+
+def test_a_tokenizer_it_cannot_serialize_is_named(site, tmp_path):
+    class Weird:
+        pass
+    with pytest.raises(tinyllm.export.ExportError, match="cannot serialize a tokenizer of type Weird"):
+        tinyllm.export.webgpu(site[0], str(tmp_path / "x"), tokenizer=Weird())
+    with pytest.raises(tinyllm.export.ExportError, match="has 3 characters"):
+        tinyllm.export.webgpu(site[0], str(tmp_path / "y"), tokenizer=Chars("abc"))
+
+
+def test_an_op_without_a_wgsl_kernel_is_named():
+    from tinyllm.export.capture import recording
+    from tinyllm.runtime import get
+    rt = get("wgsl")
+    a = tinyllm.tensor(np.eye(3, dtype=np.float32) * 2, device="wgsl").realize()
+    with pytest.raises(tinyllm.export.ExportError, match=r"op CHOLESKY \(3, 3\) has no WGSL kernel"):
+        with recording(rt):
+            tinyllm.linalg.cholesky(a).realize()
+
+
+def test_a_model_on_another_runtime_is_refused(tmp_path):
+    with pytest.raises(tinyllm.export.ExportError, match="model.to\\('wgsl'\\)"):
+        tinyllm.export.webgpu(small_gpt().to("numpy"), str(tmp_path / "s"))
