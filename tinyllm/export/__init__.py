@@ -8,8 +8,8 @@ This package sits above models and the runtimes: nothing below it imports it.
 """
 import dataclasses
 
-from .capture import ExportError, recording  # noqa: F401
-from .site import prepare_dir, program, site_bytes, write_site  # noqa: F401
+from .capture import ExportError, binding_limit, check_bindings, recording  # noqa: F401
+from .site import check_dir, prepare_dir, program, site_bytes, write_site  # noqa: F401
 from .tokenizers import tokenizer_table
 
 STEPS = ("generate", "train")
@@ -27,18 +27,28 @@ def _wgsl_runtime(model):
     return get("wgsl")
 
 
-def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, train=None):
+def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, train=None, max_storage_buffers=16):
     """Write a static site into `out_dir` that runs `model`'s step with WebGPU: "generate" (a decode step with a
     key/value cache, sampled in JavaScript) or "train" (forward, backward and AdamW on a token corpus: `train`
-    is a dict of tinyllm.export.train.TrainSetup's fields). Returns the manifest (a dict)."""
+    is a dict: the corpus `tokens` and tinyllm.export.train.DEFAULTS' keys). Kernels bind at most
+    max_storage_buffers buffers (16: what Dawn's OpenGL ES path offers; the runtime fuses up to its adapter's
+    limit). Returns the manifest (a dict)."""
     if step not in STEPS:
         raise ExportError(f"tinyllm.export: step must be one of {STEPS}, got {step!r}")
     rt = _wgsl_runtime(model)
     table = tokenizer_table(tokenizer, model.config.vocab_size)
-    prepare_dir(out_dir, overwrite)
+    check_dir(out_dir, overwrite)  # (before the recording: an error now, not after it)
     config = dataclasses.asdict(model.config)
     head = {"step": step, "model": {"type": getattr(model, "model_type", type(model).__name__), "config": config},
             "tokenizer": table, "device": rt.info}
+    with binding_limit(rt, max_storage_buffers):
+        manifest, kernels, tensors, blob, extra = _record(model, rt, step, head, train)
+        check_bindings(manifest["dispatches"], max_storage_buffers)
+    prepare_dir(out_dir, overwrite)
+    return write_site(out_dir, manifest, kernels, tensors, blob, f"tinyllm {step}", extra)
+
+
+def _record(model, rt, step, head, train):
     if step == "generate":
         from .generate import params_by_order, record_decode
         was_training = model.training
@@ -51,8 +61,8 @@ def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, 
         skip = set(plan["inputs"].values()) | {c["buffer"] for c in plan["caches"]}
         kernels, dispatches, buffers, blob = program(rec, names, skip)
         tensors = {name: t.numpy() for name, t in model.state_dict().items() if name in set(names.values())}
-        manifest = dict(head, generate=plan, dispatches=dispatches, buffers=buffers)
+        manifest, extra = dict(head, generate=plan, dispatches=dispatches, buffers=buffers), {}
     else:
         from .train import record_train
-        manifest, kernels, tensors, blob = record_train(model, rt, head, train or {})
-    return write_site(out_dir, manifest, kernels, tensors, blob, f"tinyllm {step}")
+        manifest, kernels, tensors, blob, extra = record_train(model, rt, head, train or {})
+    return manifest, kernels, tensors, blob, extra

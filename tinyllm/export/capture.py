@@ -46,8 +46,10 @@ class Recording:
 
 
 @contextlib.contextmanager
-def recording(rt):
-    """Record what `rt` (a WGSLRuntime) dispatches inside the block; yields the Recording."""
+def recording(rt, host_inputs=None):
+    """Record what `rt` (a WGSLRuntime) dispatches inside the block; yields the Recording. With `host_inputs` (a
+    list), uploads of host data are allowed and appended to it as (Storage, array): a training step's optimizer
+    values, which the page computes itself."""
     rec, gpu = Recording(), rt.gpu
     dispatch, download, upload = gpu.dispatch, gpu.download, gpu.upload
     on_host, host_forward = rt.on_host, rt.host_forward
@@ -80,6 +82,10 @@ def recording(rt):
         return download(storage, nbytes)
 
     def refuse_upload(array, pooled=True):
+        if pooled and host_inputs is not None:
+            storage = upload(array, pooled)
+            host_inputs.append((storage, np.array(array)))
+            return storage
         if pooled:
             raise ExportError(f"tinyllm.export: the step uploads host data of shape {np.shape(array)} while it runs "
                               "(a tensor made from host values inside the step): the page could not repeat that")
@@ -95,6 +101,38 @@ def recording(rt):
         del gpu.dispatch, gpu.download, gpu.upload, rt.on_host, rt.host_forward  # back to the class's methods
         rt.plans = plans
         gpu.submit()
+
+
+@contextlib.contextmanager
+def binding_limit(rt, n):
+    """Kernels of at most `n` storage bindings (output and inputs) inside the block: the fusion pass is given the
+    lower limit, and the schedule caches are emptied on the way in and out, so that no kernel fused for the
+    runtime's own, higher limit is reused inside, nor one fused for `n` outside. (WebGPU adapters differ: Dawn's
+    OpenGL ES path offers 16, WebGPU's default is 8; the runtime fuses up to its own adapter's limit.)"""
+    from .. import realizer
+    old = rt.max_kernel_inputs
+    lower = old is None or old > n - 1
+
+    def forget():
+        realizer._schedules.clear()
+        realizer._known.clear()
+    if lower:
+        forget()
+        rt.max_kernel_inputs = n - 1
+    try:
+        yield
+    finally:
+        if lower:
+            rt.max_kernel_inputs = old
+            forget()
+
+
+def check_bindings(dispatches, n):
+    """Refuse manifest dispatches that bind more than n buffers."""
+    for _, buffers, _, _ in dispatches:
+        if len(buffers) > n:
+            raise ExportError(f"tinyllm.export: a kernel binds {len(buffers)} storage buffers, over the limit of "
+                              f"{n} (max_storage_buffers): pass a higher one, or a smaller model")
 
 
 def storage_of(tensor):

@@ -14,15 +14,21 @@ WEB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web")
 FORMAT = "tinyllm-webgpu-1"
 
 
-def prepare_dir(out_dir, overwrite):
-    """An empty `out_dir`; an existing one is refused unless overwrite=True (then only the files a site has go)."""
+def check_dir(out_dir, overwrite):
+    """Refuse an `out_dir` that is a file, or a directory with files in it unless overwrite=True."""
     if os.path.exists(out_dir):
         if not os.path.isdir(out_dir):
             raise ExportError(f"tinyllm.export: {out_dir} exists and is not a directory")
         if os.listdir(out_dir) and not overwrite:
             raise ExportError(f"tinyllm.export: {out_dir} exists and is not empty: pass overwrite=True "
                               "(--overwrite) to replace the site there, or name a new directory")
-        for name in ("index.html", "tinyllm.js", "manifest.json", "weights.safetensors", "state.bin", "kernels"):
+
+
+def prepare_dir(out_dir, overwrite):
+    """An `out_dir` without a site's files (check_dir's conditions; overwrite=True removes only those files)."""
+    check_dir(out_dir, overwrite)
+    if os.path.exists(out_dir):
+        for name in ("index.html", "tinyllm.js", "manifest.json", "weights.safetensors", "state.bin", "corpus.bin", "kernels"):
             path = os.path.join(out_dir, name)
             if os.path.isdir(path):
                 shutil.rmtree(path)
@@ -57,7 +63,7 @@ def program(rec, weights, skip):
     return kernels, dispatches, buffers, bytes(blob)
 
 
-def write_site(out_dir, manifest, kernels, tensors, blob, title):
+def write_site(out_dir, manifest, kernels, tensors, blob, title, extra=None):
     """Write the site's files into `out_dir` (prepared by prepare_dir)."""
     kdir = os.path.join(out_dir, "kernels")
     os.makedirs(kdir, exist_ok=True)
@@ -69,8 +75,9 @@ def write_site(out_dir, manifest, kernels, tensors, blob, title):
     manifest = dict(manifest, format=FORMAT, kernels=names, weights="weights.safetensors", state="state.bin",
                     needs=needs(kernels, manifest))
     st.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, os.path.join(out_dir, "weights.safetensors"))
-    with open(os.path.join(out_dir, "state.bin"), "wb") as f:
-        f.write(blob)
+    for name, data in {"state.bin": blob, **(extra or {})}.items():
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(data)
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, separators=(",", ":"))
     shutil.copy(os.path.join(WEB, "tinyllm.js"), os.path.join(out_dir, "tinyllm.js"))

@@ -52,19 +52,21 @@ if (args.mode === 'logits') {
   out.seconds = seconds;
   out.tokens_per_s = (args.prompt.length + out.tokens.length - 1) / seconds; // every step, prompt's included
 } else if (args.mode === 'train') {
-  const {Trainer} = driver;
-  const trainer = new Trainer(program);
+  const trainer = new driver.Trainer(program, site_.corpus);
   out.losses = [];
   const start = performance.now();
-  for (let i = 0; i < args.steps; i++) out.losses.push(await trainer.step());
+  for (let i = 0; i < args.steps; i++) out.losses.push(await trainer.step(args.offsets?.[i]));
   out.seconds = (performance.now() - start) / 1000;
-  if (args.params) out.params = await trainer.parameters();
+  if (args.params) {
+    out.params = {};
+    for (const [name, data] of Object.entries(await trainer.parameters())) out.params[name] = Array.from(data);
+  }
   if (args.checkpoint) {
     const {writeFile} = await import('node:fs/promises');
     await writeFile(args.checkpoint, await trainer.checkpoint());
   }
 }
 await program.device.queue.onSubmittedWorkDone();
-out.errors = errors;
-console.log(JSON.stringify(out));
-process.exit(0);
+out.errors = [...new Set(errors)].slice(0, 5); // the first few distinct ones
+// exit once the line is written: stdout to a pipe is asynchronous, and process.exit would cut it short
+process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0));

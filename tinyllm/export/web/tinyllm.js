@@ -95,6 +95,7 @@ export class Program {
     });
     const pipelines = new Map(); // (kernel, read-only flags) -> [pipeline, layout], as the WGSL runtime keys them
     const modules = kernels.map((code, k) => device.createShaderModule({code, label: manifest.kernels[k]}));
+    this.modules = modules;
     this.steps = manifest.dispatches.map(([k, bufs, ro, groups]) => {
       const key = `${k}:${ro.join('')}`;
       let hit = pipelines.get(key);
@@ -111,11 +112,23 @@ export class Program {
       return [hit[0], group, groups];
     });
     this.pipelineCount = pipelines.size;
+    this.weights = weights;
   }
 
-  // Encode the recorded dispatches (one compute pass), then `copies` [[from, to, nbytes]], and submit.
-  run(copies = []) {
+  // Throws the first WGSL compilation error, naming its kernel file and line (a browser's compiler may refuse
+  // what wgpu-py's accepted).
+  async check() {
+    for (const [k, module] of this.modules.entries()) {
+      const info = module.getCompilationInfo ? await module.getCompilationInfo() : {messages: []};
+      const bad = info.messages.find((m) => m.type === 'error');
+      if (bad) throw new Error(`${this.manifest.kernels[k]}:${bad.lineNum}:${bad.linePos}: ${bad.message}`);
+    }
+  }
+
+  // Copies `before` [[from, to, nbytes]], the recorded dispatches (one compute pass), copies `after`; one submit.
+  run(after = [], before = []) {
     const encoder = this.device.createCommandEncoder();
+    for (const [from, to, nbytes] of before) encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
     const pass = encoder.beginComputePass();
     for (const [pipeline, group, groups] of this.steps) {
       pass.setPipeline(pipeline);
@@ -123,12 +136,16 @@ export class Program {
       pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
     }
     pass.end();
-    for (const [from, to, nbytes] of copies) encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
+    for (const [from, to, nbytes] of after) encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
     this.device.queue.submit([encoder.finish()]);
   }
 
   writeInt(buffer, value) {
     this.device.queue.writeBuffer(this.buffers[buffer], 0, new Int32Array([value]));
+  }
+
+  write(buffer, typedArray) {
+    this.device.queue.writeBuffer(this.buffers[buffer], 0, typedArray);
   }
 
   // `count` float32 values of buffer `buffer` from element `offset`, once the GPU is done.
@@ -264,6 +281,98 @@ export class Generator {
   }
 }
 
+
+// ---- training: forward, backward, clipping and AdamW of examples/gpt.py, on batches of the corpus ----
+export function warmupCosine(step, {warmup_iters: warmup, max_iters: max, min_lr_ratio: low}) {
+  if (!max) return 1; // a constant learning rate
+  if (step < warmup) return (step + 1) / (warmup + 1);
+  if (step >= max) return low;
+  const progress = (step - warmup) / Math.max(1, max - warmup);
+  return low + 0.5 * (1 + Math.cos(Math.PI * progress)) * (1 - low);
+}
+
+export class Trainer {
+  constructor(program, corpus, seed = 1337) {
+    this.program = program;
+    this.plan = program.manifest.train;
+    this.corpus = corpus;
+    this.random = rng(seed);
+    this.t = 0; // optimizer steps taken
+  }
+
+  // Batch rows start at `offsets` (batch_size of them), or at random places of the corpus.
+  batch(offsets) {
+    const {batch_size: B, block_size: T} = this.plan;
+    const top = this.corpus.length - T - 1;
+    offsets ??= Array.from({length: B}, () => Math.floor(this.random() * top));
+    const x = new Int32Array(B * T);
+    const y = new Int32Array(B * T);
+    offsets.forEach((at, b) => {
+      x.set(this.corpus.subarray(at, at + T), b * T);
+      y.set(this.corpus.subarray(at + 1, at + 1 + T), b * T);
+    });
+    return {x, y};
+  }
+
+  // One step; returns its loss (read back: the page charts every step).
+  async step(offsets) {
+    const plan = this.plan;
+    this.t += 1;
+    const factor = warmupCosine(this.t - 1, plan.schedule);
+    const {x, y} = this.batch(offsets);
+    this.program.write(plan.inputs.x, x);
+    this.program.write(plan.inputs.y, y);
+    for (const [buffer, g, name] of plan.host) { // AdamW._host_step's values, for step t
+      const {lr: base, betas: [b1, b2], weight_decay: wd} = plan.groups[g];
+      const lr = base * factor;
+      const value = name === 'step_size' ? lr / (1 - b1 ** this.t)
+        : name === 'bias2' ? 1 / Math.sqrt(1 - b2 ** this.t) : 1 - lr * wd;
+      this.program.write(buffer, new Float32Array([value]));
+    }
+    this.program.run(plan.copy_out, plan.copy_in);
+    return (await this.program.readFloats(plan.loss.buffer, plan.loss.offset, 1))[0];
+  }
+
+  // {name: Float32Array} of the parameters as they are now.
+  async parameters() {
+    const out = {};
+    for (const h of this.plan.homes) {
+      if (h.kind !== 'param') continue;
+      out[h.name] = await this.program.readFloats(h.buffer, 0, h.shape.reduce((a, b) => a * b, 1));
+    }
+    return out;
+  }
+
+  // A checkpoint file as tinyllm.models.pretrained.write_checkpoint writes it (examples/sample.py loads it):
+  // the model's state dict, AdamW's moments, the step.
+  async checkpoint() {
+    const plan = this.plan;
+    const tensors = {};
+    const homes = new Map(plan.homes.map((h) => [h.buffer, h]));
+    for (const [name, home] of Object.entries(plan.checkpoint.state_dict)) {
+      if (home === null) {
+        const w = this.program.weights[name];
+        tensors[`model.${name}`] = {shape: w.shape, data: new Float32Array(w.bytes.slice().buffer)};
+      } else {
+        const h = homes.get(home);
+        tensors[`model.${name}`] = {shape: h.shape, data: await this.program.readFloats(home, 0, count(h.shape))};
+      }
+    }
+    const steps = {};
+    for (const h of plan.homes) {
+      if (h.kind === 'param') continue;
+      tensors[`optim.${h.name}.${h.kind}`] = {shape: h.shape, data: await this.program.readFloats(h.buffer, 0,
+        count(h.shape))};
+      steps[h.name] = this.t;
+    }
+    const metadata = {...plan.checkpoint.metadata, step: String(this.t), adam_steps: JSON.stringify(steps)};
+    if (metadata.tokenizer === null) delete metadata.tokenizer;
+    return writeSafetensors(tensors, metadata);
+  }
+}
+
+const count = (shape) => shape.reduce((a, b) => a * b, 1);
+
 // ---- loading a site ----
 // read(name) -> Promise<ArrayBuffer>; returns {manifest, program, tokenizer, adapter, device}.
 export async function loadSite(gpu, read, adapterOptions) {
@@ -275,7 +384,9 @@ export async function loadSite(gpu, read, adapterOptions) {
   const {adapter, device} = await openDevice(gpu, manifest.needs, adapterOptions);
   device.addEventListener?.('uncapturederror', (e) => console.error('WebGPU error:', e.error.message));
   const program = new Program(device, manifest, kernels, parseSafetensors(weights).tensors, state);
-  return {manifest, program, tokenizer: makeTokenizer(manifest.tokenizer), adapter, device};
+  await program.check();
+  const corpus = manifest.train ? new Int32Array(await read(manifest.train.corpus)) : null;
+  return {manifest, program, corpus, tokenizer: makeTokenizer(manifest.tokenizer), adapter, device};
 }
 
 // ---- the page ----
