@@ -419,7 +419,7 @@ export async function mountPage(document) {
     `${[info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'WebGPU'}`);
   body.dataset.ready = '1';
   if (manifest.step === 'generate') mountGenerate($, status, body, program, tokenizer);
-  else mountTrain($, status, body, program);
+  else mountTrain($, status, body, program, site.corpus);
 }
 
 function mountGenerate($, status, body, program, tokenizer) {
@@ -447,5 +447,63 @@ function mountGenerate($, status, body, program, tokenizer) {
       body.dataset.error = e.message;
     }
     button.disabled = false;
+  };
+}
+
+function drawChart(canvas, losses) {
+  const ctx = canvas.getContext('2d');
+  const {width: w, height: h} = canvas;
+  ctx.clearRect(0, 0, w, h);
+  if (losses.length < 2) return;
+  const top = Math.max(...losses);
+  const low = Math.min(...losses);
+  const span = top - low || 1;
+  ctx.strokeStyle = '#36c';
+  ctx.beginPath();
+  losses.forEach((loss, i) => {
+    const x = 10 + (i / (losses.length - 1)) * (w - 20);
+    const y = 10 + ((top - loss) / span) * (h - 20);
+    if (i) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+  });
+  ctx.stroke();
+  ctx.fillStyle = '#333';
+  ctx.fillText(`loss ${top.toFixed(3)}`, 12, 20);
+  ctx.fillText(`${low.toFixed(3)}`, 12, h - 12);
+}
+
+function mountTrain($, status, body, program, corpus) {
+  $('train').hidden = false;
+  const trainer = new Trainer(program, corpus);
+  const losses = [];
+  const button = $('run-train');
+  button.disabled = false;
+  button.onclick = async () => {
+    button.disabled = true;
+    try {
+      const steps = Number($('steps').value);
+      const start = performance.now();
+      for (let i = 0; i < steps; i++) {
+        losses.push(await trainer.step());
+        $('loss').textContent = `step ${trainer.t}: loss ${losses[losses.length - 1].toFixed(4)}`;
+        drawChart($('chart'), losses);
+      }
+      const perS = steps / ((performance.now() - start) / 1000);
+      status(`${trainer.t} steps, ${perS.toFixed(2)} steps/s`);
+      body.dataset.losses = JSON.stringify(losses);
+      body.dataset.stepsPerS = perS.toFixed(3);
+      $('download').disabled = false;
+    } catch (e) {
+      status(e.message, true);
+      body.dataset.error = e.message;
+    }
+    button.disabled = false;
+  };
+  $('download').onclick = async () => {
+    const bytes = await trainer.checkpoint();
+    const link = document.createElement('a');
+    link.href = URL.createObjectURL(new Blob([bytes], {type: 'application/octet-stream'}));
+    link.download = 'ckpt.safetensors'; // examples/sample.py --ckpt-dir reads DIR/ckpt.safetensors
+    link.click();
+    URL.revokeObjectURL(link.href);
   };
 }
