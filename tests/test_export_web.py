@@ -11,6 +11,7 @@ from conftest import wgsl_skip_reason
 from export_web_helpers import run_site
 from tinyllm.models import GPT, GPTConfig
 from tinyllm.models.generation import Decoder
+from tinyllm.runtime import get
 from tinyllm.tensor import Tensor
 
 pytestmark = pytest.mark.wgsl
@@ -43,10 +44,11 @@ def site(tmp_path_factory):
 
 
 def python_steps(model, tokens):
-    """The WGSL runtime's logits after each token, through the Decoder's replayed step from empty caches."""
+    """The WGSL runtime's logits after each token, through the Decoder's replayed step from empty caches, with
+    kernels fused within the export's 8 bindings."""
     decoder = Decoder(model, 1, "wgsl", True)
     decoder.cut(Tensor([0], device="wgsl"))
-    with tinyllm.no_grad():
+    with tinyllm.no_grad(), tinyllm.export.binding_limit(get("wgsl"), 8):
         return np.stack([decoder.step(Tensor([[t]], device="wgsl"), Tensor([i], device="wgsl")).numpy()[0]
                          for i, t in enumerate(tokens)])
 
@@ -82,7 +84,8 @@ def test_greedy_generation_gives_the_same_tokens(site):
     prompt = [int(t) for t in np.random.default_rng(2).integers(0, len(VOCAB), 5)]
     n = 32 - len(prompt)  # up to the block: the page's context ends there
     got = run_site(out, mode="generate", prompt=prompt, max_new=n, options={"temperature": 0})
-    want = model.generate(Tensor([prompt], device="wgsl"), n, temperature=0).numpy()[0, len(prompt):]
+    with tinyllm.export.binding_limit(get("wgsl"), 8):
+        want = model.generate(Tensor([prompt], device="wgsl"), n, temperature=0).numpy()[0, len(prompt):]
     assert got["tokens"] == want.tolist()
     print(f"\nNode ({got['backend']}, {got['adapter']}): {got['tokens_per_s']:.1f} tokens/s")
 

@@ -45,7 +45,7 @@ def offsets():
 
 
 def python_run(offs):
-    """Losses and parameters of the same steps on the Python WGSL runtime, kernels fused within 16 bindings as
+    """Losses and parameters of the same steps on the Python WGSL runtime, kernels fused within 8 bindings as
     the export's."""
     model = tiny_gpt().train()
     opt = model.configure_optimizers(0.1, 3e-3)
@@ -60,7 +60,7 @@ def python_run(offs):
         return loss
     step = tinyllm.jit(step)
     losses = []
-    with tinyllm.export.binding_limit(get("wgsl"), 16):
+    with tinyllm.export.binding_limit(get("wgsl"), 8):
         for o in offs:
             x = np.stack([IDS[i:i + BLOCK] for i in o])
             y = np.stack([IDS[i + 1:i + 1 + BLOCK] for i in o])

@@ -27,12 +27,13 @@ def _wgsl_runtime(model):
     return get("wgsl")
 
 
-def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, train=None, max_storage_buffers=16):
+def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, train=None, max_storage_buffers=8):
     """Write a static site into `out_dir` that runs `model`'s step with WebGPU: "generate" (a decode step with a
     key/value cache, sampled in JavaScript) or "train" (forward, backward and AdamW on a token corpus: `train`
     is a dict: the corpus `tokens` and tinyllm.export.train.DEFAULTS' keys). Kernels bind at most
-    max_storage_buffers buffers (16: what Dawn's OpenGL ES path offers; the runtime fuses up to its adapter's
-    limit). Returns the manifest (a dict)."""
+    max_storage_buffers buffers (8: WebGPU's default limit, which every adapter offers; Chromium's SwiftShader
+    offers 10, Dawn's OpenGL ES path 16, while the runtime fuses up to its own adapter's limit). Returns the
+    manifest (a dict)."""
     if step not in STEPS:
         raise ExportError(f"tinyllm.export: step must be one of {STEPS}, got {step!r}")
     rt = _wgsl_runtime(model)
