@@ -133,3 +133,29 @@ def test_an_op_without_a_wgsl_kernel_is_named():
 def test_a_model_on_another_runtime_is_refused(tmp_path):
     with pytest.raises(tinyllm.export.ExportError, match="model.to\\('wgsl'\\)"):
         tinyllm.export.webgpu(small_gpt().to("numpy"), str(tmp_path / "s"))
+
+
+def test_the_example_exports_a_checkpoint(tmp_path):
+    import subprocess
+    import sys
+    from export_web_helpers import ROOT
+    from tinyllm.models.pretrained import CKPT_NAME, write_checkpoint
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_checkpoint(str(ckpt / CKPT_NAME), small_gpt().to("numpy"), tokenizer={"kind": "char", "vocab": VOCAB})
+    site = tmp_path / "site"
+
+    def export(*flags):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_web.py"), "--ckpt-dir",
+                               str(ckpt), "--out", str(site), *flags], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+    r = export()
+    assert r.returncode == 0, r.stderr
+    assert "python -m http.server -d" in r.stdout and (site / "index.html").exists()
+    r = export()
+    assert r.returncode == 2 and "is not empty" in r.stderr and "Traceback" not in r.stderr
+    assert export("--overwrite").returncode == 0
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_web.py"), "--ckpt-dir",
+                        str(tmp_path / "none"), "--out", str(tmp_path / "s2")], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 2 and "no such file" in r.stderr
