@@ -52,7 +52,6 @@ def recording(rt, host_inputs=None):
     values, which the page computes itself."""
     rec, gpu = Recording(), rt.gpu
     dispatch, download, upload = gpu.dispatch, gpu.download, gpu.upload
-    on_host, host_forward = rt.on_host, rt.host_forward
     inside = [False]  # downloads of state made by the recorder itself are allowed
 
     def record(source, storages, read_only, groups):

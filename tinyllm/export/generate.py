@@ -46,6 +46,10 @@ def record_decode(model, rt):
         logits = decoder.step(tok, pos)
     logits_storage, offset, _ = storage_of(logits)
     new = [storage_of(c)[0] for c in decoder.caches]
+    if {s.order for s in new} & {s.order for s in old}:
+        # the copies below run one after another: a new cache in another one's old buffer would be overwritten
+        raise ExportError("tinyllm.export: the decode step writes a new cache into another cache's old buffer; "
+                          "the page's copies assume they are apart")
     plan = {"inputs": {}, "caches": [], "copies": []}
     for name, storage in inputs.items():
         n = rec.find(storage)

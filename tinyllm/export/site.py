@@ -12,6 +12,7 @@ from .capture import ExportError
 
 WEB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web")
 FORMAT = "tinyllm-webgpu-1"
+SITE_FILES = ("index.html", "tinyllm.js", "manifest.json", "weights.safetensors", "state.bin", "corpus.bin", "kernels")
 
 
 def check_dir(out_dir, overwrite):
@@ -28,7 +29,7 @@ def prepare_dir(out_dir, overwrite):
     """An `out_dir` without a site's files (check_dir's conditions; overwrite=True removes only those files)."""
     check_dir(out_dir, overwrite)
     if os.path.exists(out_dir):
-        for name in ("index.html", "tinyllm.js", "manifest.json", "weights.safetensors", "state.bin", "corpus.bin", "kernels"):
+        for name in SITE_FILES:
             path = os.path.join(out_dir, name)
             if os.path.isdir(path):
                 shutil.rmtree(path)

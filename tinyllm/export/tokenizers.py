@@ -8,8 +8,8 @@ def tokenizer_table(tokenizer, vocab_size):
     token ids. Anything else is refused: the page would need its merges and split pattern in JavaScript."""
     if tokenizer is None:
         return {"kind": "ids", "n_vocab": vocab_size}
-    record = tokenizer if isinstance(tokenizer, dict) else {"kind": getattr(tokenizer, "kind", None),
-                                                             "vocab": getattr(tokenizer, "vocab", None)}
+    record = tokenizer if isinstance(tokenizer, dict) else \
+        {"kind": getattr(tokenizer, "kind", None), "vocab": getattr(tokenizer, "vocab", None)}
     if record.get("kind") == "char" and isinstance(record.get("vocab"), str):
         vocab = record["vocab"]
         if len(vocab) != vocab_size or len(set(vocab)) != len(vocab):

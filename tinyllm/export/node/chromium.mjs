@@ -83,7 +83,8 @@ if (args.url) {
   await send('Page.navigate', {url: args.url});
   await until('document.readyState === "complete"');
   out.adapter = await evaluate(probe); // (navigator.gpu exists in secure contexts only: http://127.0.0.1 is one)
-  out.ready = await until(args.ready || 'document.body && (document.body.dataset.ready || document.body.dataset.error)');
+  const ready = 'document.body && (document.body.dataset.ready || document.body.dataset.error)';
+  out.ready = await until(args.ready || ready);
   if (args.script && out.ready === '1') {
     await evaluate(args.script);
     out.result = await until(args.until);

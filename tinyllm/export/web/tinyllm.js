@@ -128,7 +128,8 @@ export class Program {
   // Copies `before` [[from, to, nbytes]], the recorded dispatches (one compute pass), copies `after`; one submit.
   run(after = [], before = []) {
     const encoder = this.device.createCommandEncoder();
-    for (const [from, to, nbytes] of before) encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
+    const copy = ([from, to, nbytes]) => encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
+    before.forEach(copy);
     const pass = encoder.beginComputePass();
     for (const [pipeline, group, groups] of this.steps) {
       pass.setPipeline(pipeline);
@@ -136,7 +137,7 @@ export class Program {
       pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
     }
     pass.end();
-    for (const [from, to, nbytes] of after) encoder.copyBufferToBuffer(this.buffers[from], 0, this.buffers[to], 0, nbytes);
+    after.forEach(copy);
     this.device.queue.submit([encoder.finish()]);
   }
 
