@@ -64,7 +64,7 @@ def open_page(url, script, until, screenshot, timeout_s=300):
         unavailable("node is not installed")
     args = {"binary": chromium(), "url": url, "script": script, "until": until, "screenshot": str(screenshot),
             "flags": FLAGS, "timeout_s": timeout_s}
-    r = subprocess.run(["node", "--experimental-websocket", os.path.join(NODE_DIR, "chromium.mjs"), json.dumps(args)],
+    r = subprocess.run(["node", os.path.join(NODE_DIR, "chromium.mjs"), json.dumps(args)],
                        capture_output=True, text=True, timeout=timeout_s + 60)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert lines, f"chromium.mjs failed (exit {r.returncode}): {r.stderr[-2000:]}"

@@ -1,19 +1,21 @@
-// Drives headless Chromium through the DevTools protocol (no npm package: Node's WebSocket) for
-// tests/test_export_web_browser.py:
-//   node --experimental-websocket chromium.mjs '{"url": ..., "script": JS expression, "until": JS expression,
-//                                               "screenshot": path, "timeout_s": 120, "flags": [...]}'
-// Opens `url`, waits until `until` is truthy, evaluates `script` (e.g. a click), waits for `until` again, saves
-// a screenshot, and prints one JSON line: {adapter, result (the value of `until`), console: [...]}.
+// Drives headless Chromium through the DevTools protocol over a pipe (--remote-debugging-pipe: no WebSocket, no
+// npm package, any Node from 18 on) for tests/test_export_web_browser.py:
+//   node chromium.mjs '{"url": ..., "script": JS expression, "until": JS expression, "screenshot": path,
+//                       "timeout_s": 120, "flags": [...], "binary": "chromium"}'
+// Opens `url`, waits until the page is ready (or failed), asks navigator.gpu for an adapter, evaluates `script`
+// (e.g. a click), waits until `until` is truthy, saves a screenshot, and prints one JSON line:
+// {adapter, ready, result (the value of `until`), dataset (document.body.dataset as JSON), console: [...]}.
 import {spawn} from 'node:child_process';
-import {mkdtempSync, readFileSync, writeFileSync, existsSync, rmSync} from 'node:fs';
+import {mkdtempSync, writeFileSync, rmSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 
 const args = JSON.parse(process.argv[2]);
 const profile = mkdtempSync(join(tmpdir(), 'tinyllm-chromium-'));
+// fd 3: what Chromium reads (our commands), fd 4: what it writes (answers, events); messages end with a NUL byte
 const browser = spawn(args.binary || 'chromium', ['--headless=new', '--no-sandbox', '--no-first-run',
-  '--remote-debugging-port=0', `--user-data-dir=${profile}`, ...(args.flags || []), 'about:blank'],
-{stdio: ['ignore', 'ignore', 'pipe']});
+  '--remote-debugging-pipe', `--user-data-dir=${profile}`, ...(args.flags || []), 'about:blank'],
+{stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe']});
 let stderr = '';
 browser.stderr.on('data', (d) => { stderr += d; });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -28,35 +30,33 @@ async function finish(out, code = 0) {
   } catch { /* a profile Chromium still writes to: left in the temp dir */ }
   process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(code));
 }
+browser.on('error', (e) => finish({error: `cannot start ${args.binary || 'chromium'}: ${e.message}`}, 1));
 
-let port;
-while (!port) {
-  const file = join(profile, 'DevToolsActivePort');
-  if (existsSync(file)) port = Number(readFileSync(file, 'utf8').split('\n')[0]);
-  if (Date.now() > deadline) await finish({error: `Chromium did not start: ${stderr.slice(-2000)}`}, 1);
-  await sleep(100);
-}
-const pages = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
-const ws = new WebSocket(pages.find((p) => p.type === 'page').webSocketDebuggerUrl);
-await new Promise((r) => ws.addEventListener('open', r));
 let next = 0;
+let session;
 const waiting = new Map();
 const consoleLines = [];
-ws.addEventListener('message', (e) => {
-  const msg = JSON.parse(e.data);
-  if (msg.id && waiting.has(msg.id)) {
-    waiting.get(msg.id)(msg);
-    waiting.delete(msg.id);
-  } else if (msg.method === 'Runtime.consoleAPICalled') {
-    consoleLines.push(msg.params.args.map((a) => a.value ?? a.description).join(' '));
-  } else if (msg.method === 'Runtime.exceptionThrown') {
-    consoleLines.push(`exception: ${msg.params.exceptionDetails.exception?.description}`);
+let pending = Buffer.alloc(0);
+browser.stdio[4].on('data', (chunk) => {
+  pending = Buffer.concat([pending, chunk]);
+  let end;
+  while ((end = pending.indexOf(0)) >= 0) {
+    const msg = JSON.parse(pending.subarray(0, end).toString('utf8'));
+    pending = pending.subarray(end + 1);
+    if (msg.id && waiting.has(msg.id)) {
+      waiting.get(msg.id)(msg);
+      waiting.delete(msg.id);
+    } else if (msg.method === 'Runtime.consoleAPICalled') {
+      consoleLines.push(msg.params.args.map((a) => a.value ?? a.description).join(' '));
+    } else if (msg.method === 'Runtime.exceptionThrown') {
+      consoleLines.push(`exception: ${msg.params.exceptionDetails.exception?.description}`);
+    }
   }
 });
-const send = (method, params = {}) => new Promise((resolve) => {
+const send = (method, params = {}, sessionId = session) => new Promise((resolve) => {
   const id = ++next;
   waiting.set(id, resolve);
-  ws.send(JSON.stringify({id, method, params}));
+  browser.stdio[3].write(JSON.stringify({id, method, params, ...(sessionId ? {sessionId} : {})}) + '\0');
 });
 const evaluate = async (expression) => {
   const r = await send('Runtime.evaluate', {expression, awaitPromise: true, returnByValue: true});
@@ -70,7 +70,11 @@ async function until(expression) {
   }
   return null;
 }
+const timer = setTimeout(() => finish({error: `no answer within ${args.timeout_s || 120} s: ${stderr.slice(-2000)}`},
+  1), (args.timeout_s || 120) * 1000 + 5000);
 
+const {result: {targetId}} = await send('Target.createTarget', {url: 'about:blank'}, null);
+session = (await send('Target.attachToTarget', {targetId, flatten: true}, null)).result.sessionId;
 await send('Runtime.enable');
 await send('Page.enable');
 const out = {console: consoleLines};
@@ -95,4 +99,5 @@ if (args.url) {
     writeFileSync(args.screenshot, Buffer.from(shot.result.data, 'base64'));
   }
 }
+clearTimeout(timer);
 await finish(out);
