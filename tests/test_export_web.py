@@ -159,3 +159,32 @@ def test_the_example_exports_a_checkpoint(tmp_path):
                         str(tmp_path / "none"), "--out", str(tmp_path / "s2")], capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+SAMPLERS = [{"temperature": 0.8, "topK": 8, "topP": 1}, {"temperature": 1.2, "topK": 0, "topP": 0.7},
+            {"temperature": 0.5, "topK": 12, "topP": 0.9}]
+
+
+@pytest.mark.parametrize("options", SAMPLERS)
+def test_the_page_sampler_draws_tinyllm_sampling_distribution(site, options):
+    from tinyllm.sampling import probs
+    logits = np.random.default_rng(3).normal(0, 2, 20).astype(np.float32)
+    draws = 20000
+    got = run_site(site[1], mode="sample", logits=logits.tolist(), options={**options, "seed": 5}, draws=draws)
+    freq = np.array(got["counts"]) / draws
+    want = probs(logits[None], options["temperature"], options["topK"] or None,
+                 options["topP"] if options["topP"] < 1 else None)[0]
+    assert set(np.flatnonzero(freq)) == set(np.flatnonzero(want))  # the same tokens filtered out
+    np.testing.assert_allclose(freq, want, atol=0.015)  # ~4 standard errors of a frequency near 0.5
+
+
+def test_a_llama_exports_too(tmp_path):
+    from tinyllm.models import Llama, LlamaConfig
+    tinyllm.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+    model = model.to("wgsl").eval()
+    tinyllm.export.webgpu(model, str(tmp_path / "llama"))
+    tokens = [1, 5, 9, 3, 7, 2, 40]
+    js = np.array(run_site(tmp_path / "llama", mode="logits", tokens=tokens)["logits"], np.float32)
+    np.testing.assert_allclose(js, python_steps(model, tokens), atol=1e-5, rtol=0)

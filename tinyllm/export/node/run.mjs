@@ -51,6 +51,11 @@ if (args.mode === 'logits') {
   const seconds = (performance.now() - start) / 1000;
   out.seconds = seconds;
   out.tokens_per_s = (args.prompt.length + out.tokens.length - 1) / seconds; // every step, prompt's included
+} else if (args.mode === 'sample') { // the page's sampler alone: how often each token is drawn
+  const random = driver.rng(args.options.seed ?? 0);
+  const logits = Float32Array.from(args.logits);
+  out.counts = new Array(logits.length).fill(0);
+  for (let i = 0; i < args.draws; i++) out.counts[driver.sample(logits, args.options, random)] += 1;
 } else if (args.mode === 'train') {
   const trainer = new driver.Trainer(program, site_.corpus);
   out.losses = [];
