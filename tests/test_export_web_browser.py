@@ -59,18 +59,18 @@ def serve():
         s.shutdown()
 
 
-def open_page(url, script, until, screenshot, timeout_s=300):
+def open_page(url, script, until, screenshot, timeout_s=300, flags=FLAGS):
     if shutil.which("node") is None:
         unavailable("node is not installed")
     args = {"binary": chromium(), "url": url, "script": script, "until": until, "screenshot": str(screenshot),
-            "flags": FLAGS, "timeout_s": timeout_s}
+            "flags": flags, "timeout_s": timeout_s}
     r = subprocess.run(["node", os.path.join(NODE_DIR, "chromium.mjs"), json.dumps(args)],
                        capture_output=True, text=True, timeout=timeout_s + 60)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert lines, f"chromium.mjs failed (exit {r.returncode}): {r.stderr[-2000:]}"
     out = json.loads(lines[-1])
     assert "error" not in out, out["error"]
-    if not str(out.get("adapter", "")).startswith("adapter"):
+    if flags is FLAGS and not str(out.get("adapter", "")).startswith("adapter"):
         pytest.skip(f"headless Chromium ({' '.join(FLAGS)}) has no WebGPU adapter here: {out.get('adapter')}")
     out["dataset"] = json.loads(out.get("dataset") or "{}")
     return out
@@ -117,3 +117,13 @@ def test_the_train_page_loss_falls(tmp_path, serve):
     assert losses[-5:].mean() < losses[:5].mean() - 0.3, losses
     print(f"\nChromium: loss {losses[0]:.3f} -> {losses[-1]:.3f}, {out['dataset']['stepsPerS']} steps/s; "
           f"screenshot {shot}")
+
+
+def test_without_webgpu_the_page_says_why(tmp_path, serve):
+    site = tmp_path / "gen"
+    tinyllm.export.webgpu(small_gpt(), str(site), tokenizer=Chars(VOCAB))
+    shot = os.path.join(shots(tmp_path), "export-no-webgpu.png")
+    out = open_page(serve(site) + "index.html", None, None, shot, timeout_s=120, flags=[])  # WebGPU off (Linux)
+    if str(out.get("adapter", "")).startswith("adapter"):
+        pytest.skip(f"this Chromium has WebGPU on by default ({out['adapter']}): nothing to refuse")
+    assert "WebGPU" in out["dataset"]["error"] and "ready" not in out["dataset"]

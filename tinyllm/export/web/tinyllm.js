@@ -56,7 +56,8 @@ export async function openDevice(gpu, needs, adapterOptions) {
     'with WebGPU enabled (Chrome/Edge 113+, or chromium --enable-unsafe-webgpu)');
   let adapter = await gpu.requestAdapter(adapterOptions);
   if (!adapter && !adapterOptions) adapter = await gpu.requestAdapter({featureLevel: 'compatibility'});
-  if (!adapter) throw new Error('WebGPU: no adapter (requestAdapter returned null)');
+  if (!adapter) throw new Error('WebGPU: no adapter (requestAdapter returned null): the browser has WebGPU ' +
+    'turned off or no GPU it supports (on Linux, Chrome needs --enable-unsafe-webgpu or chrome://flags)');
   const requiredLimits = {};
   for (const k of LIMITS) if (adapter.limits[k] !== undefined) requiredLimits[k] = adapter.limits[k];
   for (const k of ['maxStorageBuffersPerShaderStage', 'maxStorageBufferBindingSize', 'maxBufferSize']) {
