@@ -188,3 +188,20 @@ def test_a_llama_exports_too(tmp_path):
     tokens = [1, 5, 9, 3, 7, 2, 40]
     js = np.array(run_site(tmp_path / "llama", mode="logits", tokens=tokens)["logits"], np.float32)
     np.testing.assert_allclose(js, python_steps(model, tokens), atol=1e-5, rtol=0)
+
+
+def test_a_bpe_tokenizer_encodes_in_the_page_as_in_python(tmp_path):
+    from export_web_helpers import ROOT
+    from tinyllm.tokenizer import Tokenizer
+    text = open(os.path.join(ROOT, "docs", "getting-started.md"), encoding="utf-8").read()[:30000]
+    tok = Tokenizer.train(text, 400)
+    tinyllm.manual_seed(0)
+    model = GPT(GPTConfig(block_size=32, vocab_size=tok.n_vocab, n_layer=1, n_head=2, n_embd=32)).to("wgsl").eval()
+    tinyllm.export.webgpu(model, str(tmp_path / "bpe"), tokenizer=tok)
+    texts = ["Hello world, it's 2026!", "  tinyllm's   tests\n\nrun é ü 日本語 🙂 <|endoftext|>", text[:2000]]
+    got = run_site(tmp_path / "bpe", mode="tokenize", texts=texts)
+    assert got["ids"] == [tok.encode_ordinary(t) for t in texts]
+    assert got["decoded"] == texts
+    gpt4 = Tokenizer.train(text[:3000], 300, pattern="gpt4")
+    with pytest.raises(tinyllm.export.ExportError, match="possessive quantifiers"):
+        tinyllm.export.webgpu(model, str(tmp_path / "gpt4"), tokenizer=gpt4)

@@ -51,6 +51,11 @@ if (args.mode === 'logits') {
   const seconds = (performance.now() - start) / 1000;
   out.seconds = seconds;
   out.tokens_per_s = (args.prompt.length + out.tokens.length - 1) / seconds; // every step, prompt's included
+} else if (args.mode === 'tokenize') { // the page's tokenizer: ids of each text, and the text they decode to
+  const {makeTokenizer} = driver;
+  const tok = makeTokenizer(manifest.tokenizer);
+  out.ids = args.texts.map((t) => tok.encode(t));
+  out.decoded = out.ids.map((ids) => tok.decode(ids));
 } else if (args.mode === 'sample') { // the page's sampler alone: how often each token is drawn
   const random = driver.rng(args.options.seed ?? 0);
   const logits = Float32Array.from(args.logits);

@@ -182,10 +182,60 @@ export function makeTokenizer(table) {
       decode: (tokens) => tokens.map((t) => chars[t]).join(''),
     };
   }
+  if (table.kind === 'bpe') return bpeTokenizer(table);
   return { // kind "ids": token ids separated by spaces
     nVocab: table.n_vocab,
     encode: (text) => text.trim().split(/\s+/).filter(Boolean).map(Number),
     decode: (tokens) => tokens.map((t) => `${t} `).join(''),
+  };
+}
+
+// GPT-2's split pattern (tinyllm/tokenizer.py GPT2_PATTERN) in JavaScript's syntax
+const GPT2_SPLIT = /'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+/gu;
+
+// A byte-level BPE (tinyllm.tokenizer.Tokenizer): text cut by the split pattern, each chunk's UTF-8 bytes merged
+// pairwise, the adjacent pair whose concatenation has the lowest id first (tiktoken's rule). Bytes are kept as
+// Latin-1 strings, one character per byte, so that they can be Map keys.
+function bpeTokenizer(table) {
+  const latin1 = (hex) => hex.match(/../g)?.map((h) => String.fromCharCode(parseInt(h, 16))).join('') ?? '';
+  const bytesOf = new Map(); // id -> bytes
+  const ranks = new Map(); // bytes -> id
+  for (const [id, hex] of Object.entries(table.tokens)) {
+    bytesOf.set(Number(id), latin1(hex));
+    ranks.set(latin1(hex), Number(id));
+  }
+  for (const [text, id] of Object.entries(table.special)) {
+    bytesOf.set(id, String.fromCharCode(...new TextEncoder().encode(text)));
+  }
+  const merge = (chunk) => {
+    let parts = Array.from(chunk);
+    for (;;) {
+      let best = -1;
+      let bestRank = Infinity;
+      for (let i = 0; i + 1 < parts.length; i++) {
+        const r = ranks.get(parts[i] + parts[i + 1]);
+        if (r !== undefined && r < bestRank) [best, bestRank] = [i, r];
+      }
+      if (best < 0) break;
+      parts = [...parts.slice(0, best), parts[best] + parts[best + 1], ...parts.slice(best + 2)];
+    }
+    return parts.map((p) => ranks.get(p));
+  };
+  const utf8 = (text) => String.fromCharCode(...new TextEncoder().encode(text));
+  const toBytes = (tokens) => Uint8Array.from(tokens.flatMap((t) => Array.from(bytesOf.get(t) ?? '',
+    (c) => c.charCodeAt(0))));
+  return {
+    nVocab: Math.max(...bytesOf.keys()) + 1,
+    encode(text) {
+      const chunks = table.pattern === 'gpt2' ? text.match(GPT2_SPLIT) ?? [] : (text ? [text] : []);
+      return chunks.flatMap((chunk) => merge(utf8(chunk)));
+    },
+    decode: (tokens) => new TextDecoder().decode(toBytes(tokens)),
+    // a decoder for a stream of tokens: the bytes of a character split across tokens wait until it is whole
+    stream() {
+      const decoder = new TextDecoder();
+      return (tokens) => decoder.decode(toBytes(tokens), {stream: true});
+    },
   };
 }
 
@@ -437,8 +487,9 @@ function mountGenerate($, status, body, program, tokenizer) {
         topP: Number($('top-p').value), seed: Number($('seed').value)};
       $('output').textContent = $('prompt').value;
       const start = performance.now();
+      const piece = tokenizer.stream ? tokenizer.stream() : (t) => tokenizer.decode(t);
       const tokens = await gen.generate(prompt, Number($('max-new').value), options, (t) => {
-        $('output').textContent += tokenizer.decode([t]);
+        $('output').textContent += piece([t]);
       });
       const perS = (prompt.length + tokens.length - 1) / ((performance.now() - start) / 1000);
       status(`${tokens.length} tokens, ${perS.toFixed(1)} steps/s (prompt included)`);
