@@ -57,7 +57,8 @@ def train_options(args, ckpt, tok):
         raise UsageError(f"{name}: {e}; train on text of the model's own vocabulary") from None
     lr = args.lr or run.get("lr", 3e-3) * run.get("min_lr_ratio", 1.0)
     return {"tokens": ids, "batch_size": args.batch_size or run.get("batch_size", 8), "lr": lr,
-            "weight_decay": args.weight_decay if args.weight_decay is not None else run.get("weight_decay", 0.1)}
+            "weight_decay": args.weight_decay if args.weight_decay is not None else run.get("weight_decay", 0.1),
+            "tokenizer_record": ckpt["tokenizer"]}
 
 
 def main(argv=None):

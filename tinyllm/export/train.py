@@ -36,10 +36,19 @@ def adam_values(group, t):
     return values
 
 
+def tokenizer_record(table, opts):
+    """What the page's checkpoint file says of its tokenizer (examples/sample.py needs it): a character
+    tokenizer's characters, or the record given as train={"tokenizer_record": ...} (a BPE's file name and sha256,
+    from the checkpoint the page was exported from: its tokenizer.json goes beside the downloaded file)."""
+    if opts.get("tokenizer_record") is not None:
+        return json.dumps(opts["tokenizer_record"])
+    return json.dumps(table) if table["kind"] == "char" else None
+
+
 def record_train(model, rt, head, options):
     """(manifest, kernels, weights, state bytes) of the training step; options: the corpus `tokens` (1-D ids) and
     DEFAULTS' keys."""
-    unknown = set(options) - set(DEFAULTS) - {"tokens"}
+    unknown = set(options) - set(DEFAULTS) - {"tokens", "tokenizer_record"}
     if unknown:
         raise ExportError(f"tinyllm.export: unknown train options {sorted(unknown)}; known: tokens, "
                           f"{', '.join(DEFAULTS)}")
@@ -163,8 +172,7 @@ def _record(model, rt, head, opts, tokens, block, original):
             "checkpoint": {"state_dict": sd_names,
                            "metadata": {"format": CKPT_FORMAT, "model": model.model_type,
                                         "config": json.dumps(dataclasses.asdict(model.config)),
-                                        "tokenizer": json.dumps(head["tokenizer"])
-                                        if head["tokenizer"]["kind"] == "char" else None}}}
+                                        "tokenizer": tokenizer_record(head["tokenizer"], opts)}}}
     manifest = dict(head, train=plan, dispatches=dispatches, buffers=buffers)
     extra = {"corpus.bin": tokens.astype(np.int32).tobytes()}
     return manifest, kernels, original, bytes(blob), extra
