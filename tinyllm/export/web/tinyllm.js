@@ -150,18 +150,23 @@ export class Program {
     this.device.queue.writeBuffer(this.buffers[buffer], 0, typedArray);
   }
 
-  // `count` float32 values of buffer `buffer` from element `offset`, once the GPU is done.
+  // `count` float32 values of buffer `buffer` from element `offset`, once the GPU is done. One staging buffer per
+  // size is kept (a decode step reads the same logits every time); reads are awaited one after another.
   async readFloats(buffer, offset, count) {
     const U = globalThis.GPUBufferUsage;
-    const nbytes = Math.ceil((count * 4) / 4) * 4;
-    const staging = this.device.createBuffer({size: nbytes, usage: U.MAP_READ | U.COPY_DST});
+    const nbytes = count * 4;
+    this.staging ??= new Map();
+    let staging = this.staging.get(nbytes);
+    if (!staging) {
+      staging = this.device.createBuffer({size: nbytes, usage: U.MAP_READ | U.COPY_DST});
+      this.staging.set(nbytes, staging);
+    }
     const encoder = this.device.createCommandEncoder();
     encoder.copyBufferToBuffer(this.buffers[buffer], offset * 4, staging, 0, nbytes);
     this.device.queue.submit([encoder.finish()]);
     await staging.mapAsync(globalThis.GPUMapMode.READ);
     const out = new Float32Array(staging.getMappedRange().slice(0));
     staging.unmap();
-    staging.destroy();
     return out;
   }
 }
