@@ -42,9 +42,14 @@ def webgpu(model, out_dir, *, step="generate", tokenizer=None, overwrite=False, 
     config = dataclasses.asdict(model.config)
     head = {"step": step, "model": {"type": getattr(model, "model_type", type(model).__name__), "config": config},
             "tokenizer": table, "device": rt.info}
-    with binding_limit(rt, max_storage_buffers):
-        manifest, kernels, tensors, blob, extra = _record(model, rt, step, head, train)
-        check_bindings(manifest["dispatches"], max_storage_buffers)
+    # jit Tapes made here are not chained (chain.py encodes a chained call's dispatches in C, past Device.dispatch)
+    chains, rt.chains = getattr(rt, "chains", False), False
+    try:
+        with binding_limit(rt, max_storage_buffers):
+            manifest, kernels, tensors, blob, extra = _record(model, rt, step, head, train)
+    finally:
+        rt.chains = chains
+    check_bindings(manifest["dispatches"], max_storage_buffers)
     prepare_dir(out_dir, overwrite)
     return write_site(out_dir, manifest, kernels, tensors, blob, f"tinyllm {step}", extra)
 

@@ -104,25 +104,28 @@ def recording(rt, host_inputs=None):
 
 @contextlib.contextmanager
 def binding_limit(rt, n):
-    """Kernels of at most `n` storage bindings (output and inputs) inside the block: the fusion pass is given the
-    lower limit, and the schedule caches are emptied on the way in and out, so that no kernel fused for the
-    runtime's own, higher limit is reused inside, nor one fused for `n` outside. (WebGPU adapters differ: Dawn's
-    OpenGL ES path offers 16, WebGPU's default is 8; the runtime fuses up to its own adapter's limit.)"""
+    """Kernels any WebGPU adapter runs inside the block: at most `n` storage bindings (output and inputs), and no
+    subgroup operations (an optional feature, which also needs `enable subgroups;` in Tint). The fusion pass is
+    given the lower limit, the runtime's features lose "subgroup", and the schedule caches are emptied on the way
+    in and out, so that no kernel made for the runtime's own adapter is reused inside, nor one made for `n`
+    outside. (WebGPU adapters differ: Dawn's OpenGL ES path offers 16 bindings, WebGPU's default is 8.)"""
     from .. import realizer
-    old = rt.max_kernel_inputs
+    old, features = rt.max_kernel_inputs, rt.features
     lower = old is None or old > n - 1
+    changed = lower or "subgroup" in features
 
     def forget():
         realizer._schedules.clear()
         realizer._known.clear()
-    if lower:
+    if changed:
         forget()
-        rt.max_kernel_inputs = n - 1
+        rt.max_kernel_inputs = n - 1 if lower else old
+        rt.features = [f for f in features if f != "subgroup"]
     try:
         yield
     finally:
-        if lower:
-            rt.max_kernel_inputs = old
+        if changed:
+            rt.max_kernel_inputs, rt.features = old, features
             forget()
 
 
