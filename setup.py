@@ -59,7 +59,8 @@ setup(
     packages=find_packages(include=["tinyllm", "tinyllm.*"]) + ["tinyllm.wgsl"],
     package_dir={"tinyllm.wgsl": "wgsl"},
     package_data={"tinyllm.runtime.c": ["c_math.h"],  # included by the C kernels generated at run time
-                  "tinyllm.wgsl": ["*.wgsl"]},
+                  "tinyllm.wgsl": ["*.wgsl"],
+                  "tinyllm.export": ["web/*.html", "web/*.js", "node/*.json", "node/*.mjs", "node/*.sh"]},
     install_requires=[
         "numpy",
         "cffi",  # the C runtime compiles and loads its kernels with cffi

@@ -28,7 +28,7 @@ LAYERS = [
                  "tinyllm.utils"]),
     ("models", ["tinyllm.models"]),
     ("applications", ["tinyllm.distributed", "tinyllm.tokenizer", "tinyllm.interp", "tinyllm.grammar",
-                      "tinyllm.continual", "tinyllm.tune"]),
+                      "tinyllm.continual", "tinyllm.tune", "tinyllm.export"]),
 ]
 
 # (importer, imported): allowed against the contract, each with its reason. Keep this short.

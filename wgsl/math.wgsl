@@ -4,6 +4,8 @@
 // the operand that is not NaN, and it rewrites `a + c < a` as `c < 0` and `a + c == a` as `c == 0` (wrong for an
 // infinite a, and for a large finite one that absorbs c). So NaN is tested on the bits, and comparisons compare
 // integer keys of the bits, which no float rewrite reaches.
+// a float of these bits, as a runtime value: Tint (Dawn, Chrome) refuses a constant inf or NaN (render.py literal)
+fn tl_bits_f32(b: u32) -> f32 { return bitcast<f32>(b); }
 fn tl_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 
 // a u32 whose unsigned order is the order of the floats that are not NaN: -0 is made +0, then a positive float's
@@ -59,14 +61,16 @@ fn tl_pow(x: f32, p: f32) -> f32 {
   let integer = ap >= 16777216.0 || (ap == floor(ap) && !tl_isnan(p));
   let odd = ap < 16777216.0 && integer && (i32(ap) & 1) == 1;
   let neg = (bitcast<u32>(x) & 0x80000000u) != 0u && odd;  // the sign of the result (-0 too)
-  let inf = bitcast<f32>(0x7f800000u);
+  // inf and NaN from bits of a runtime value: Tint (Dawn, Chrome) refuses a constant expression that makes either
+  let zero = bitcast<u32>(x) & 0u;
+  let inf = bitcast<f32>(0x7f800000u | zero);
   var m = exp2(p * log2(a));
   m = select(m, select(0.0, inf, p < 0.0), a == 0.0);
   m = select(m, select(inf, 0.0, p < 0.0), a == inf);
   m = select(m, select(select(0.0, inf, p > 0.0), select(inf, 0.0, p > 0.0), a < 1.0), ap == inf && !tl_isnan(p));
   m = select(m, 1.0, a == 1.0 && ap == inf);
   m = select(m, -m, neg);
-  m = select(m, bitcast<f32>(0x7fc00000u), tl_isnan(x) || tl_isnan(p) || (x < 0.0 && !integer && a != inf && !tl_isnan(x)));
+  m = select(m, bitcast<f32>(0x7fc00000u | zero), tl_isnan(x) || tl_isnan(p) || (x < 0.0 && !integer && a != inf && !tl_isnan(x)));
   return select(m, 1.0, (bitcast<u32>(p) & 0x7fffffffu) == 0u || bitcast<u32>(x) == 0x3f800000u);
 }
 
@@ -93,7 +97,7 @@ fn tl_atan(x: f32) -> f32 {
 fn tl_fmod(x: f32, y: f32) -> f32 {
   let bx = bitcast<u32>(x) & 0x7fffffffu;
   let by = bitcast<u32>(y) & 0x7fffffffu;
-  if (bx >= 0x7f800000u || by > 0x7f800000u || by == 0u) { return bitcast<f32>(0x7fc00000u); }
+  if (bx >= 0x7f800000u || by > 0x7f800000u || by == 0u) { return bitcast<f32>(0x7fc00000u | (bx & 0u)); }  // (Tint)
   if (bx < by) { return x; }
   let fx = bx >> 23u;
   let fy = by >> 23u;

@@ -15,5 +15,5 @@ fn tl_round_h(x: f16) -> f16 {
   let e = i32((bitcast<u32>(f) >> 23u) & 0xffu) - 127;
   let k = max(e, -14) - 10;
   let r = ldexp(round(ldexp(f, -k)), k);
-  return f16(select(r, sign(f) * bitcast<f32>(0x7f800000u), e < 128 && abs(r) > 65504.0));
+  return f16(select(r, sign(f) * bitcast<f32>(0x7f800000u | (bitcast<u32>(f) & 0u)), e < 128 && abs(r) > 65504.0));
 }

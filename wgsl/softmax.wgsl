@@ -8,7 +8,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, inv: Invocation) {
   let row = wid.x + wid.y * 65535u;
   let r = min(row, ROWS - 1u);  // a spare workgroup of a 2-D dispatch recomputes the last row and stores nothing
   let at = r * N;
-  var m: f32 = bitcast<f32>(4286578688u);  // -inf
+  var m: f32 = tl_bits_f32(4286578688u);  // -inf (a call: Tint refuses a constant -inf)
   for (var i = t; i < N; i += W) { m = tl_max(m, x[at + i]); }
   m = row_max(inv, m);
   var s: f32 = 0.0;

@@ -99,8 +99,10 @@ class WGSLLanguage(CStyleLanguage):
                 raise OverflowError(f"WGSL runtime: the int64 constant {value} does not fit in 32 bits (WGSL has no "
                                     "64-bit integers; int64 tensors are stored as i32)")
             return f"bitcast<i32>({value & 0xFFFFFFFF}u)" if value < 0 else f"{value}i"
-        # every f32 by its bits: exact, and inf, nan and -0.0 cannot be folded away as constant overflow
-        bits = f"bitcast<f32>({f32_bits(value)}u)"
+        # every f32 by its bits: exact, and inf, nan and -0.0 cannot be folded away as constant overflow; inf and
+        # nan through math.wgsl's tl_bits_f32, a runtime call, as Tint (Dawn, Chrome) refuses them as constants
+        finite = math.isfinite(float(value))
+        bits = f"{'bitcast<f32>' if finite else 'tl_bits_f32'}({f32_bits(value)}u)"
         return bits if dtype == "float32" else f"f16({bits})"
 
     def let(self, name, dtype, expr):
