@@ -44,16 +44,15 @@ time). `--sizes` with no sizes and `--trans-n 0` leave the C / numpy table out (
         --wgsl-tiles auto 128x128x8x8x8 64x64x16x4x4
 """
 import argparse
-import glob
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 import time
 
-from common import SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
+from common import (SETTLE_S, copy_bandwidth, cpu_description,  # bench/common.py: bench/ is the script directory
+                    worker_env)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
@@ -156,33 +155,6 @@ def wgsl_rows(sizes, rounds, torch, tile_configs=(None,)):
             "rows": rows}
 
 
-SIMD_FLAGS = re.compile(r"^(sse4_2|avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sve\w*|asimd\w*)$")
-
-
-def cpu_description():
-    """Model name, family/model, the SIMD flags and the caches of this CPU, from /proc/cpuinfo and sysfs."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    flags = [f for f in (fields.get("flags") or fields.get("Features") or "").split() if SIMD_FLAGS.match(f)]
-    caches = []
-    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            level, kind, size = (open(os.path.join(index, n)).read().strip() for n in ("level", "type", "size"))
-        except OSError:
-            continue
-        if kind != "Instruction":
-            caches.append(f"L{level} {size}")
-    model = fields.get("model name", platform.processor() or platform.machine())
-    family = f"family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields else ""
-    return {"model": model, "family": family, "flags": flags, "caches": caches}
-
-
 def tinyllm_paths(lib, ffi):
     """(name, cpu.h path) of each path this CPU supports, and the name of the one tinyllm picks itself."""
     paths = [(ffi.string(lib.tl_cpu_path_name(p)).decode(), p) for p in range(3) if lib.tl_cpu_supports(p)]
@@ -196,22 +168,6 @@ def on_path(lib, path, fn):
         fn()
         lib.tl_cpu_set_path(-1)
     return run
-
-
-def copy_bandwidth(lib, ffi, threads, rounds):
-    """STREAM-style copy of 256 MiB (runtime_c/cpu.c's tl_cpu_stream_copy: memcpy of one share per thread, on
-    `threads` threads): the best GB/s over the rounds, bytes read + written."""
-    import numpy as np
-    src = np.ones(64 << 20, np.float32)
-    dst = np.zeros_like(src)
-    psrc, pdst = ffi.cast("float *", src.ctypes.data), ffi.cast("float *", dst.ctypes.data)
-    best = float("inf")
-    for _ in range(max(3, rounds)):
-        time.sleep(SETTLE_S)
-        t = time.perf_counter()
-        lib.tl_cpu_stream_copy(pdst, psrc, src.size, threads)
-        best = min(best, time.perf_counter() - t)
-    return 2 * src.nbytes / best / 1e9
 
 
 def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(None,), gemv_sizes=(),
