@@ -126,22 +126,29 @@ def read_bandwidth(lib, ffi, src, threads, rounds):
     return src.nbytes / best / 1e9
 
 
-FMA_SAMPLE_S, FMA_REPEATS = 0.004, 7  # one FMA timing, and how many: the best is one no other process disturbed
+FMA_SAMPLE_S, FMA_REPEATS = 0.002, 25  # one FMA timing, and how many: the best is one no other process disturbed
 
 
-def fma_peak(lib, path, threads):
-    """(best, median) GFLOP/s of FMA_REPEATS runs of runtime_c/peak.c's tl_peak_fma_gflops (12 independent
-    multiply-add chains per thread, in `path`'s vectors, on `threads` threads), each about FMA_SAMPLE_S long; zeros
-    without the path. The best is the machine's limit; the median, what its cores gave amid other processes."""
+def fma_peaks(lib, combos):
+    """{(path, threads): (best, median) GFLOP/s} of FMA_REPEATS runs each of runtime_c/peak.c's tl_peak_fma_gflops
+    (12 independent multiply-add chains per thread, in the path's vectors, on that many threads), each about
+    FMA_SAMPLE_S long, the paths of one thread count interleaved round by round (so a neighbour's burst hits them
+    alike), thread counts one after the other (between a one-thread and a two-thread run the second thread would
+    fall asleep, and waking it on a busy core takes milliseconds). The best is the machine's limit; the median,
+    what its cores gave amid other processes. Zeros without the path."""
     import statistics
-    probe = 20000
-    rate = lib.tl_peak_fma_gflops(path, threads, probe)  # also warms the vector unit and the thread pool up
-    if rate <= 0:
-        return 0.0, 0.0
-    flops_per_iter = 2 * 12 * (4, 8, 16)[path] * threads
-    iters = max(probe, int(FMA_SAMPLE_S * rate * 1e9 / flops_per_iter))
-    rates = [lib.tl_peak_fma_gflops(path, threads, iters) for _ in range(FMA_REPEATS)]
-    return max(rates), statistics.median(rates)
+    iters, rates = {}, {c: [] for c in combos}
+    for path, threads in sorted(combos, key=lambda c: c[1]):
+        probe = 20000
+        rate = lib.tl_peak_fma_gflops(path, threads, probe)  # also warms the vector unit and the thread pool up
+        flops_per_iter = 2 * 12 * (4, 8, 16)[path] * threads
+        iters[path, threads] = max(probe, int(FMA_SAMPLE_S * rate * 1e9 / flops_per_iter)) if rate > 0 else 0
+    for n in sorted({n for _, n in combos}):
+        for _ in range(FMA_REPEATS):
+            for c in combos:
+                if c[1] == n:
+                    rates[c].append(lib.tl_peak_fma_gflops(*c, iters[c]))
+    return {c: (max(r), statistics.median(r)) for c, r in rates.items()}
 
 
 def machine_limits(threads, rounds=3):
@@ -157,7 +164,8 @@ def machine_limits(threads, rounds=3):
     counts = sorted({1, threads})
     try:
         names = {p: ffi.string(lib.tl_cpu_path_name(p)).decode() for p in range(3) if lib.tl_cpu_supports(p)}
-        runs = {name: {str(n): fma_peak(lib, p, n) for n in counts} for p, name in names.items()}
+        peaks = fma_peaks(lib, [(p, n) for p in names for n in counts])
+        runs = {name: {str(n): peaks[p, n] for n in counts} for p, name in names.items()}
         fma = {name: {n: best for n, (best, _) in v.items()} for name, v in runs.items()}
         fma_median = {name: {n: median for n, (_, median) in v.items()} for name, v in runs.items()}
         time.sleep(SETTLE_S)
@@ -167,7 +175,7 @@ def machine_limits(threads, rounds=3):
     finally:
         os.sched_setaffinity(0, mask)
     return {"fma": fma, "fma_median": fma_median, "copy": copy, "read": read, "path": ffi.string(lib.tl_cpu_path_name(lib.tl_cpu_path())).decode(),
-            "l3": lib.tl_cpu_cache_size(3)}
+            "l3": lib.tl_cpu_cache_size(3), "avx512_full_width": bool(lib.tl_cpu_avx512_full_width())}
 
 
 def best_limits(*measured):
@@ -184,10 +192,9 @@ def best_limits(*measured):
     return out
 
 
-def peak_gflops(limits, threads, path=None, key="fma"):
-    """The FMA peak of `threads` threads on `path` (default: the path tinyllm's kernels use); key "fma_median":
-    the median run's instead of the best."""
-    return limits[key][path or limits["path"]][str(threads)]
+def peak_gflops(limits, threads, path=None):
+    """The FMA peak of `threads` threads on `path` (default: the path tinyllm's kernels use)."""
+    return limits["fma"][path or limits["path"]][str(threads)]
 
 
 def bandwidth_gbs(limits, threads):
@@ -209,11 +216,10 @@ def limits_lines(limits):
              f"  memory GB/s: read-only stream {per(limits['read'])}, copy (read + written) {per(limits['copy'])} "
              f"(256 MiB arrays); L3 {limits['l3'] / 2**20:g} MiB"]
     if "avx512" in limits["fma"] and "avx2" in limits["fma"]:
-        n = counts[0]
-        r = limits["fma"]["avx512"][n] / limits["fma"]["avx2"][n]
-        lines.append(f"  avx512 / avx2 FMA peak {r:.2f} on {n} thread: "
-                     + ("512-bit FMAs run at the 256-bit rate here (double-pumped), so avx512 adds no FLOPs"
-                        if r < 1.33 else "full-width 512-bit FMAs"))
+        r = " / ".join(f"{limits['fma']['avx512'][n] / limits['fma']['avx2'][n]:.2f}" for n in counts)
+        lines.append(f"  avx512 / avx2 FMA peak {r}; the runtime's own calibration (cpu.c) finds "
+                     + ("full-width 512-bit FMAs" if limits["avx512_full_width"] else
+                        "512-bit FMAs at the 256-bit rate (double-pumped): avx512 adds no FLOPs here"))
     return lines
 
 

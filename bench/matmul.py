@@ -33,6 +33,10 @@ when decoding. Beside it, a STREAM-style copy of a 256 MiB array (tl_cpu_stream_
 thread, on the worker's threads), in GB/s of bytes read plus written, measured in the same worker: the rate the
 memory system gives these cores. gemv/copy compares the two.
 
+Every worker also measures the machine's limits (bench/common.py, machine_limits: the FMA peak of each path at 1 and
+the worker's thread count, memory bandwidth) and the sgemm table gives the picked path's and numpy's GFLOP/s as a
+fraction of the picked path's FMA peak at the worker's thread count.
+
 With --wgsl-sizes, the worker of the fewest threads also times tinyllm's WGSL runtime at those sizes (per tile
 configuration of --wgsl-tiles), in a table of its own that names the adapter, beside torch: on CUDA when torch sees
 a GPU (fp32 with TF32 off, and a TF32 column), else on the CPU. Two WGSL figures: `wgsl`, (a @ b).realize() many
@@ -52,7 +56,7 @@ import sys
 import time
 
 from common import (SETTLE_S, copy_bandwidth, cpu_description,  # bench/common.py: bench/ is the script directory
-                    worker_env)
+                    limits_lines, machine_limits, peak_gflops, worker_env)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
@@ -279,7 +283,7 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                     gemv.append({"label": f"{m} x {size} {'x W^T' if tb else 'x W'}", "copy": copy,
                                  **measure(fns, nbytes)})  # GB/s: bytes / s / 1e9
     torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
-    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked,
+    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked, "limits": machine_limits(threads),
             "avx512_full_width": bool(lib.tl_cpu_avx512_full_width()),
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
@@ -376,12 +380,16 @@ def print_table(head, rows, fmt):
 
 def print_sgemm(threads, bind, info, rows):
     print(f"\nsgemm GFLOP/s, {header_line(threads, bind, info)}")
+    print("\n".join(limits_lines(info["limits"])))
     cols = library_columns(info, rows)
     picked = info["picked"]
+    peak = peak_gflops(info["limits"], threads, picked)
     ratios = [("numpy", f"{picked}/numpy")] + ([("torch", f"{picked}/torch")] if "torch" in rows[0] else [])
-    head = f"{'n':>11}" + "".join(f" {c:>9}" for c, _ in cols) + "".join(f" {r:>13}" for _, r in ratios)
+    head = f"{'n':>11}" + "".join(f" {c:>9}" for c, _ in cols) + "".join(f" {r:>13}" for _, r in ratios) + \
+        f" {picked + ' of peak':>15} {'numpy of peak':>13}"
     print_table(head, rows, lambda r: f"{r['label']:>11}" + "".join(f" {r[k]:>9.1f}" for _, k in cols) +
-                "".join(f" {r[picked] / r[k]:>13.2f}" for k, _ in ratios))
+                "".join(f" {r[picked] / r[k]:>13.2f}" for k, _ in ratios) +
+                f" {r[picked] / peak:>15.1%} {r['numpy'] / peak:>13.1%}")
 
 
 def print_gemv(threads, bind, info, rows):

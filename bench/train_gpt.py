@@ -356,16 +356,14 @@ def main():
                   f"main thread's CPUs per framework {info['main_thread_cpus']}")
             limits, flops_tok = info["limits"], gpt_train_flops_per_token(info["n_params"], cfg["n_layer"],
                                                                          cfg["n_embd"], cfg["block_size"])
-            peak, given = peak_gflops(limits, threads), peak_gflops(limits, threads, key="fma_median")
+            peak = peak_gflops(limits, threads)
             print("  " + "\n  ".join(limits_lines(limits)))
             print(f"  MFU = model FLOPs per token x tokens/s / the {limits['path']} FMA peak of {threads} "
                   f"thread{'s' if threads > 1 else ''} ({peak:,.1f} GFLOP/s, the same for every framework); model "
                   f"FLOPs per token = 6 N + 12 n_layer T d (PaLM's, nanoGPT's estimate_mfu) = 6 x {info['n_params']:,} "
-                  f"+ 12 x {cfg['n_layer']} x {cfg['block_size']} x {cfg['n_embd']} = {flops_tok / 1e6:,.2f} MFLOP; "
-                  f"MFU given: against the median FMA run ({given:,.1f} GFLOP/s) instead, the peak the cores gave "
-                  "amid other processes")
+                  f"+ 12 x {cfg['n_layer']} x {cfg['block_size']} x {cfg['n_embd']} = {flops_tok / 1e6:,.2f} MFLOP")
             head = f"  {'framework':<22} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
-                   f"{'final loss':>11} {'rel vs torch':>12} {'peak MiB':>9} {'MFU':>6} {'MFU given':>9}"
+                   f"{'final loss':>11} {'rel vs torch':>12} {'peak MiB':>9} {'MFU':>6}"
             print(head)
             print("  " + "-" * (len(head) - 2))
             row = {"config": config, "threads": threads, "load": (info["load_start"], info["load_end"])}
@@ -388,8 +386,7 @@ def main():
                 print(f"  {label(name):<22} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} "
                       f"{max(r['round_tok_s']):>8,.0f} {r['first_s']:>12.2f} {loss:>11.5f} "
                       f"{'' if name.startswith('torch') else f'{rel:.1e}' + ('' if ok else ' FAIL'):>12} "
-                      f"{'—' if mib is None else f'{mib:,.0f}':>9} {'—' if mfu is None else f'{mfu:.1%}':>6} "
-                      f"{'—' if mfu is None else f'{mfu * peak / given:.1%}':>9}")
+                      f"{'—' if mib is None else f'{mib:,.0f}':>9} {'—' if mfu is None else f'{mfu:.1%}':>6}")
                 row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
                              "first": r["first_s"], "ok": ok, "peak": mib, "mfu": mfu}
             for name, r in res["results"].items():
