@@ -151,6 +151,40 @@ def fma_peaks(lib, combos):
     return {c: (max(r), statistics.median(r)) for c, r in rates.items()}
 
 
+def given_fma(threads, seconds):
+    """GFLOP/s that `threads` threads of FMA chains (fma_peaks' loop, on the path tinyllm's kernels use) got over
+    `seconds` of back-to-back runs: total FLOPs over total time, not the best run. Timed between a bench's turns
+    and as long as one, it is what the cores gave while other processes shared them: a bench's figure over it
+    says how close to the limit it ran in the share it got (MFU "given")."""
+    from tinyllm._kernels import lib
+    path, mask = lib.tl_cpu_path(), os.sched_getaffinity(0)
+    flops_per_iter = 2 * 12 * (4, 8, 16)[path] * threads
+    iters = max(20000, int(FMA_SAMPLE_S * lib.tl_peak_fma_gflops(path, threads, 20000) * 1e9 / flops_per_iter))
+    done, start = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - start < seconds:
+            lib.tl_peak_fma_gflops(path, threads, iters)
+            done += iters
+    finally:
+        os.sched_setaffinity(0, mask)
+    return done * flops_per_iter / (time.perf_counter() - start) / 1e9
+
+
+def given_read(src, threads, seconds):
+    """GB/s a read-only stream over `src` (read_bandwidth's) got over `seconds` of back-to-back passes: given_fma's
+    counterpart for the memory system, what the cores' share of it was while other processes ran."""
+    from tinyllm._kernels import ffi, lib
+    p, mask = ffi.cast("float *", src.ctypes.data), os.sched_getaffinity(0)
+    done, start = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - start < seconds:
+            lib.tl_peak_read(p, src.size, threads)
+            done += src.nbytes
+    finally:
+        os.sched_setaffinity(0, mask)
+    return done / (time.perf_counter() - start) / 1e9
+
+
 def machine_limits(threads, rounds=3):
     """This machine's limits, measured now in this process (about a second): {"fma": {path name: {n: GFLOP/s}},
     "fma_median": the same, the median run's, "copy": {n: GB/s read + written}, "read": {n: GB/s}, "path": the

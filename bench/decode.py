@@ -48,7 +48,7 @@ import sys
 import time
 
 from common import (ROOT, SETTLE_S, bandwidth_gbs, best_limits,  # bench/common.py: bench/ is the script directory
-                    cpu_description, decode_weight_bytes, limits_lines, machine_limits, worker_env)
+                    cpu_description, decode_weight_bytes, given_read, limits_lines, machine_limits, worker_env)
 
 CONFIGS = {
     "S": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65),
@@ -158,7 +158,10 @@ def worker(args, threads):
     res = {name: {"times": [], "tokens": None, "error": None} for name in fns}
     order = list(fns)
     limits = [machine_limits(threads)]  # and again after the timings: the best of the two is the limit
+    stream = np.ones(64 << 20, np.float32)  # 256 MiB, as machine_limits' (bench/common.py)
+    given = []  # per round: GB/s the read-only stream got from the memory system in a turn
     for r in range(args.rounds + 1):  # round 0 warms up
+        turns = []
         for name in order[r % len(order):] + order[:r % len(order)]:
             if res[name]["error"]:
                 continue
@@ -171,10 +174,13 @@ def worker(args, threads):
             elapsed = time.perf_counter() - t
             if r:
                 res[name]["times"].append(elapsed)
+                turns.append(elapsed)
             res[name]["tokens"] = tokens.tolist()
             time.sleep(SETTLE_S)
+        if r and turns:  # a read-only stream in a turn as long as a cached decode's (given_read)
+            given.append(given_read(stream, threads, statistics.median(turns)))
     limits.append(machine_limits(threads))
-    out = {"limits": best_limits(*limits), "bytes": nbytes}
+    out = {"limits": best_limits(*limits), "bytes": nbytes, "given_gbs": given}
     for name, v in res.items():
         prefill = name.endswith("prefill")
         count = prompt_long.shape[1] if prefill else (args.uncached_tokens if name.endswith("no cache") else n)
@@ -260,8 +266,9 @@ def fmt(values):
 
 
 def table(args, threads, res):
-    limits, nbytes = res.pop("limits"), res.pop("bytes")
+    limits, nbytes, given = res.pop("limits"), res.pop("bytes"), res.pop("given_gbs")
     bandwidth = bandwidth_gbs(limits, threads)
+    given_med = statistics.median(given) if given else float("nan")
     ref = res["torch"]["tokens"]
     base = statistics.median(res["torch"]["tok_s"])
     base_prefill = statistics.median(res["torch prefill"]["tok_s"])
@@ -269,9 +276,12 @@ def table(args, threads, res):
     print(f"\n{threads} thread(s); " + "\n".join(limits_lines(limits)))
     print(f"roofline: weight bytes per token x tokens/s over {bandwidth:,.1f} GB/s (the higher of the read-only "
           f"stream and the copy of {threads} thread{'s' if threads > 1 else ''})"
-          + (f"; target ≥ {ROOFLINE_TARGET:.0%}" if roofline_target else ""))
+          + (f"; target ≥ {ROOFLINE_TARGET:.0%}" if roofline_target else "")
+          + f"; given: over what the read-only stream got in a turn of each round as long as a framework's (median "
+          f"{given_med:,.1f} GB/s, rounds {min(given, default=0):,.1f}–{max(given, default=0):,.1f}: the memory "
+          "system's share these cores had while other processes ran)")
     print("\n| framework | tokens/s | / torch cached | greedy tokens = torch's | weight MB / token | GB/s streamed | "
-          "of roofline | / fp32 |")
+          "of roofline (given) | / fp32 |")
     print("|---|---|---|---|---|---|---|---|")
     for name, v in res.items():
         if name == "speculative":
@@ -292,7 +302,8 @@ def table(args, threads, res):
             frac = b * med / 1e9 / bandwidth
             meets = f" ({'meets' if frac >= ROOFLINE_TARGET else 'below'} {ROOFLINE_TARGET:.0%})" \
                 if roofline_target and not name.startswith("torch") else ""
-            cells[:3] = [f"{b / 1e6:,.1f}{fits}", f"{b * med / 1e9:,.1f}", f"{frac:.1%}{meets}"]
+            cells[:3] = [f"{b / 1e6:,.1f}{fits}", f"{b * med / 1e9:,.1f}",
+                         f"{frac:.1%}{meets} ({b * med / 1e9 / given_med:.0%})"]
         fp32 = name.split(" ")[0] + " cached"
         if quantized and fp32 in res and not res[fp32]["error"]:
             q = med / statistics.median(res[fp32]["tok_s"])

@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
+from common import (SETTLE_S, gpt_train_step, limits_lines,  # bench/common.py: bench/ is the script directory
+                    machine_limits, peak_gflops, worker_env)
 
 CONFIGS = {  # name: (model config, batch size)
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
@@ -99,6 +100,7 @@ def worker(config, runtime, steps, top, jitted):
     for (op, _), (_, s) in kernels.items():
         by_op[op] += s / steps
     top_kernels = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    products = [(s, flops) for _, s, flops in in_replay.values() if flops]
     print(json.dumps({
         "replayed_step_ms": replayed and replayed * 1e3, "step_ms": total * 1e3, "tokens_per_s": batch * cfg["block_size"] / total,
         "kernels_ms": in_kernels * 1e3, "runtime_python_ms": (spent["execute"] / steps - in_kernels) * 1e3,
@@ -107,7 +109,10 @@ def worker(config, runtime, steps, top, jitted):
         "top": [[op, shape, calls // steps, s / steps * 1e3] for (op, shape), (calls, s) in top_kernels],
         "replay": [[name, shape, calls // steps, s / steps * 1e3, flops / s / 1e9 if flops else None]
                    for (name, shape), (calls, s, flops) in sorted(in_replay.items(), key=lambda kv: -kv[1][1])][:top],
-        "bound": bound}))
+        "bound": bound,
+        # the products inside the timed replays (each C call timed): their time and FLOPs per step
+        "products_in_step": [sum(s for s, f in products) / steps, sum(f for s, f in products) / steps],
+        "limits": machine_limits(int(os.environ.get("TINYLLM_THREADS", "1")))}))
 
 
 def products_bound(fn, inputs, rounds):
@@ -261,6 +266,16 @@ def main():
               f"products' time, so tinyllm's tokens/s over torch's is at most torch's step time over "
               f"{b['products'] * 1e3:.1f} ms; bench/kernel_ceiling.c measures a core's FMA peak, which bounds the "
               f"products' GFLOP/s at that times the thread count.")
+    limits = r["limits"]
+    print("\n" + "\n".join(limits_lines(limits)))
+    product_s, flops = r["products_in_step"]
+    if r["replayed_step_ms"] and flops:
+        peak = peak_gflops(limits, args.threads)
+        print(f"The products inside a replayed step (each C call timed): {product_s * 1e3:.1f} ms, "
+              f"{product_s * 1e3 / r['replayed_step_ms']:.1%} of the step ({r['replayed_step_ms']:.1f} ms), at "
+              f"{flops / product_s / 1e9:.0f} GFLOP/s = {flops / product_s / 1e9 / peak:.1%} of the {limits['path']} "
+              f"FMA peak of {args.threads} thread(s) ({peak:.1f} GFLOP/s); at the peak they would take "
+              f"{flops / peak / 1e6:.1f} ms.")
 
 
 if __name__ == "__main__":
