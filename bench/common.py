@@ -160,14 +160,15 @@ def given_fma(threads, seconds):
     path, mask = lib.tl_cpu_path(), os.sched_getaffinity(0)
     flops_per_iter = 2 * 12 * (4, 8, 16)[path] * threads
     iters = max(20000, int(FMA_SAMPLE_S * lib.tl_peak_fma_gflops(path, threads, 20000) * 1e9 / flops_per_iter))
-    done, start = 0, time.perf_counter()
+    flops, start = 0.0, time.perf_counter()
     try:
         while time.perf_counter() - start < seconds:
-            lib.tl_peak_fma_gflops(path, threads, iters)
-            done += iters
+            t = time.perf_counter()
+            rate = lib.tl_peak_fma_gflops(path, threads, iters)  # (counts the threads the region really had)
+            flops += rate * 1e9 * (time.perf_counter() - t)
     finally:
         os.sched_setaffinity(0, mask)
-    return done * flops_per_iter / (time.perf_counter() - start) / 1e9
+    return flops / (time.perf_counter() - start) / 1e9
 
 
 def given_read(src, threads, seconds):
@@ -188,10 +189,11 @@ def given_read(src, threads, seconds):
 def machine_limits(threads, rounds=3):
     """This machine's limits, measured now in this process (about a second): {"fma": {path name: {n: GFLOP/s}},
     "fma_median": the same, the median run's, "copy": {n: GB/s read + written}, "read": {n: GB/s}, "path": the
-    path tinyllm's kernels use, "l3": bytes},
-    for n = "1" and str(threads) threads (string keys: the dict goes through JSON from a bench's worker), FMA peaks for each path tinyllm has on this CPU (cpu.h). The threads are the
-    C runtime's own (OpenMP, as its kernels run). The calling thread's CPU affinity is restored after (an OpenMP
-    runtime with OMP_PROC_BIND pins it at its first parallel region)."""
+    path tinyllm's kernels use, "l3": bytes, "avx512_full_width": cpu.c's calibration}, for n = "1" and
+    str(threads) threads (string keys: the dict goes through JSON from a bench's worker), FMA peaks for each path
+    tinyllm has on this CPU (cpu.h). The threads are the C runtime's own (OpenMP, as its kernels run). The calling
+    thread's CPU affinity is restored after (an OpenMP runtime with OMP_PROC_BIND pins it at its first parallel
+    region)."""
     import numpy as np
     from tinyllm._kernels import ffi, lib
     mask = os.sched_getaffinity(0)
@@ -208,7 +210,8 @@ def machine_limits(threads, rounds=3):
         copy = {str(n): copy_bandwidth(lib, ffi, n, rounds, settle=False, arrays=arrays) for n in counts}
     finally:
         os.sched_setaffinity(0, mask)
-    return {"fma": fma, "fma_median": fma_median, "copy": copy, "read": read, "path": ffi.string(lib.tl_cpu_path_name(lib.tl_cpu_path())).decode(),
+    path = ffi.string(lib.tl_cpu_path_name(lib.tl_cpu_path())).decode()
+    return {"fma": fma, "fma_median": fma_median, "copy": copy, "read": read, "path": path,
             "l3": lib.tl_cpu_cache_size(3), "avx512_full_width": bool(lib.tl_cpu_avx512_full_width())}
 
 

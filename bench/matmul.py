@@ -283,7 +283,8 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                     gemv.append({"label": f"{m} x {size} {'x W^T' if tb else 'x W'}", "copy": copy,
                                  **measure(fns, nbytes)})  # GB/s: bytes / s / 1e9
     torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
-    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked, "limits": machine_limits(threads),
+    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked,
+            "limits": machine_limits(threads),
             "avx512_full_width": bool(lib.tl_cpu_avx512_full_width()),
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}

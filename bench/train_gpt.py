@@ -256,7 +256,8 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             "tinyllm_c_threads": c.lib.tl_get_num_threads() if c is not None and c.lib is not None else None,
             "cpu_path": _cpu_paths(c),
             "tokens_per_step": tokens, "steps_total": n_steps, "own_bytes": own,
-            "limits": best_limits(*limits), "given_gflops": given, "n_params": GPT(GPTConfig(**cfg)).get_num_params(non_embedding=True),
+            "limits": best_limits(*limits), "given_gflops": given,
+            "n_params": GPT(GPTConfig(**cfg)).get_num_params(non_embedding=True),
             "main_thread_cpus": {n: sorted(m) for n, m in masks.items()}}
     print(json.dumps({"info": info, "results": res}))
 

@@ -71,12 +71,13 @@ __attribute__((target("avx512f,fma"))) static float chains_avx512(long iters) {
 double tl_peak_fma_gflops(int path, int threads, long iters) {
     if (!tl_cpu_supports(path) || iters <= 0) return 0.0;
     static const int lanes[] = {4, 8, 16};
-    const int nt = threads > 0 ? threads : 1;
+    int ran = 1;  // the threads the region really had (OMP_THREAD_LIMIT or nesting can give fewer than asked)
     double t = now();
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
 #ifdef _OPENMP
         const int me = omp_get_thread_num();
+        if (me == 0) ran = omp_get_num_threads();
 #else
         const int me = 0;
 #endif
@@ -89,11 +90,6 @@ double tl_peak_fma_gflops(int path, int threads, long iters) {
         g_sink[(me % 64) * 16] = s;
     }
     t = now() - t;
-#ifdef _OPENMP
-    const int ran = nt;  // num_threads is honoured: the benches never nest it inside another parallel region
-#else
-    const int ran = 1;
-#endif
     return 2.0 * 12 * lanes[path] * (double)iters * ran / t / 1e9;
 }
 
