@@ -12,8 +12,9 @@ calls (tinyllm/runtime/c/program.py), which no per-kernel timer sees: the step i
 products by shape and transposition, with their GFLOP/s there, the generated kernels one by one, the other calls)
 and, with --jit, its floor (the step's calls back to back, its products alone, the same products in numpy:
 products_bound), then measured kernel by kernel with replays off, so the op breakdown includes the per-kernel Python
-that a replay skips. Run in a subprocess with the thread counts set before import (as the other benches); nothing
-here compares against torch: bench/train_gpt.py does that.
+that a replay skips. With --jit it also prints the products' share of the timed replays' C calls and their GFLOP/s
+over the FMA peak measured in the same worker (bench/common.py, machine_limits). Run in a subprocess with the thread
+counts set before import (as the other benches); nothing here compares against torch: bench/train_gpt.py does that.
 """
 import argparse
 import collections

@@ -37,6 +37,14 @@ with torch's to --loss-rtol (relative); a runtime that does not is marked FAIL, 
 fast number unnoticed. A "+bf16" runtime (c+jit+bf16) runs the forward under tinyllm.autocast(dtype=bfloat16) and
 is compared with torch under torch.autocast("cpu", dtype=torch.bfloat16) (row "torch eager bf16"), to 2e-2.
 
+MFU (issue 48): model FLOPs per token x tokens/s over the FMA peak of the run's threads on the path tinyllm's kernels
+use, measured in the worker before and after the timings (bench/common.py, machine_limits; the header prints it with
+every path's peak and the memory bandwidth), the same peak for torch. Model FLOPs per token: 6 N + 12 n_layer T d
+(PaLM's and nanoGPT's estimate_mfu; bench/common.py, gpt_train_flops_per_token). "MFU given": the same over what an
+FMA loop on those threads got from the cores in a turn as long as a framework's, one per round (given_fma): on a
+machine shared with other processes, how close to the limit a framework ran in the share it had. Target: config M
+>= 75 % (MFU_TARGETS).
+
 Peak memory (tinyllm only: torch has no allocator statistics on the CPU): what the variant keeps between steps
 (weights, AdamW moments, recorded replays), measured around its creation and first step, plus the most one measured
 step allocated above what it started with (tinyllm.max_memory_allocated after reset_peak_memory_stats).
