@@ -5,6 +5,8 @@ cache, same model, weights, prompt and threads; prefill speed; speculative decod
     python bench/decode.py --runtimes c wgsl --threads 1 2
     python bench/decode.py --target out/gpt-m --draft out/gpt-s   # + speculative decoding with trained checkpoints
     python bench/decode.py --quick                         # smoke run: config S, few tokens
+    python bench/decode.py --config 124M --runtimes c --dtypes fp32 int8 int4 --tokens 32 --skip-uncached c \
+        --prompt-len 64                                    # GPT-2-124M's shape, random weights, quantized rows
 
 Decode: a one-token prompt, then --tokens tokens, greedy (temperature 0), so every framework must produce the same
 tokens: torch's are the reference, and a runtime whose tokens differ is marked FAIL. "cached" is GPT.generate with
@@ -21,6 +23,19 @@ Speculative (--target and --draft, examples/gpt.py checkpoints on the same token
 with the draft proposing --num-speculative-tokens, sampled at temperature 1 from the same seed, and the draft's
 acceptance rate (accepted / proposed).
 
+Quantized rows (--dtypes int8 int4): the runtime's model after tinyllm.quantization.quantize_ (one float16 scale
+per --group-size input features; the lm_head tied to the token embedding stays float32 unless --quantize-lm-head),
+decoded as "cached"; their tokens are not compared (rounded weights may pick other tokens), their speed is, against
+the same runtime's float32 row ("/ fp32", issue 48's target >= 1.5).
+
+The roofline: a batch-1 decode step reads every weight once (decode_weight_bytes in bench/common.py: an embedding
+table one row, unless the tied lm_head reads it whole), so tokens/s x weight bytes per token is the bandwidth it
+streams, and "of roofline" is that over the memory bandwidth measured in the same worker (the higher of a read-only
+stream and a copy, read + written; bench/common.py's machine_limits, before and after the timings, the best of the
+two). The KV cache's reads (2 n_layer positions n_embd floats a token) are left out: under 1 % of the weights' at
+these lengths. Where the weights fit in the L3 the table says so: they need not come from memory then, and the
+fraction can pass 100 %.
+
 Each thread count runs in its own subprocess with every library's thread variables set before import
 (bench/common.py), threads pinned (OMP_PROC_BIND=true).
 """
@@ -32,13 +47,16 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
+from common import (ROOT, SETTLE_S, bandwidth_gbs, best_limits,  # bench/common.py: bench/ is the script directory
+                    cpu_description, decode_weight_bytes, given_read, limits_lines, machine_limits, worker_env)
 
 CONFIGS = {
     "S": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65),
     "M": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65),
+    "124M": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),  # GPT-2 small's shape
 }
 TARGET = 1.5  # issue 23: cached decode on the C runtime >= 1.5 x torch eager with a cache, 2 threads
+ROOFLINE_TARGET, QUANT_TARGET = 0.75, 1.5  # issue 48: of the bandwidth roofline (124M); int8/int4 over fp32
 
 
 def torch_decoder(model, block_size):
@@ -95,7 +113,8 @@ def worker(args, threads):
 
     cfg = CONFIGS[args.config]
     tl.manual_seed(0)
-    state = {k: np.array(v.numpy(), copy=True) for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
+    base = GPT(GPTConfig(**cfg))
+    state = {k: np.array(v.numpy(), copy=True) for k, v in base.state_dict().items()}
     tmodel = ref.GPT(ref.GPTConfig(**cfg))
     tmodel.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     tmodel.eval()
@@ -113,23 +132,36 @@ def worker(args, threads):
             out.append(token)
         return torch.cat(out, 1).numpy()
 
+    from tinyllm.quantization import quantize_
     fns = {"torch": lambda: torch_decode(prompt1, n), "torch prefill": lambda: torch_decode(prompt_long, 1)}
+    nbytes = {"torch": decode_weight_bytes(base)}  # row -> weight bytes one decoded token reads
     for rt in args.runtimes:
-        model = GPT(GPTConfig(**cfg)).to(rt)
-        model.load_state_dict(state)
-        model.eval()
+        for dtype in args.dtypes:
+            model = GPT(GPTConfig(**cfg)).to(rt)
+            model.load_state_dict(state)
+            if dtype != "fp32":
+                quantize_(model, dtype, group_size=args.group_size, embedding=args.quantize_lm_head)
+            model.eval()
 
-        def gen(prompt, n_new, use_cache, model=model, rt=rt):
-            idx = tl.tensor(prompt, device=rt)
-            return model.generate(idx, n_new, temperature=0, use_cache=use_cache).numpy()[:, prompt.shape[1]:]
-        fns[f"{rt} cached"] = lambda gen=gen: gen(prompt1, n, True)
-        fns[f"{rt} prefill"] = lambda gen=gen: gen(prompt_long, 1, True)
-        if rt not in args.skip_uncached:
-            fns[f"{rt} no cache"] = lambda gen=gen: gen(prompt1, args.uncached_tokens, False)
+            def gen(prompt, n_new, use_cache, model=model, rt=rt):
+                idx = tl.tensor(prompt, device=rt)
+                return model.generate(idx, n_new, temperature=0, use_cache=use_cache).numpy()[:, prompt.shape[1]:]
+            name = rt if dtype == "fp32" else f"{rt} {dtype}"
+            nbytes[f"{name} cached"] = decode_weight_bytes(model)
+            fns[f"{name} cached"] = lambda gen=gen: gen(prompt1, n, True)
+            if dtype != "fp32":  # prefill and the uncached loop: float32's only
+                continue
+            fns[f"{rt} prefill"] = lambda gen=gen: gen(prompt_long, 1, True)
+            if rt not in args.skip_uncached:
+                fns[f"{rt} no cache"] = lambda gen=gen: gen(prompt1, args.uncached_tokens, False)
 
     res = {name: {"times": [], "tokens": None, "error": None} for name in fns}
     order = list(fns)
+    limits = [machine_limits(threads)]  # and again after the timings: the best of the two is the limit
+    stream = np.ones(64 << 20, np.float32)  # 256 MiB, as machine_limits' (bench/common.py)
+    given = []  # per round: GB/s the read-only stream got from the memory system in a turn
     for r in range(args.rounds + 1):  # round 0 warms up
+        turns = []
         for name in order[r % len(order):] + order[:r % len(order)]:
             if res[name]["error"]:
                 continue
@@ -142,9 +174,13 @@ def worker(args, threads):
             elapsed = time.perf_counter() - t
             if r:
                 res[name]["times"].append(elapsed)
+                turns.append(elapsed)
             res[name]["tokens"] = tokens.tolist()
             time.sleep(SETTLE_S)
-    out = {}
+        if r and turns:  # a read-only stream in a turn as long as a cached decode's (given_read)
+            given.append(given_read(stream, threads, statistics.median(turns)))
+    limits.append(machine_limits(threads))
+    out = {"limits": best_limits(*limits), "bytes": nbytes, "given_gbs": given}
     for name, v in res.items():
         prefill = name.endswith("prefill")
         count = prompt_long.shape[1] if prefill else (args.uncached_tokens if name.endswith("no cache") else n)
@@ -190,6 +226,11 @@ def main():
     p.add_argument("--target", help="examples/gpt.py --ckpt-dir of the target model (speculative decoding)")
     p.add_argument("--draft", help="examples/gpt.py --ckpt-dir of the draft model")
     p.add_argument("--num-speculative-tokens", type=int, default=4)
+    p.add_argument("--dtypes", nargs="+", default=["fp32"], choices=["fp32", "int8", "int4"],
+                   help="weights of the tinyllm rows: fp32, and quantized copies (tinyllm.quantization.quantize_)")
+    p.add_argument("--group-size", type=int, default=32, help="input features per scale of the quantized rows")
+    p.add_argument("--quantize-lm-head", action="store_true",
+                   help="quantize the lm_head too (quantize_'s embedding=True); default: it stays float32")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -208,19 +249,14 @@ def main():
 
 
 def print_header(args):
-    import platform
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-        model = next(l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name"))
-        have = set(next(l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")))
-        flags = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "f16c", "fma") if f in have)
-    except (OSError, StopIteration):
-        model = platform.processor()
+    cpu = cpu_description()
     print(f"# bench/decode.py {' '.join(sys.argv[1:])}  {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
-    print(f"# CPU: {model}, {os.cpu_count()} cores, flags {flags}; config {args.config}, batch 1, "
-          f"{args.tokens} tokens (no cache: {args.uncached_tokens}), prefill {args.prompt_len}")
+    print(f"# CPU: {cpu['model']} ({cpu['family']}), {os.cpu_count()} cores; caches (per core, cpu0) "
+          f"{', '.join(cpu['caches'])}; flags {' '.join(cpu['flags'])}")
+    quant = f"; quantized rows group {args.group_size}, lm_head {'quantized' if args.quantize_lm_head else 'float32'}"
+    print(f"# config {args.config} {CONFIGS[args.config]}, batch 1, {args.tokens} tokens (no cache: "
+          f"{args.uncached_tokens}), prefill {args.prompt_len}; weights {' '.join(args.dtypes)}"
+          f"{quant if set(args.dtypes) - {'fp32'} else ''}; load average {os.getloadavg()[0]:.1f} at start")
 
 
 def fmt(values):
@@ -230,23 +266,49 @@ def fmt(values):
 
 
 def table(args, threads, res):
+    limits, nbytes, given = res.pop("limits"), res.pop("bytes"), res.pop("given_gbs")
+    bandwidth = bandwidth_gbs(limits, threads)
+    given_med = statistics.median(given) if given else float("nan")
     ref = res["torch"]["tokens"]
     base = statistics.median(res["torch"]["tok_s"])
     base_prefill = statistics.median(res["torch prefill"]["tok_s"])
-    print(f"\n{threads} thread(s)\n\n| framework | tokens/s | / torch cached | greedy tokens = torch's |")
-    print("|---|---|---|---|")
+    roofline_target = args.config == "124M"
+    print(f"\n{threads} thread(s); " + "\n".join(limits_lines(limits)))
+    print(f"roofline: weight bytes per token x tokens/s over {bandwidth:,.1f} GB/s (the higher of the read-only "
+          f"stream and the copy of {threads} thread{'s' if threads > 1 else ''})"
+          + (f"; target ≥ {ROOFLINE_TARGET:.0%}" if roofline_target else "")
+          + f"; given: over what the read-only stream got in a turn of each round as long as a framework's (median "
+          f"{given_med:,.1f} GB/s, rounds {min(given, default=0):,.1f}–{max(given, default=0):,.1f}: the memory "
+          "system's share these cores had while other processes ran)")
+    print("\n| framework | tokens/s | / torch cached | greedy tokens = torch's | weight MB / token | GB/s streamed | "
+          "of roofline (given) | / fp32 |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, v in res.items():
         if name == "speculative":
             continue
         if v["error"]:
-            print(f"| {name} | FAIL: {v['error']} | | |")
+            print(f"| {name} | FAIL: {v['error']} | | | | | | |")
             continue
         med = statistics.median(v["tok_s"])
         ratio = med / (base_prefill if name.endswith("prefill") else base)
-        same = "" if name.endswith("prefill") else (
+        quantized = any(f" {d} " in name for d in ("int8", "int4"))
+        same = "" if name.endswith("prefill") else "— (quantized)" if quantized else (
             "yes" if v["tokens"] == [row[:len(v["tokens"][0])] for row in ref] else "FAIL")
         target = f" (target ≥ {TARGET})" if name == "c cached" and threads == 2 else ""
-        print(f"| {name} | {fmt(v['tok_s'])} | {ratio:.2f}{target} | {same} |")
+        cells = ["", "", "", ""]
+        if name in nbytes:
+            b = nbytes[name]
+            fits = " (fits in L3)" if 0 < b <= limits["l3"] else ""
+            frac = b * med / 1e9 / bandwidth
+            meets = f" ({'meets' if frac >= ROOFLINE_TARGET else 'below'} {ROOFLINE_TARGET:.0%})" \
+                if roofline_target and not name.startswith("torch") else ""
+            cells[:3] = [f"{b / 1e6:,.1f}{fits}", f"{b * med / 1e9:,.1f}",
+                         f"{frac:.1%}{meets} ({b * med / 1e9 / given_med:.0%})"]
+        fp32 = name.split(" ")[0] + " cached"
+        if quantized and fp32 in res and not res[fp32]["error"]:
+            q = med / statistics.median(res[fp32]["tok_s"])
+            cells[3] = f"{q:.2f} ({'meets' if q >= QUANT_TARGET else 'below'} {QUANT_TARGET})"
+        print(f"| {name} | {fmt(v['tok_s'])} | {ratio:.2f}{target} | {same} | " + " | ".join(cells) + " |")
     if "speculative" in res:
         s = res["speculative"]
         acc = sum(x["accepted"] for x in s["stats"]) / max(1, sum(x["proposed"] for x in s["stats"]))

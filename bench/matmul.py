@@ -33,6 +33,10 @@ when decoding. Beside it, a STREAM-style copy of a 256 MiB array (tl_cpu_stream_
 thread, on the worker's threads), in GB/s of bytes read plus written, measured in the same worker: the rate the
 memory system gives these cores. gemv/copy compares the two.
 
+Every worker also measures the machine's limits (bench/common.py, machine_limits: the FMA peak of each path at 1 and
+the worker's thread count, memory bandwidth) and the sgemm table gives the picked path's and numpy's GFLOP/s as a
+fraction of the picked path's FMA peak at the worker's thread count.
+
 With --wgsl-sizes, the worker of the fewest threads also times tinyllm's WGSL runtime at those sizes (per tile
 configuration of --wgsl-tiles), in a table of its own that names the adapter, beside torch: on CUDA when torch sees
 a GPU (fp32 with TF32 off, and a TF32 column), else on the CPU. Two WGSL figures: `wgsl`, (a @ b).realize() many
@@ -44,16 +48,15 @@ time). `--sizes` with no sizes and `--trans-n 0` leave the C / numpy table out (
         --wgsl-tiles auto 128x128x8x8x8 64x64x16x4x4
 """
 import argparse
-import glob
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 import time
 
-from common import SETTLE_S, worker_env  # bench/common.py: bench/ is the script directory
+from common import (SETTLE_S, copy_bandwidth, cpu_description,  # bench/common.py: bench/ is the script directory
+                    limits_lines, machine_limits, peak_gflops, worker_env)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 128, 256, 512, 1024, 2048]
@@ -156,33 +159,6 @@ def wgsl_rows(sizes, rounds, torch, tile_configs=(None,)):
             "rows": rows}
 
 
-SIMD_FLAGS = re.compile(r"^(sse4_2|avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sve\w*|asimd\w*)$")
-
-
-def cpu_description():
-    """Model name, family/model, the SIMD flags and the caches of this CPU, from /proc/cpuinfo and sysfs."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    flags = [f for f in (fields.get("flags") or fields.get("Features") or "").split() if SIMD_FLAGS.match(f)]
-    caches = []
-    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            level, kind, size = (open(os.path.join(index, n)).read().strip() for n in ("level", "type", "size"))
-        except OSError:
-            continue
-        if kind != "Instruction":
-            caches.append(f"L{level} {size}")
-    model = fields.get("model name", platform.processor() or platform.machine())
-    family = f"family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields else ""
-    return {"model": model, "family": family, "flags": flags, "caches": caches}
-
-
 def tinyllm_paths(lib, ffi):
     """(name, cpu.h path) of each path this CPU supports, and the name of the one tinyllm picks itself."""
     paths = [(ffi.string(lib.tl_cpu_path_name(p)).decode(), p) for p in range(3) if lib.tl_cpu_supports(p)]
@@ -196,22 +172,6 @@ def on_path(lib, path, fn):
         fn()
         lib.tl_cpu_set_path(-1)
     return run
-
-
-def copy_bandwidth(lib, ffi, threads, rounds):
-    """STREAM-style copy of 256 MiB (runtime_c/cpu.c's tl_cpu_stream_copy: memcpy of one share per thread, on
-    `threads` threads): the best GB/s over the rounds, bytes read + written."""
-    import numpy as np
-    src = np.ones(64 << 20, np.float32)
-    dst = np.zeros_like(src)
-    psrc, pdst = ffi.cast("float *", src.ctypes.data), ffi.cast("float *", dst.ctypes.data)
-    best = float("inf")
-    for _ in range(max(3, rounds)):
-        time.sleep(SETTLE_S)
-        t = time.perf_counter()
-        lib.tl_cpu_stream_copy(pdst, psrc, src.size, threads)
-        best = min(best, time.perf_counter() - t)
-    return 2 * src.nbytes / best / 1e9
 
 
 def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(None,), gemv_sizes=(),
@@ -324,6 +284,7 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                                  **measure(fns, nbytes)})  # GB/s: bytes / s / 1e9
     torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
     info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked,
+            "limits": machine_limits(threads),
             "avx512_full_width": bool(lib.tl_cpu_avx512_full_width()),
             "tinyllm_threads": lib.tl_get_num_threads(),
             "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
@@ -420,12 +381,16 @@ def print_table(head, rows, fmt):
 
 def print_sgemm(threads, bind, info, rows):
     print(f"\nsgemm GFLOP/s, {header_line(threads, bind, info)}")
+    print("\n".join(limits_lines(info["limits"])))
     cols = library_columns(info, rows)
     picked = info["picked"]
+    peak = peak_gflops(info["limits"], threads, picked)
     ratios = [("numpy", f"{picked}/numpy")] + ([("torch", f"{picked}/torch")] if "torch" in rows[0] else [])
-    head = f"{'n':>11}" + "".join(f" {c:>9}" for c, _ in cols) + "".join(f" {r:>13}" for _, r in ratios)
+    head = f"{'n':>11}" + "".join(f" {c:>9}" for c, _ in cols) + "".join(f" {r:>13}" for _, r in ratios) + \
+        f" {picked + ' of peak':>15} {'numpy of peak':>13}"
     print_table(head, rows, lambda r: f"{r['label']:>11}" + "".join(f" {r[k]:>9.1f}" for _, k in cols) +
-                "".join(f" {r[picked] / r[k]:>13.2f}" for k, _ in ratios))
+                "".join(f" {r[picked] / r[k]:>13.2f}" for k, _ in ratios) +
+                f" {r[picked] / peak:>15.1%} {r['numpy'] / peak:>13.1%}")
 
 
 def print_gemv(threads, bind, info, rows):

@@ -12,8 +12,9 @@ calls (tinyllm/runtime/c/program.py), which no per-kernel timer sees: the step i
 products by shape and transposition, with their GFLOP/s there, the generated kernels one by one, the other calls)
 and, with --jit, its floor (the step's calls back to back, its products alone, the same products in numpy:
 products_bound), then measured kernel by kernel with replays off, so the op breakdown includes the per-kernel Python
-that a replay skips. Run in a subprocess with the thread counts set before import (as the other benches); nothing
-here compares against torch: bench/train_gpt.py does that.
+that a replay skips. With --jit it also prints the products' share of the timed replays' C calls and their GFLOP/s
+over the FMA peak measured in the same worker (bench/common.py, machine_limits). Run in a subprocess with the thread
+counts set before import (as the other benches); nothing here compares against torch: bench/train_gpt.py does that.
 """
 import argparse
 import collections
@@ -24,7 +25,8 @@ import subprocess
 import sys
 import time
 
-from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
+from common import (SETTLE_S, gpt_train_step, limits_lines,  # bench/common.py: bench/ is the script directory
+                    machine_limits, peak_gflops, worker_env)
 
 CONFIGS = {  # name: (model config, batch size)
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
@@ -99,6 +101,7 @@ def worker(config, runtime, steps, top, jitted):
     for (op, _), (_, s) in kernels.items():
         by_op[op] += s / steps
     top_kernels = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    products = [(s, flops) for _, s, flops in in_replay.values() if flops]
     print(json.dumps({
         "replayed_step_ms": replayed and replayed * 1e3, "step_ms": total * 1e3, "tokens_per_s": batch * cfg["block_size"] / total,
         "kernels_ms": in_kernels * 1e3, "runtime_python_ms": (spent["execute"] / steps - in_kernels) * 1e3,
@@ -107,7 +110,12 @@ def worker(config, runtime, steps, top, jitted):
         "top": [[op, shape, calls // steps, s / steps * 1e3] for (op, shape), (calls, s) in top_kernels],
         "replay": [[name, shape, calls // steps, s / steps * 1e3, flops / s / 1e9 if flops else None]
                    for (name, shape), (calls, s, flops) in sorted(in_replay.items(), key=lambda kv: -kv[1][1])][:top],
-        "bound": bound}))
+        "bound": bound,
+        # the products inside the timed replays (each C call timed): their time, FLOPs and all the calls' time, per
+        # step (the share is taken within the same timed steps: on a shared machine another run's time differs)
+        "products_in_step": [sum(s for s, f in products) / steps, sum(f for s, f in products) / steps,
+                             sum(s for _, s, _ in in_replay.values()) / steps],
+        "limits": machine_limits(int(os.environ.get("TINYLLM_THREADS", "1")))}))
 
 
 def products_bound(fn, inputs, rounds):
@@ -172,7 +180,7 @@ def replay_calls(step, steps, rt):
     plain = c_program.Program.call
     def address(fn):
         return int(ffi.cast("intptr_t", ffi.cast("void *", fn)))
-    labels = {address(fn): fused_label(key[0]) for (_, key), (fn, _) in rt.kernels.items()}
+    labels = {address(fn): fused_label(key[0]) for (_, key), (fn, _) in rt.built.items()}  # {(cpu, key): ...}
     kernel_type = ffi.typeof("void (*)(char **)")
 
     def each_kernel(fns, argvs, n):  # tl_run_kernels's loop, timed kernel by kernel
@@ -261,6 +269,16 @@ def main():
               f"products' time, so tinyllm's tokens/s over torch's is at most torch's step time over "
               f"{b['products'] * 1e3:.1f} ms; bench/kernel_ceiling.c measures a core's FMA peak, which bounds the "
               f"products' GFLOP/s at that times the thread count.")
+    limits = r["limits"]
+    print("\n" + "\n".join(limits_lines(limits)))
+    product_s, flops, calls_s = r["products_in_step"]
+    if flops:
+        peak = peak_gflops(limits, args.threads)
+        print(f"The products inside a replayed step (each C call timed): {product_s * 1e3:.1f} ms, "
+              f"{product_s / calls_s:.1%} of the same steps' C calls ({calls_s * 1e3:.1f} ms), at "
+              f"{flops / product_s / 1e9:.0f} GFLOP/s = {flops / product_s / 1e9 / peak:.1%} of the {limits['path']} "
+              f"FMA peak of {args.threads} thread(s) ({peak:.1f} GFLOP/s); at the peak they would take "
+              f"{flops / peak / 1e6:.1f} ms.")
 
 
 if __name__ == "__main__":

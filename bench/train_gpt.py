@@ -37,6 +37,14 @@ with torch's to --loss-rtol (relative); a runtime that does not is marked FAIL, 
 fast number unnoticed. A "+bf16" runtime (c+jit+bf16) runs the forward under tinyllm.autocast(dtype=bfloat16) and
 is compared with torch under torch.autocast("cpu", dtype=torch.bfloat16) (row "torch eager bf16"), to 2e-2.
 
+MFU (issue 48): model FLOPs per token x tokens/s over the FMA peak of the run's threads on the path tinyllm's kernels
+use, measured in the worker before and after the timings (bench/common.py, machine_limits; the header prints it with
+every path's peak and the memory bandwidth), the same peak for torch. Model FLOPs per token: 6 N + 12 n_layer T d
+(PaLM's and nanoGPT's estimate_mfu; bench/common.py, gpt_train_flops_per_token). "MFU given": the same over what an
+FMA loop on those threads got from the cores in a turn as long as a framework's, one per round (given_fma): on a
+machine shared with other processes, how close to the limit a framework ran in the share it had. Target: config M
+>= 75 % (MFU_TARGETS).
+
 Peak memory (tinyllm only: torch has no allocator statistics on the CPU): what the variant keeps between steps
 (weights, AdamW moments, recorded replays), measured around its creation and first step, plus the most one measured
 step allocated above what it started with (tinyllm.max_memory_allocated after reset_peak_memory_stats).
@@ -52,7 +60,8 @@ import tempfile
 import time
 import numpy as np
 
-from common import SETTLE_S, gpt_train_step, worker_env  # bench/common.py: bench/ is the script directory
+from common import (SETTLE_S, best_limits, given_fma,  # bench/common.py: bench/ is the script directory
+                    gpt_train_flops_per_token, gpt_train_step, limits_lines, machine_limits, peak_gflops, worker_env)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {  # name: (model config, batch size)
@@ -65,6 +74,7 @@ SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=
 QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures replays only
 # tokens/s over torch eager that issue 21 asks of the C runtime, per (config, runtime); shown beside the ratios
 TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
+MFU_TARGETS = {"M": 0.75}  # issue 48: training MFU of config M, every tinyllm runtime
 MEMORY_TARGET = 0.7  # issue 24: a config M step's peak memory under bfloat16 autocast, against float32's
 BF16_LOSS_RTOL = 2e-2  # a bfloat16 run against torch's bfloat16 autocast run: both round to 8 bits, differently
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
@@ -180,6 +190,7 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
     # and the others start from the full set.
     full_mask = os.sched_getaffinity(0)
     masks = {n: full_mask for n in names}
+    limits = [machine_limits(threads)]  # and again after the timings: the best of the two is the limit
 
     def run(name, i):
         os.sched_setaffinity(0, masks[name])
@@ -223,17 +234,23 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             time.sleep(SETTLE_S)
             guarded(name, lambda: run(name, i))
         i += 1
+    given = []  # per round: GFLOP/s an FMA loop got from the cores in a turn as long as a framework's (given_fma)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        turns = []
         for name in order:
             time.sleep(SETTLE_S)
 
             def measured():
                 total = sum(run(name, i + s) for s in range(steps))
                 res[name]["round_tok_s"].append(steps * tokens / total)
+                turns.append(total)
             guarded(name, measured)
         i += steps
+        time.sleep(SETTLE_S)
+        given.append(given_fma(threads, statistics.median(turns) if turns else 0.2))
 
+    limits.append(machine_limits(threads))
     try:
         from threadpoolctl import threadpool_info
         blas = [f"{b['internal_api']} {b['version']} {b.get('architecture', '?')}, {b['num_threads']} threads"
@@ -247,6 +264,8 @@ def worker(config, threads, runtimes, warmup, rounds, steps, seed, torch_device=
             "tinyllm_c_threads": c.lib.tl_get_num_threads() if c is not None and c.lib is not None else None,
             "cpu_path": _cpu_paths(c),
             "tokens_per_step": tokens, "steps_total": n_steps, "own_bytes": own,
+            "limits": best_limits(*limits), "given_gflops": given,
+            "n_params": GPT(GPTConfig(**cfg)).get_num_params(non_embedding=True),
             "main_thread_cpus": {n: sorted(m) for n, m in masks.items()}}
     print(json.dumps({"info": info, "results": res}))
 
@@ -349,8 +368,20 @@ def main():
             print(f"  1 first + {sched['warmup']} warm-up steps, then {sched['rounds']} rounds x {sched['steps']} "
                   f"steps per framework; load average {info['load_start']:.1f} at start, {info['load_end']:.1f} at end; "
                   f"main thread's CPUs per framework {info['main_thread_cpus']}")
+            limits, flops_tok = info["limits"], gpt_train_flops_per_token(info["n_params"], cfg["n_layer"],
+                                                                         cfg["n_embd"], cfg["block_size"])
+            peak, given = peak_gflops(limits, threads), statistics.median(info["given_gflops"])
+            print("  " + "\n  ".join(limits_lines(limits)))
+            print(f"  MFU = model FLOPs per token x tokens/s / the {limits['path']} FMA peak of {threads} "
+                  f"thread{'s' if threads > 1 else ''} ({peak:,.1f} GFLOP/s, the same for every framework); model "
+                  f"FLOPs per token = 6 N + 12 n_layer T d (PaLM's, nanoGPT's estimate_mfu) = 6 x {info['n_params']:,} "
+                  f"+ 12 x {cfg['n_layer']} x {cfg['block_size']} x {cfg['n_embd']} = {flops_tok / 1e6:,.2f} MFLOP")
+            print(f"  MFU given = the same over what an FMA loop on those threads got from the cores in a turn of "
+                  f"each round (median {given:,.1f} GFLOP/s, rounds {min(info['given_gflops']):,.1f}–"
+                  f"{max(info['given_gflops']):,.1f}: {given / peak:.0%} of the peak; the rest went to other "
+                  "processes)")
             head = f"  {'framework':<22} {'tok/s median':>12} {'min':>8} {'max':>8} {'first step s':>12} " \
-                   f"{'final loss':>11} {'rel vs torch':>12} {'peak MiB':>9}"
+                   f"{'final loss':>11} {'rel vs torch':>12} {'peak MiB':>9} {'MFU':>6} {'MFU given':>9}"
             print(head)
             print("  " + "-" * (len(head) - 2))
             row = {"config": config, "threads": threads, "load": (info["load_start"], info["load_end"])}
@@ -366,13 +397,18 @@ def main():
                 rel = abs(loss - tl_[-1]) / abs(tl_[-1]) if tl_ else float("nan")
                 ok = name.startswith("torch") or (rel <= (BF16_LOSS_RTOL if "+bf16" in name else args.loss_rtol)
                                                   and loss == loss)
-                peak = peak_mib(info, name, r)
+                mib = peak_mib(info, name, r)
+                # a GPU's figure over the CPU's peak means nothing
+                on_cpu = not name.startswith("wgsl") and (args.torch_device == "cpu" or not name.startswith("torch"))
+                mfu = flops_tok * med / (peak * 1e9) if on_cpu else None
                 print(f"  {label(name):<22} {med:>12,.0f} {min(r['round_tok_s']):>8,.0f} "
                       f"{max(r['round_tok_s']):>8,.0f} {r['first_s']:>12.2f} {loss:>11.5f} "
                       f"{'' if name.startswith('torch') else f'{rel:.1e}' + ('' if ok else ' FAIL'):>12} "
-                      f"{'—' if peak is None else f'{peak:,.0f}':>9}")
+                      f"{'—' if mib is None else f'{mib:,.0f}':>9} {'—' if mfu is None else f'{mfu:.1%}':>6} "
+                      f"{'—' if mfu is None else f'{mfu * peak / given:.1%}':>9}")
                 row[name] = {"med": med, "lo": min(r["round_tok_s"]), "hi": max(r["round_tok_s"]),
-                             "first": r["first_s"], "ok": ok, "peak": peak}
+                             "first": r["first_s"], "ok": ok, "peak": mib, "mfu": mfu,
+                             "mfu_given": None if mfu is None else mfu * peak / given}
             for name, r in res["results"].items():
                 if r.get("host"):
                     h = np.array(r["host"])                 # (step s, s inside wgpu-py calls, calls, dispatches)
@@ -397,7 +433,8 @@ def main():
     cols = ["config", "threads", "torch eager"] + (["torch eager bf16"] if any("+bf16" in r for r in rts) else []) + \
         [label(rt) for rt in rts] + [f"{label(rt).removeprefix('tinyllm ')} / torch" for rt in rts] + \
         [f"peak MiB {label(rt).removeprefix('tinyllm ')}" for rt in rts] + \
-        [f"peak {label(rt).removeprefix('tinyllm ')} / fp32" for rt in lows]
+        [f"peak {label(rt).removeprefix('tinyllm ')} / fp32" for rt in lows] + \
+        [f"MFU {label(n).removeprefix('tinyllm ')} (given)" for n in ["torch"] + rts]
     if "c" in rts and "numpy" in rts:
         cols.append("c/numpy")
     cols += ["first step s", "load avg"]
@@ -425,11 +462,20 @@ def main():
             r = a["peak"] / b["peak"]
             return f"{r:.2f}" + (f" ({'meets' if r <= MEMORY_TARGET else 'above'} {MEMORY_TARGET})"
                                  if row["config"] == "M" else "")
+
+        def mfu(name):
+            r = row.get(name)
+            if not r or r["mfu"] is None:
+                return "—"
+            target = MFU_TARGETS.get(row["config"]) if not name.startswith("torch") else None
+            return f"{r['mfu']:.1%}" + ("" if target is None else
+                                        f" ({'meets' if r['mfu'] >= target else 'below'} {target:.0%})") + \
+                f" ({r['mfu_given']:.0%})"
         cells = [row["config"], str(row["threads"]), cell("torch")] + \
                 ([cell("torch+bf16")] if any("+bf16" in r for r in rts) else []) + [cell(rt) for rt in rts] + \
                 [against_target(rt) for rt in rts] + \
                 [f"{row[rt]['peak']:,.0f}" if row.get(rt) and row[rt].get("peak") else "—" for rt in rts] + \
-                [memory(rt) for rt in lows]
+                [memory(rt) for rt in lows] + [mfu(n) for n in ["torch"] + rts]
         if "c" in rts and "numpy" in rts:
             cells.append(ratio("c", "numpy"))
         cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))
