@@ -348,15 +348,36 @@ def main():
               "numpy with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own kernel)")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start (well above 0, other processes "
           f"compete for the cores, and large sizes read low for every library)")
+    by_threads = {}
     for threads in args.threads:
         res, bind = run_threads(threads, args)
         info = res["info"]
         if info and res["rows"]:
             print_sgemm(threads, bind, info, res["rows"])
+            by_threads[threads] = (info["picked"], res["rows"])
         if info and res.get("gemv"):
             print_gemv(threads, bind, info, res["gemv"])
         if res.get("wgsl"):
             print_wgsl(res["wgsl"], threads)
+    if 1 in by_threads and len(by_threads) > 1:
+        print_scaling(by_threads)
+
+
+def print_scaling(by_threads):
+    """How much each library gains from more threads: GFLOP/s at N threads over its own at one, per size, and
+    tinyllm's gain over numpy's (issue 48 asks >= 0.9 at n >= 512)."""
+    picked, one = by_threads[1]
+    for threads, (_, rows) in sorted(by_threads.items()):
+        if threads == 1:
+            continue
+        print(f"\nscaling from 1 to {threads} threads (GFLOP/s at {threads} over at 1, each library its own; "
+              f"tinyllm: {picked})")
+        head = f"{'n':>11} {'tinyllm':>9} {'numpy':>9} {'tinyllm/numpy':>14}"
+        at_one = {r["label"]: r for r in one}
+        print_table(head, [r for r in rows if r["label"] in at_one], lambda r: (
+            f"{r['label']:>11} {r[picked] / at_one[r['label']][picked]:>9.2f} "
+            f"{r['numpy'] / at_one[r['label']]['numpy']:>9.2f} "
+            f"{(r[picked] / at_one[r['label']][picked]) / (r['numpy'] / at_one[r['label']]['numpy']):>14.2f}"))
 
 
 def library_columns(info, rows):
