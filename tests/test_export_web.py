@@ -9,6 +9,7 @@ import tinyllm
 import tinyllm.export
 from conftest import wgsl_skip_reason
 from export_web_helpers import run_site
+from helpers import chi2_pvalue
 from tinyllm.models import GPT, GPTConfig
 from tinyllm.models.generation import Decoder
 from tinyllm.runtime import get
@@ -161,6 +162,7 @@ def test_the_example_exports_a_checkpoint(tmp_path):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
+ALPHA = 1e-3  # the goodness-of-fit test's significance
 SAMPLERS = [{"temperature": 0.8, "topK": 8, "topP": 1}, {"temperature": 1.2, "topK": 0, "topP": 0.7},
             {"temperature": 0.5, "topK": 12, "topP": 0.9}]
 
@@ -168,14 +170,15 @@ SAMPLERS = [{"temperature": 0.8, "topK": 8, "topP": 1}, {"temperature": 1.2, "to
 @pytest.mark.parametrize("options", SAMPLERS)
 def test_the_page_sampler_draws_tinyllm_sampling_distribution(site, options):
     from tinyllm.sampling import probs
-    logits = np.random.default_rng(3).normal(0, 2, 20).astype(np.float32)
-    draws = 20000
-    got = run_site(site[1], mode="sample", logits=logits.tolist(), options={**options, "seed": 5}, draws=draws)
-    freq = np.array(got["counts"]) / draws
+    # logits this flat keep 8, 9 and 2 tokens under SAMPLERS (over 500 expected draws each): every case has a
+    # distribution to fit, not one certain token
+    logits = np.random.default_rng(3).normal(0, 0.7, 20).astype(np.float32)
+    got = run_site(site[1], mode="sample", logits=logits.tolist(), options={**options, "seed": 5}, draws=20000)
     want = probs(logits[None], options["temperature"], options["topK"] or None,
                  options["topP"] if options["topP"] < 1 else None)[0]
-    assert set(np.flatnonzero(freq)) == set(np.flatnonzero(want))  # the same tokens filtered out
-    np.testing.assert_allclose(freq, want, atol=0.015)  # ~4 standard errors of a frequency near 0.5
+    # Pearson's goodness of fit over the tokens top-k / top-p keep (a draw of any other fails at once); the seed is
+    # fixed, so a fair sampler passes or fails this deterministically, and fails it for 1 seed in 1,000
+    assert chi2_pvalue(got["counts"], want) > ALPHA
 
 
 def test_a_llama_exports_too(tmp_path):
