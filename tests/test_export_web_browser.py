@@ -3,13 +3,9 @@ served over http://127.0.0.1: the generate page's text is the Python WGSL runtim
 loss falls; a screenshot of each is saved (TINYLLM_SCREENSHOT_DIR, default the test's tmp dir). Without a WebGPU
 adapter in the browser the tests skip and say why (the Node tests gate parity); without chromium (or node) they
 skip outside CI and fail under CI=true."""
-import functools
-import http.server
+import contextlib
 import json
 import os
-import shutil
-import subprocess
-import threading
 
 import numpy as np
 import pytest
@@ -17,7 +13,7 @@ import pytest
 import tinyllm
 import tinyllm.export
 from conftest import wgsl_skip_reason
-from export_web_helpers import NODE_DIR, unavailable
+from export_web_helpers import run_page, serving
 from test_export_web import VOCAB, Chars, small_gpt
 from test_export_web_train import IDS, VOCAB as TRAIN_VOCAB, tiny_gpt
 from tinyllm.runtime import get
@@ -31,48 +27,18 @@ if not os.environ.get("CI") and wgsl_skip_reason():
 FLAGS = ["--enable-unsafe-webgpu"]  # Chromium's WebGPU then runs on its SwiftShader (software Vulkan) adapter
 
 
-def chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    unavailable("no chromium binary (apt-get install -y chromium)")
-
-
-class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # (one line per request otherwise)
-        pass
-
-
 @pytest.fixture
 def serve():
     """serve(dir) -> http://127.0.0.1:PORT/ of a server for `dir`, stopped after the test."""
-    servers = []
-
-    def start(directory):
-        handler = functools.partial(Quiet, directory=str(directory))
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/"
-    yield start
-    for s in servers:
-        s.shutdown()
+    with contextlib.ExitStack() as servers:
+        yield lambda directory: servers.enter_context(serving(directory))
 
 
 def open_page(url, script, until, screenshot, timeout_s=300, flags=FLAGS):
-    if shutil.which("node") is None:
-        unavailable("node is not installed")
-    args = {"binary": chromium(), "url": url, "script": script, "until": until, "screenshot": str(screenshot),
-            "flags": flags, "timeout_s": timeout_s}
-    r = subprocess.run(["node", os.path.join(NODE_DIR, "chromium.mjs"), json.dumps(args)],
-                       capture_output=True, text=True, timeout=timeout_s + 60)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"chromium.mjs failed (exit {r.returncode}): {r.stderr[-2000:]}"
-    out = json.loads(lines[-1])
-    assert "error" not in out, out["error"]
+    """run_page's answer; skips where Chromium with FLAGS has no WebGPU adapter (the Node tests gate parity)."""
+    out = run_page(url, script, until, screenshot, flags, timeout_s)
     if flags is FLAGS and not str(out.get("adapter", "")).startswith("adapter"):
         pytest.skip(f"headless Chromium ({' '.join(FLAGS)}) has no WebGPU adapter here: {out.get('adapter')}")
-    out["dataset"] = json.loads(out.get("dataset") or "{}")
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 import tinyllm
 import tinyllm.export
 from conftest import wgsl_skip_reason
-from export_web_helpers import ROOT, run_site
+from export_web_helpers import ROOT, jit_train_step, run_site
 from tinyllm.models import GPT, GPTConfig
 from tinyllm.runtime import get
 from tinyllm.tensor import Tensor
@@ -48,17 +48,7 @@ def python_run(offs):
     """Losses and parameters of the same steps on the Python WGSL runtime, kernels fused within 8 bindings as
     the export's."""
     model = tiny_gpt().train()
-    opt = model.configure_optimizers(0.1, 3e-3)
-    params = [p for g in opt.param_groups for p in g["params"]]
-
-    def step(x, y):
-        _, loss = model(x, y)
-        loss.backward()
-        tinyllm.nn.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad()
-        return loss
-    step = tinyllm.jit(step)
+    step = jit_train_step(model)
     losses = []
     with tinyllm.export.binding_limit(get("wgsl"), 8):
         for o in offs:
