@@ -5,12 +5,9 @@ latency times the pipes, so the loop runs at throughput), run for longer and on 
 */
 #include <time.h>
 
+#include "common.h"
 #include "cpu.h"
 #include "peak.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -75,12 +72,8 @@ double tl_peak_fma_gflops(int path, int threads, long iters) {
     double t = now();
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
-#ifdef _OPENMP
-        const int me = omp_get_thread_num();
-        if (me == 0) ran = omp_get_num_threads();
-#else
-        const int me = 0;
-#endif
+        const int me = tl_omp_thread_num();
+        if (me == 0) ran = tl_omp_num_threads();
         float s;
 #if defined(__x86_64__)
         s = path == 2 ? chains_avx512(iters) : path == 1 ? chains_avx2(iters) : chains_portable(iters);
@@ -97,11 +90,7 @@ float tl_peak_read(const float *src, long n, int threads) {
     float total = 0.0f;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1) reduction(+ : total)
     {
-#ifdef _OPENMP
-        const long t = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-        const long t = 0, nt = 1;
-#endif
+        const long t = tl_omp_thread_num(), nt = tl_omp_num_threads();
         const long i0 = n * t / nt, i1 = n * (t + 1) / nt;
         // Eight partial sums, so the adds' latency does not bound the loop below what memory delivers; gcc
         // vectorises each with the baseline ISA's 16-byte loads, which stream as fast as wider ones from memory.
