@@ -142,11 +142,12 @@ static void gemm_half_one(const gemm_plan *p, int fmt, int batch1, long b, int t
     float *sums = sgemm_scratch(SLOT_T, (size_t)M * N);
     A += b0 * strideA0 + b1 * strideA1;
     B += b0 * strideB0 + b1 * strideB1;
+    const gemm_plan *dot = fmt == TL_BF16 ? sgemm_bf16_plan() : NULL;
     if (M <= GEMV_M && K > 0) {
         gemv_half(fmt, transA, transB, M, N, K, A, lda, B, ldb, sums, N, nt);
     } else {
-        gemm_args g = {transA, transB, M, N, K, (const float *)A, lda, (const float *)B, ldb, 0.0f, sums, N, p, fmt,
-                       fmt};
+        gemm_args g = {transA, transB, M, N, K, (const float *)A, lda, (const float *)B, ldb, 0.0f, sums, N,
+                       dot ? dot : p, fmt, fmt};
         sgemm_gemm(&g, nt);
     }
     uint16_t *c = C + b0 * strideC0 + b1 * strideC1;
