@@ -39,7 +39,10 @@ of K instead, each on the thread that holds its rows, added at the end (split_k)
 Other element formats (formats.h; sgemm_formats.c) take the same path with float32 micro-kernels: packing widens
 float16 and bfloat16 operands (tl_gemm_f16_batched2, tl_gemm_bf16_batched2) and dequantizes a quantized B
 (qmatmul.c's tl_gemm_quantized) into the float32 strips, 8 x 8 values at a time in registers on the AVX2 paths.
-16-bit products sum in a float32 scratch and round once into C; with M <= GEMV_M they run as gemv_half instead.
+Except bfloat16 where the CPU has AVX512_BF16 (cpu.h's tl_cpu_bf16_dot): a plan of its own (PLAN_BF16, pairs)
+packs both operands as bfloat16 k-pairs and multiplies them with vdpbf16ps (sgemm_kernels.c), two values of k per
+float32 FMA's cost. 16-bit products sum in a float32 scratch and round once into C; with M <= GEMV_M they run as
+gemv_half instead.
 
 The files: this one has the plans, the loops and their threads, and the entry points; sgemm_kernels.c the
 micro-kernels and the packing; sgemm_formats.c the entry points of the other formats and their GEMV;
