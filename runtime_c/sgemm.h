@@ -60,8 +60,8 @@ void tl_gemm_bf16_batched2(int batch0, int batch1, int transA, int transB, int M
 // = MR, NR, KC, MC, NC (KC, MC, NC derived from the cache sizes the OS reports: see plan_blocking in sgemm.c).
 void tl_sgemm_plan(int path, int *out);
 
-// Testing and tuning aid: sets `path`'s (as tl_sgemm_plan) KC, MC, NC (MC and NC rounded up to multiples of MR and NR); a value
-// <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
+// Testing and tuning aid: sets `path`'s (as tl_sgemm_plan) KC, MC, NC (MC and NC rounded up to multiples of MR
+// and NR); a value <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
 void tl_sgemm_set_blocking(int path, int kc, int mc, int nc);
 
 // Kept for their callers; cpu.h's tl_cpu_supports, tl_cpu_set_path and tl_cpu_path say more.

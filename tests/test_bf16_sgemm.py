@@ -11,9 +11,9 @@ sums aside. So for C = op(A) op(B) with M = |op(A)| |op(B)| (float64) and eps = 
     against float64:      |C - C_64|       <= eps / 2 |C_64|    + K eps32 M     (the result's own rounding)
 
 i.e. within bfloat16's own error of torch. Shapes are drawn by hypothesis, with K odd (the zero-padded last
-pair), M and N off the 14 x 32 tile, each operand plain or transposed and with padded rows, on 1 and 2 threads,
-and with the bf16 plan's cache blocks shrunk so that products cross several K blocks (an odd KC among them) and
-B panels. Skipped where the CPU has no AVX512_BF16 (the fallback alone is tests/test_c_lowp_matmul.py's)."""
+pair), M and N off the 14 x 32 tile (N down to 1), each operand plain or transposed and with padded rows, on 1
+and 2 threads, and with the bf16 plan's cache blocks shrunk so that products cross several K blocks (an odd KC
+among them) and B panels. Skipped where the CPU has no AVX512_BF16 (the fallback alone is tests/test_c_lowp_matmul.py's)."""
 import numpy as np
 import pytest
 import torch
@@ -85,6 +85,13 @@ shared = settings(suppress_health_check=[*settings.default.suppress_health_check
        seed=st.integers(0, 2 ** 32 - 1))
 def test_bf16_dot_random_shapes(threads, m, n, k, ta, tb, pad, seed):
     _check(int(ta), int(tb), m, n, k, pad, seed)
+
+
+@shared
+@given(m=dims, n=st.integers(1, 4), k=kdims, ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2 ** 32 - 1))
+def test_bf16_dot_few_columns(threads, m, n, k, ta, tb, seed):
+    """N <= 4 (float32 would take the GEMV): one ragged strip of B."""
+    _check(int(ta), int(tb), m, n, k, (0, 0), seed)
 
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
