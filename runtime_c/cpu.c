@@ -41,6 +41,9 @@ static int g_default;          // the path at load: TINYLLM_CPU, else the best o
 static int g_requested = -1;   // what the environment asked for (cpu.h)
 static int g_supported[N_PATHS];
 static int g_full_width;       // calibration: 512-bit FMAs at twice the 256-bit rate
+static int g_has_bf16;         // AVX512_BF16 usable
+static int g_dot_default;      // dot-product instructions on at load (TINYLLM_NO_DOT unset)
+static _Atomic int g_dot;      // ... and now (tl_cpu_set_dot)
 
 // ----------------------------------------------------------------------------
 // Features.
@@ -64,9 +67,15 @@ static int has_avx512f(void) {
     // + opmask, upper halves of zmm0-15, zmm16-31
     return has_avx2_fma() && __builtin_cpu_supports("avx512f") && os_saves(0xE6);
 }
+// vdpbf16ps and the AVX512BW/VL packing around it (sgemm_kernels.c)
+static int has_avx512_bf16(void) {
+    return has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bf16");
+}
 #else
 static int has_avx2_fma(void) { return 0; }
 static int has_avx512f(void) { return 0; }
+static int has_avx512_bf16(void) { return 0; }
 #endif
 
 // ----------------------------------------------------------------------------
@@ -161,6 +170,11 @@ static void init(void) {
                 g_requested == -2 ? "is not one of portable, avx2, avx512" : "is not supported by this CPU",
                 PATH_NAMES[g_default]);
     atomic_store(&g_path, g_default);
+
+    g_has_bf16 = has_avx512_bf16();
+    const char *no_dot = getenv("TINYLLM_NO_DOT");
+    g_dot_default = !(no_dot != NULL && strcmp(no_dot, "1") == 0);
+    atomic_store(&g_dot, g_dot_default);
 }
 
 int tl_cpu_path(void) {
@@ -183,6 +197,22 @@ const char *tl_cpu_path_name(int path) { return path >= 0 && path < N_PATHS ? PA
 int tl_cpu_requested_path(void) {
     pthread_once(&g_once, init);
     return g_requested;
+}
+
+int tl_cpu_has_bf16_dot(void) {
+    pthread_once(&g_once, init);
+    return g_has_bf16;
+}
+
+int tl_cpu_bf16_dot(void) {
+    pthread_once(&g_once, init);
+    return g_has_bf16 && atomic_load_explicit(&g_dot, memory_order_relaxed) &&
+           atomic_load_explicit(&g_path, memory_order_relaxed) >= PATH_AVX2;
+}
+
+void tl_cpu_set_dot(int on) {
+    pthread_once(&g_once, init);
+    atomic_store(&g_dot, on < 0 ? g_dot_default : on != 0);
 }
 
 int tl_cpu_avx512_full_width(void) {

@@ -39,6 +39,22 @@ int tl_cpu_requested_path(void);
 // 1 when a 512-bit FMA runs at twice the rate of a 256-bit one here (the calibration cpu.c runs once).
 int tl_cpu_avx512_full_width(void);
 
+// Dot-product instructions, apart from the paths: on a path >= avx2 where the CPU has them (and the OS saves the zmm
+// state), bfloat16 products run on AVX512_BF16's vdpbf16ps (sgemm_formats.c) instead of widening to float32.
+// On by default; TINYLLM_NO_DOT=1 in the environment turns them off. The avx2 path keeps them because Zen 4,
+// whose default path is avx2 (its 512-bit FMA is double-pumped), runs a 512-bit vdpbf16ps at twice the rate of
+// the float32 FMAs it replaces.
+
+// 1 when this CPU and OS can run AVX512_BF16 (with AVX512F/BW/VL).
+int tl_cpu_has_bf16_dot(void);
+
+// 1 when bfloat16 products use vdpbf16ps now: supported, turned on, and the path is avx2 or avx512.
+int tl_cpu_bf16_dot(void);
+
+// on = 0 turns the dot-product instructions off (the widening fallbacks run), 1 on where supported, < 0 restores
+// the default (for tests: not while another thread is inside a kernel).
+void tl_cpu_set_dot(int on);
+
 // Size in bytes of this core's data cache at `level` (1, 2, 3) as the OS reports it, or 0 when unknown.
 long tl_cpu_cache_size(int level);
 

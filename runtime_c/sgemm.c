@@ -39,7 +39,10 @@ of K instead, each on the thread that holds its rows, added at the end (split_k)
 Other element formats (formats.h; sgemm_formats.c) take the same path with float32 micro-kernels: packing widens
 float16 and bfloat16 operands (tl_gemm_f16_batched2, tl_gemm_bf16_batched2) and dequantizes a quantized B
 (qmatmul.c's tl_gemm_quantized) into the float32 strips, 8 x 8 values at a time in registers on the AVX2 paths.
-16-bit products sum in a float32 scratch and round once into C; with M <= GEMV_M they run as gemv_half instead.
+Except bfloat16 where the CPU has AVX512_BF16 (cpu.h's tl_cpu_bf16_dot): a plan of its own (PLAN_BF16, pairs)
+packs both operands as bfloat16 k-pairs and multiplies them with vdpbf16ps (sgemm_kernels.c), two values of k per
+float32 FMA's cost. 16-bit products sum in a float32 scratch and round once into C; with M <= GEMV_M they run as
+gemv_half instead.
 
 The files: this one has the plans, the loops and their threads, and the entry points; sgemm_kernels.c the
 micro-kernels and the packing; sgemm_formats.c the entry points of the other formats and their GEMV;
@@ -88,7 +91,7 @@ float *sgemm_scratch(int slot, size_t n) { return tl_scratch(slot, n); }
 //       usually shared with other cores and processes.
 // Unknown sizes (0) take small, common ones (32 KiB, 512 KiB, 8 MiB), so a wrong guess costs speed, not memory.
 static void plan_blocking(gemm_plan *p, long l1, long l2, long l3) {
-    const long f = (long)sizeof(float);
+    const long f = p->pairs ? 2 : (long)sizeof(float);  // bytes per value in the strips
     l1 = l1 > 0 ? l1 : 32L << 10;
     l2 = l2 > 0 ? l2 : 512L << 10;
     l3 = l3 > 0 ? l3 : 8L << 20;
@@ -100,7 +103,9 @@ static void plan_blocking(gemm_plan *p, long l1, long l2, long l3) {
     p->nc = (int)nc;
 }
 
-static gemm_plan g_plans[3];
+// The paths' plans (cpu.h's numbers), then the bfloat16 products' on vdpbf16ps.
+enum { PLAN_BF16 = 3, N_PLANS };
+static gemm_plan g_plans[N_PLANS];
 static pthread_once_t g_plans_once = PTHREAD_ONCE_INIT;
 
 static void plans_init(void) {
@@ -109,14 +114,16 @@ static void plans_init(void) {
     g_plans[1] = (gemm_plan){MR, NR, 0, 0, 0, sgemm_kernel_avx2, sgemm_kernel_avx2_rows, sgemm_kernel_avx2_cols, 1};
     // A row-major A is packed: read in place, the 14 row pointers of a strip do not fit the registers.
     g_plans[2] = (gemm_plan){MR5, NR5, 0, 0, 0, sgemm_kernel_avx512, NULL, sgemm_kernel_avx512_cols, 1};
+    // The AVX-512 tile, each k step one vdpbf16ps (two values of k) per accumulator; always packed (pairs).
+    g_plans[PLAN_BF16] = (gemm_plan){MR5, NR5, 0, 0, 0, sgemm_kernel_bf16, NULL, NULL, 0, 1};
 #else
-    g_plans[1] = g_plans[2] = g_plans[0];
+    g_plans[1] = g_plans[2] = g_plans[PLAN_BF16] = g_plans[0];
 #endif
     long l1 = tl_cpu_cache_size(1), l2 = tl_cpu_cache_size(2), l3 = tl_cpu_cache_size(3);
-    for (int i = 0; i < 3; i++) plan_blocking(&g_plans[i], l1, l2, l3);
+    for (int i = 0; i < N_PLANS; i++) plan_blocking(&g_plans[i], l1, l2, l3);
 }
 
-static int plan_index(int path) { return path < 0 ? 0 : path > 2 ? 2 : path; }
+static int plan_index(int path) { return path < 0 ? 0 : path >= N_PLANS ? N_PLANS - 1 : path; }
 
 void tl_sgemm_plan(int path, int *out) {
     pthread_once(&g_plans_once, plans_init);
@@ -138,6 +145,11 @@ const gemm_plan *sgemm_current_plan(void) {
     pthread_once(&g_plans_once, plans_init);
     int path = tl_cpu_path();
     return &g_plans[plan_index(path)];
+}
+
+const gemm_plan *sgemm_bf16_plan(void) {
+    pthread_once(&g_plans_once, plans_init);
+    return tl_cpu_bf16_dot() ? &g_plans[PLAN_BF16] : NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -233,20 +245,21 @@ static void gemm_block(const gemm_args *g, const gemm_shared *sh, const gemm_rou
     const int MRp = pl->mr, NRp = pl->nr, kc = r->kc;
     const kernel_fn kernel = pl->packed, in_place = in_place_kernel(g);
     const long pc = r->pc, jc = r->jc, s0 = r->s0, s1 = r->s1;
+    const long len = strip_len(pl, kc);
     int full = mc / MRp * MRp;
     if (!in_place) sgemm_pack_a(g, ic, pc, mc, kc, apack);
-    else if (mc > full) sgemm_pack_a(g, ic + full, pc, mc - full, kc, apack + (long)full * kc);
+    else if (mc > full) sgemm_pack_a(g, ic + full, pc, mc - full, kc, apack + (long)full * len);
     for (long q = 0; q < s1 - s0; q++) {
         long s = s0 + (r->own0 - s0 + q) % (s1 - s0);  // own chunk first
         tl_flag_wait(&sh->packed[(s - s0) / r->chunk * r->tn + r->tcol], r->round + 1);  // (one load once set)
         long jr = s * NRp;
         int nr = (int)tl_min(NRp, r->nc - jr);
-        const float *bp = r->bpack + s * NRp * kc;
+        const float *bp = r->bpack + s * NRp * len;
         for (int ir = 0; ir < mc; ir += MRp) {
             int mr = (int)tl_min(MRp, mc - ir);
             float *c = g->C + (ic + ir) * g->ldc + jc + jr;
             kernel_fn kern = kernel;
-            const float *ap = apack + (long)ir * kc;
+            const float *ap = apack + (long)ir * len;
             if (in_place && q == 0 && !g->transA && ir + 3 * MRp <= mc)
                 prefetch_strip(g->A + (ic + ir + 2 * MRp) * g->lda + pc, g->lda, MRp, kc);
             if (in_place && mr == MRp) {

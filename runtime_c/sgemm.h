@@ -56,12 +56,12 @@ void tl_gemm_bf16_batched2(int batch0, int batch1, int transA, int transB, int M
                            const uint16_t *B, long ldb, long strideB0, long strideB1,
                            uint16_t *C, long ldc, long strideC0, long strideC1);
 
-// The micro-tile and cache blocks of cpu.h's `path`: out[0..4] = MR, NR, KC, MC, NC (KC, MC, NC derived from
-// the cache sizes the OS reports: see plan_blocking in sgemm.c).
+// The micro-tile and cache blocks of cpu.h's `path`, or with path 3 of bfloat16 products on vdpbf16ps: out[0..4]
+// = MR, NR, KC, MC, NC (KC, MC, NC derived from the cache sizes the OS reports: see plan_blocking in sgemm.c).
 void tl_sgemm_plan(int path, int *out);
 
-// Testing and tuning aid: sets `path`'s KC, MC, NC (MC and NC rounded up to multiples of MR and NR); a value
-// <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
+// Testing and tuning aid: sets `path`'s (as tl_sgemm_plan) KC, MC, NC (MC and NC rounded up to multiples of MR
+// and NR); a value <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
 void tl_sgemm_set_blocking(int path, int kc, int mc, int nc);
 
 // Kept for their callers; cpu.h's tl_cpu_supports, tl_cpu_set_path and tl_cpu_path say more.

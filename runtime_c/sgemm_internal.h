@@ -36,7 +36,12 @@ typedef struct {
     kernel_fn packed;      // A strip packed
     kernel_fn rows, cols;  // A strip read in place from a row-major / transposed A; NULL: always packed
     int avx2_pack;         // the AVX2 packing routines may run
+    int pairs;             // the strips hold bfloat16 k-pairs for vdpbf16ps (sgemm_kernels.c), not float32
 } gemm_plan;
+
+// Floats a packed strip takes per row or column, for kc values of k: kc floats, or (kc + 1) / 2 k-pairs of
+// bfloat16 (a pair is 32 bits; an odd kc ends in a pair padded with zero).
+static inline long strip_len(const gemm_plan *p, int kc) { return p->pairs ? (kc + 1) / 2 : kc; }
 
 typedef struct {
     int transA, transB;
@@ -91,6 +96,9 @@ AVX2H static inline __attribute__((always_inline)) __m256 load8(const int F, con
 // The plan of the path in use; fixed for the whole of one call.
 __attribute__((visibility("hidden"))) const gemm_plan *sgemm_current_plan(void);
 
+// The plan of bfloat16 products on vdpbf16ps, or NULL when they widen instead (cpu.h's tl_cpu_bf16_dot).
+__attribute__((visibility("hidden"))) const gemm_plan *sgemm_bf16_plan(void);
+
 // How many of the nt threads one M x N x K product is worth.
 __attribute__((visibility("hidden"))) int sgemm_useful_threads(const gemm_plan *p, long M, long N, long K, int nt);
 
@@ -118,6 +126,9 @@ __attribute__((visibility("hidden"))) void sgemm_kernel_avx512(int kc, const flo
                                                                float beta, float *c, long ldc);
 __attribute__((visibility("hidden"))) void sgemm_kernel_avx512_cols(int kc, const float *a, long lda,
                                                                     const float *b, float beta, float *c, long ldc);
+// MR5 x NR5 over strips of bfloat16 k-pairs (plan.pairs): a and b are uint32_t pairs, kc counts values of k.
+__attribute__((visibility("hidden"))) void sgemm_kernel_bf16(int kc, const float *a, long lda, const float *b,
+                                                             float beta, float *c, long ldc);
 #endif
 
 // Packs rows [i0, i0+mc) x columns [k0, k0+kc) of op(A) as MR-tall strips (rows past mc zero).

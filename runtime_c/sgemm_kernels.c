@@ -305,6 +305,25 @@ AVX2H static void pack_b_rows_half_avx2(const gemm_args *g, long k0, long j0, in
 
 #define AVX512 __attribute__((target("avx2,fma,avx512f")))
 
+// C[MR5 x NR5] (row stride ldc) = acc + beta * C; beta == 0 never reads C.
+AVX512 static inline __attribute__((always_inline)) void store_tile_avx512(__m512 acc[MR5][2], float beta, float *c,
+                                                                          long ldc) {
+    if (beta == 0.0f) {
+#pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+            _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+        }
+    } else {
+        __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            _mm512_storeu_ps(c + i * ldc, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + i * ldc), acc[i][0]));
+            _mm512_storeu_ps(c + i * ldc + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + i * ldc + 16), acc[i][1]));
+        }
+    }
+}
+
 // As kernel_avx2_body, with element (i, p) of the A strip at a[i*rs + p*ks]. The loop over the rows is
 // unrolled, the accumulators stay in registers.
 AVX512 static inline __attribute__((always_inline)) void
@@ -325,20 +344,7 @@ kernel_avx512_body(int kc, const float *restrict a, long rs, long ks, const floa
         }
         b += NR5;
     }
-    if (beta == 0.0f) {
-#pragma GCC unroll 16
-        for (int i = 0; i < MR5; i++) {
-            _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-            _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-        }
-    } else {
-        __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 16
-        for (int i = 0; i < MR5; i++) {
-            _mm512_storeu_ps(c + i * ldc, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + i * ldc), acc[i][0]));
-            _mm512_storeu_ps(c + i * ldc + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + i * ldc + 16), acc[i][1]));
-        }
-    }
+    store_tile_avx512(acc, beta, c, ldc);
 }
 
 AVX512 void sgemm_kernel_avx512(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc) {
@@ -350,6 +356,92 @@ AVX512 void sgemm_kernel_avx512_cols(int kc, const float *a, long lda, const flo
                                      long ldc) {
     kernel_avx512_body(kc, a, 1, lda, b, beta, c, ldc);
 }
+
+// ----------------------------------------------------------------------------
+// bfloat16 products on AVX512_BF16 (the plan with pairs, sgemm.c). vdpbf16ps multiplies the two bfloat16 halves of
+// each 32-bit lane of its operands and adds both products into that lane's float32 sum, so the strips hold op(A)
+// and op(B) as k-pairs, (k, k + 1) in one 32-bit value, and each step of the kernel covers two values of k at the
+// cost of one float32 FMA. The products of two bfloat16 are exact in float32 and sum in float32, as torch's
+// (oneDNN's) bfloat16 matmul on such CPUs. An odd kc ends in a pair whose second value is zero: it adds nothing.
+
+#define AVX512BF16 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// As kernel_avx512_body over (kc + 1) / 2 packed k-pairs: a[q*MR5 + i], b[q*NR5 + j].
+AVX512BF16 void sgemm_kernel_bf16(int kc, const float *a, long lda, const float *b, float beta, float *c, long ldc) {
+    (void)lda;  // always packed
+    const uint32_t *ap = (const uint32_t *)a, *bp = (const uint32_t *)b;
+    __m512 acc[MR5][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR5; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int q = 0; q < (kc + 1) / 2; q++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i]);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+        }
+        ap += MR5;
+        bp += NR5;
+    }
+    store_tile_avx512(acc, beta, c, ldc);
+}
+
+// The k-pair packing, for a 16-bit matrix X with element (i, k) at x[i*rs + k*ks]: rows [0, r) and columns
+// [0, kc) as out[q*w + i] = X(i, 2q) | X(i, 2q + 1) << 16, rows [r, w) and the value after an odd kc zero. A strip
+// of op(A) (X = its rows) or of op(B) (X = its columns), r <= w <= 32. Three ways, by which stride is 1:
+
+// rs == 1 (a transposed A, a plain B: X's columns contiguous): two columns of X, w values each, interleaved by
+// one vpermt2w for each 16 pairs.
+AVX512BF16 static void pack_pairs_interleave(const uint16_t *x, long ks, int r, int w, int kc, uint32_t *out) {
+    const __mmask32 in = r >= 32 ? ~0u : (1u << r) - 1;
+    const __mmask16 out0 = w >= 16 ? 0xFFFF : (1u << w) - 1, out1 = w <= 16 ? 0 : (1u << (w - 16)) - 1;
+    uint16_t lo_at[32], hi_at[32];  // lanes of the two outputs: (x0, x1) values t and t + 16 (x1's are at 32 +)
+    for (int t = 0; t < 16; t++) lo_at[2 * t] = t, lo_at[2 * t + 1] = 32 + t, hi_at[2 * t] = 16 + t,
+                                 hi_at[2 * t + 1] = 48 + t;
+    const __m512i lo = _mm512_loadu_si512(lo_at), hi = _mm512_loadu_si512(hi_at);
+    for (int q = 0; q < (kc + 1) / 2; q++, out += w) {
+        const __m512i x0 = _mm512_maskz_loadu_epi16(in, x + 2 * q * ks);
+        const __m512i x1 = 2 * q + 1 < kc ? _mm512_maskz_loadu_epi16(in, x + (2 * q + 1) * ks) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(out, out0, _mm512_permutex2var_epi16(x0, lo, x1));
+        if (out1) _mm512_mask_storeu_epi32(out + 16, out1, _mm512_permutex2var_epi16(x0, hi, x1));
+    }
+}
+
+// ks == 1 (a plain A, a transposed B: X's rows contiguous): a pair is one 32-bit value of a row, so the strip is
+// a transpose of 32-bit values, gathered 16 rows at a time (the last pair of an odd kc zero-padded in plain C:
+// its second value would lie past the row).
+AVX512BF16 static void pack_pairs_gather(const uint16_t *x, long rs, int r, int w, int kc, uint32_t *out) {
+    int row_at[32];
+    for (int i = 0; i < 32; i++) row_at[i] = (int)(i < r ? i * rs : 0);
+    const __m512i at0 = _mm512_loadu_si512(row_at), at1 = _mm512_loadu_si512(row_at + 16);
+    const __mmask16 in0 = r >= 16 ? 0xFFFF : (1u << r) - 1, in1 = r <= 16 ? 0 : (1u << (r - 16)) - 1;
+    const __mmask16 out0 = w >= 16 ? 0xFFFF : (1u << w) - 1, out1 = w <= 16 ? 0 : (1u << (w - 16)) - 1;
+    int q = 0;
+    for (; 2 * q + 1 < kc; q++, out += w) {
+        const __m512i z = _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(out, out0, _mm512_mask_i32gather_epi32(z, in0, at0, x + 2 * q, 2));
+        if (out1) _mm512_mask_storeu_epi32(out + 16, out1, _mm512_mask_i32gather_epi32(z, in1, at1, x + 2 * q, 2));
+    }
+    if (2 * q < kc)
+        for (int i = 0; i < w; i++) out[i] = i < r ? x[i * rs + 2 * q] : 0;
+}
+
+// Neither (a column broadcast with a zero stride, say): one value at a time.
+static void pack_pairs_any(const uint16_t *x, long rs, long ks, int r, int w, int kc, uint32_t *out) {
+    for (int q = 0; q < (kc + 1) / 2; q++, out += w)
+        for (int i = 0; i < w; i++) {
+            const uint32_t hi = i < r && 2 * q + 1 < kc ? x[i * rs + (2 * q + 1) * ks] : 0;
+            out[i] = i < r ? x[i * rs + 2 * q * ks] | hi << 16 : 0;
+        }
+}
+
+static void pack_pairs(const uint16_t *x, long rs, long ks, int r, int w, int kc, uint32_t *out) {
+    if (rs == 1 && ks != 0) pack_pairs_interleave(x, ks, r, w, kc, out);
+    else if (ks == 1 && rs != 0 && rs * 32 < (1L << 31)) pack_pairs_gather(x, rs, r, w, kc, out);
+    else pack_pairs_any(x, rs, ks, r, w, kc, out);
+}
 #endif  // __x86_64__
 
 // ----------------------------------------------------------------------------
@@ -357,6 +449,15 @@ AVX512 void sgemm_kernel_avx512_cols(int kc, const float *a, long lda, const flo
 
 void sgemm_pack_a(const gemm_args *g, long i0, long k0, int mc, int kc, float *out) {
     const int MRp = g->p->mr;
+#if defined(__x86_64__)
+    if (g->p->pairs) {  // op(A)(i0 + i, k0 + k), bfloat16
+        const uint16_t *a = (const uint16_t *)g->A;
+        const long rs = g->transA ? 1 : g->lda, ks = g->transA ? g->lda : 1;
+        for (int ir = 0; ir < mc; ir += MRp, out += MRp * strip_len(g->p, kc))
+            pack_pairs(a + (i0 + ir) * rs + k0 * ks, rs, ks, (int)tl_min(MRp, mc - ir), MRp, kc, (uint32_t *)out);
+        return;
+    }
+#endif
     for (int ir = 0; ir < mc; ir += MRp, out += MRp * kc) {
         int mr = (int)tl_min(MRp, mc - ir);
 #if defined(__x86_64__)
@@ -373,6 +474,16 @@ void sgemm_pack_a(const gemm_args *g, long i0, long k0, int mc, int kc, float *o
 // Packs strips [s0, s1) of the KC x NC panel of op(B) starting at (k0, j0).
 void sgemm_pack_b(const gemm_args *g, long k0, long j0, int nc, int kc, long s0, long s1, float *bpack) {
     const int NRp = g->p->nr;
+#if defined(__x86_64__)
+    if (g->p->pairs) {  // X(j, k) = op(B)(k0 + k, j0 + j), bfloat16
+        const uint16_t *b = (const uint16_t *)g->B;
+        const long rs = g->transB ? g->ldb : 1, ks = g->transB ? 1 : g->ldb;
+        for (long s = s0; s < s1; s++)
+            pack_pairs(b + (j0 + s * NRp) * rs + k0 * ks, rs, ks, (int)tl_min(NRp, nc - s * NRp), NRp, kc,
+                       (uint32_t *)(bpack + s * NRp * strip_len(g->p, kc)));
+        return;
+    }
+#endif
     if (!g->transB) {
         // Row by row: each row of the panel is read as one contiguous run of B (a strip at a time would
         // stride through B once per strip).
