@@ -20,11 +20,8 @@ table misses the Xeons with one 512-bit port. It takes about a quarter of a mill
 #include <unistd.h>
 #include <pthread.h>
 
+#include "common.h"
 #include "cpu.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -284,11 +281,7 @@ long tl_cpu_cache_size(int level) {
 void tl_cpu_stream_copy(float *dst, const float *src, long n, int threads) {
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
-#ifdef _OPENMP
-        const long t = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-        const long t = 0, nt = 1;
-#endif
+        const long t = tl_omp_thread_num(), nt = tl_omp_num_threads();
         const long i0 = n * t / nt, i1 = n * (t + 1) / nt;
         memcpy(dst + i0, src + i0, (size_t)(i1 - i0) * sizeof(float));
     }
