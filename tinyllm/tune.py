@@ -81,9 +81,14 @@ def main(argv=None):
         tune.apply(rt.lib, record["choice"])
         d, c = (float(np.median(times[k])) for k in ("default", "chosen"))
         saved = d - c
-        pay = f"{record['seconds'] / saved:,.0f} steps" if saved > 0 else "never (no step time saved)"
+        if record["choice"] == record["default"]:
+            pay = f"the default was kept: the search's {record['seconds']:.1f} s, once per machine, buy nothing here"
+        elif saved > 0:
+            pay = f"the search pays back after {record['seconds'] / saved:,.0f} steps"
+        else:
+            pay = "no step time saved: the search does not pay back"
         print(f"step (median of {args.steps} each, alternating): default {d * 1e3:.1f} ms, chosen {c * 1e3:.1f} ms; "
-              f"the search pays back after {pay}")
+              f"{pay}")
 
 
 if __name__ == "__main__":

@@ -56,10 +56,10 @@ def machine(lib):
     with open(_kernels.__file__, "rb") as f:
         module = hashlib.sha256(f.read()).hexdigest()[:16]
     caches = [lib.tl_cpu_cache_size(level) for level in (1, 2, 3)]
-    threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0) or len(os.sched_getaffinity(0))
+    threads = int(os.environ.get("TINYLLM_THREADS", "0") or 0) or os.cpu_count()  # (not the affinity: pinning
     flags = sorted(compiler._cpu_flags() & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
                                             "avx512_vnni", "f16c", "neon", "asimd"})
-    return {"model": model, "flags": flags, "caches": caches, "threads": threads, "module": module}
+    return {"model": model, "flags": flags, "caches": caches, "threads": threads, "module": module}  # moves it)
 
 
 def store_path(key):
@@ -164,26 +164,29 @@ def search(lib, shapes, seconds=None, progress=True):
     pool = candidates(lib)
     best_times = {}                                     # candidate index -> best weighted time so far
     bar = progress_bar(len(pool) * 2, "tinyllm: tuning the C products", "config") if progress else None
+    last = [0.0]                                        # how long the last candidate's timing took
 
     def timed(i):
+        t0 = time.perf_counter()
         apply(lib, pool[i])
         products.time(lib)                              # (a warm call: packing buffers, the path's first use)
         t = products.time(lib)
         best_times[i] = min(best_times.get(i, float("inf")), t)
+        last[0] = time.perf_counter() - t0
         if bar is not None:
             bar.update(1)
         return t
     alive = list(range(len(pool)))
-    while len(alive) > 1 and left(SEARCH_SHARE) > 0:
+    while len(alive) > 1 and left(SEARCH_SHARE) > last[0]:
         for i in alive:
-            if left(SEARCH_SHARE) <= 0:
+            if left(SEARCH_SHARE) <= last[0]:           # (a timing that would end past the budget is not begun)
                 break
             timed(i)
         ranked = sorted((best_times[i], i) for i in alive if i in best_times)
         alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
     best = min((i for i in best_times if i != 0), key=best_times.get, default=0)
     ratios = []
-    while best != 0 and left() > 0 and len(ratios) < 9:
+    while best != 0 and left() > 2 * last[0] and len(ratios) < 9:
         ratios.append(timed(best) / timed(0))
     if bar is not None:
         bar.close()
