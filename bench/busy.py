@@ -18,6 +18,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cpu_description  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
@@ -76,15 +79,10 @@ class BusyLoops:
 LOADS = {"quiet": 0, "busy": 1, "busy2": 2}  # the busy loops beside the example
 
 
-def cpu_description():
-    model = flags = ""
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name") and not model:
-            model = line.split(":", 1)[1].strip()
-        if line.startswith("flags") and not flags:
-            have = line.split(":", 1)[1].split()
-            flags = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in have)
-    return f"{model}; {len(os.sched_getaffinity(0))} cores; {flags}"
+def describe_cpu():
+    d = cpu_description()
+    return (f"{d['model']} ({d['family']}); {len(os.sched_getaffinity(0))} cores; {' '.join(d['flags'])}; "
+            f"caches {', '.join(d['caches'])}")
 
 
 def main():
@@ -106,7 +104,7 @@ def main():
         subprocess.run(example("gpt.py", "--ckpt-dir", os.path.join(tmp, "sample-ckpt"), "--max-iters", "20",
                                "--eval-interval", "20", "--eval-iters", "1", "--sample-tokens", "0"),
                        check=True, capture_output=True, cwd=ROOT)
-    print(f"CPU: {cpu_description()}")
+    print(f"CPU: {describe_cpu()}")
     print(f"{'workload':8} {'load':6} {'default':>10} {'1 thread':>10} {'2 threads':>10} {'default/1':>10} "
           f"{'default/2':>10}  unit")
     for name in names:
