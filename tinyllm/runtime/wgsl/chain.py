@@ -143,11 +143,12 @@ class Chain:
         self.staging = rt.gpu._new_storage(at) if at else None
         if self.staging is not None:
             self.staging.recycler.detach()
-        self.host_copies = Copies([(self.staging.buffer, at, s.buffer, s.nbytes) for _, _, s, _, at in self.hosts])
         self.host_bytes = at
-        # an updated tensor's current value goes to where the step reads its old one (unless that is its home)
         self.homes = [(weakref.ref(t), home) for t, home in homes.values()]
-        self.state = Copies([(home.buffer, 0, starts[key].buffer, home.nbytes) for key, (t, home) in homes.items()
+        # the copies every call makes (their handles taken once): the host values out of the staging buffer, and
+        # each updated tensor's value to where the step reads its old one
+        self.fixed = Copies([(self.staging.buffer, at, s.buffer, s.nbytes) for _, _, s, _, at in self.hosts] +
+                            [(home.buffer, 0, starts[key].buffer, home.nbytes) for key, (t, home) in homes.items()
                              if key in starts and starts[key] is not home])
         self.escaping = [(src, substitutes.get(id(v.storage.buffer), v.storage), v, shape, dtype)
                          for src, (v, shape, dtype) in escaping.items()]
@@ -174,13 +175,12 @@ class Chain:
                 data = rt.host_array(dt.as_storage(values[h][p], dtype), dtype).reshape(-1).view(np.uint8)
                 staged[at:at + data.size] = data
             gpu.write(self.staging, staged)
-            copies += self.host_copies
         out, after = {}, []
         for src, storage, v, shape, dtype in self.escaping:
             fresh = gpu.alloc(storage.nbytes)
             after.append((storage.buffer, 0, fresh.buffer, storage.nbytes))
             out[src] = Buffer(rt, rt.value(fresh, v.shape, v.dtype, v.elem_strides, v.offset), shape, dtype)
-        gpu.submit_step(copies, self.state, self.runs, after)
+        gpu.submit_step(copies, self.fixed, self.runs, after)
         rt.index_ops.extend(self.slots)
         for ref, _ in self.homes:                       # (their values changed: what the host read of them is old)
             ref().node.arg.data.host = None

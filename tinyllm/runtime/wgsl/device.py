@@ -284,14 +284,14 @@ class Device:
             pass_.dispatch_workgroups(*run.groups)
         self.last_pipe = 0
 
-    def submit_step(self, before, state, runs, after):
-        """One command buffer, submitted: the buffer copies `before` and `state`, one compute pass of `runs` (a
+    def submit_step(self, before, fixed, runs, after):
+        """One command buffer, submitted: the buffer copies `before` and `fixed`, one compute pass of `runs` (a
         Runs), the copies `after`. A copy is (source, its byte offset, destination, bytes) into the destination's
-        start (a Chain's run: `state` a Copies it made once)."""
+        start (a Chain's run: `fixed` a Copies it made once)."""
         self.submit()
         encoder = self.device.create_command_encoder()
         self._copies(encoder, before)
-        self._copies(encoder, state)
+        self._copies(encoder, fixed)
         self.encoder, self.pass_, self.last_pipe = encoder, encoder.begin_compute_pass(), 0
         self.encode(runs)
         self.pass_.end()
