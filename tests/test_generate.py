@@ -59,6 +59,40 @@ def test_cached_logits_equal_full_recomputation(each_runtime):
     print(f"\n[generate] {each_runtime}: worst cached-vs-recomputed logits rel err {worst:.2e}")
 
 
+def test_caches_grow_with_the_sequence_and_keep_their_logits(each_runtime, monkeypatch):
+    """The caches start at MIN_SLOTS slots and double (to a block of 160: 64, 128, then 160) as the sequence fills
+    them: teacher-forced logits across each growth equal the full forward's, and a second sequence reuses the grown
+    caches: nothing shrinks and the decode step's Python does not run again (its recordings are kept)."""
+    block = 160
+    model, _ = spread_model(seed=3, block_size=block)
+    device = model.transformer.wte.weight.device
+    ids = np.random.default_rng(4).integers(0, CFG["vocab_size"], (1, 150))
+    decoder = generation.Decoder(model, 1, device, use_cache=True)
+    assert decoder.caches[0].shape[2] == generation.MIN_SLOTS == 64
+    sizes, checked = [], 0
+    with tl.no_grad():
+        for L in range(2, ids.shape[1] + 1):
+            got = decoder.logits(ids[:, :L]).numpy()
+            sizes.append(decoder.caches[0].shape[2])
+            assert decoder.caches[1].shape[2] == sizes[-1] >= L
+            if L % 9 == 0 or L in (64, 65, 66, 128, 129, 130):
+                want = model(tl.tensor(ids[:, :L]))[0][:, -1].numpy()
+                err = rel(got, want)
+                assert err <= RTOL[each_runtime], f"{L} tokens, {sizes[-1]} slots: cached logits {err:.2e} off"
+                checked += 1
+        assert sorted(set(sizes)) == [64, 128, 160], sorted(set(sizes))
+        decodes = []
+        decode = gpt_module.Block.decode
+        monkeypatch.setattr(gpt_module.Block, "decode", lambda self, *a: decodes.append(1) or decode(self, *a))
+        decoder.length = None  # a new sequence, as generate() starts one
+        for L in range(3, 12):
+            got = decoder.logits(ids[:, :L]).numpy()
+        assert decoder.caches[0].shape[2] == 160, "a new sequence shrank the caches"
+        assert not decodes, "the next sequence ran the decode step's Python again"
+        assert rel(got, model(tl.tensor(ids[:, :11]))[0][:, -1].numpy()) <= RTOL[each_runtime]
+    print(f"\n[generate] {each_runtime}: caches grew 64 -> 128 -> 160 slots; {checked} positions checked")
+
+
 def sharpened(seed, **overrides):
     """A spread model with a large final LayerNorm gain: next-token distributions far from uniform, so greedy
     tokens are not decided by rounding."""
@@ -177,7 +211,8 @@ def test_decode_replays_and_compiles_nothing_after_its_first_steps(monkeypatch):
 
 
 def test_cache_is_preallocated_and_written_in_place(each_runtime):
-    """The cache is made once: the same tensors, of block_size slots, are assigned each step's values. On the C
+    """The cache is made once: the same tensors, of block_size slots (under MIN_SLOTS: they never grow), are
+    assigned each step's values. On the C
     runtime the replayed step writes them in place (the writes are the last readers of the old caches, so they
     take over their memory) and then runs as one chain of C calls."""
     model, _ = sharpened(seed=17, block_size=32)

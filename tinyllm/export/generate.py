@@ -34,7 +34,7 @@ def record_decode(model, rt):
         raise ExportError(f"tinyllm.export: step='generate' needs a decoder model with a key/value cache (GPT, "
                           f"Llama), got {type(model).__name__}")
     device = rt.name
-    decoder = Decoder(model, 1, device, True)
+    decoder = Decoder(model, 1, device, True, grow=False)  # one recording for every position
     decoder.cut(Tensor([0], device=device))
     empty = [c.numpy().copy() for c in decoder.caches]
     for pos in range(WARM_CALLS):

@@ -27,6 +27,15 @@ from ..tensor import Tensor, no_grad
 from ..utils.checks import whole_number
 
 MASKED = -1e30  # an empty cache slot's score bias: finite (WGSL may assume no infinities); exp(MASKED·scale - max) = 0
+# The fewest slots a growing cache has: a decode step reads and rewrites every slot (attend_cached, Decoder._step), so
+# the caches start this small and double as the sequence fills them (Decoder._capacity)
+MIN_SLOTS = 64
+
+
+def empty_slots(keys):
+    """Key cache slots (B, H_kv, n, hs + 1) with the last column MASKED (empty), realized."""
+    last = factory.arange(keys.shape[-1], device=keys.device) == keys.shape[-1] - 1
+    return last.where(MASKED, keys).to(keys.dtype).realize()
 
 
 def attend_cached(q, k, v, k_cache, v_cache):
@@ -447,7 +456,8 @@ class GenerationMixin:
     def _decoder(self, batch, device, use_cache):
         """The model's Decoder for this batch size, device and mode, kept between generate() calls so that a new
         call replays the steps recorded by an earlier one (a weight changed since makes its recording stale, and
-        tinyllm.jit records it again). Its cache is max_positions slots per layer, reused by every call."""
+        tinyllm.jit records it again). Its caches grow with the longest sequence yet, up to max_positions slots
+        per layer, and are reused by every call."""
         dropout = getattr(self.config, "dropout", 0) or getattr(self.config, "attention_dropout", 0)
         replayable = not self.training or not dropout  # dropout's masks come from the host
         # lora.disabled is a Python switch a recorded step cannot see: each setting keeps its own recordings
@@ -471,9 +481,14 @@ class Decoder:
     A call that adds one token to the last call's sequence within the block is a decode step (`step`); any other
     call up to the block is a prefill (`_prefill`); past the block, and on every call when uncached, `window` runs
     a full forward over the last block tokens (docs/architecture.md, "Generating"). Uncached, shorter contexts
-    are padded on the right, which causal attention keeps out of the last real position's logits."""
+    are padded on the right, which causal attention keeps out of the last real position's logits.
 
-    def __init__(self, model, batch, device, use_cache, replayable=True):
+    The caches have _capacity(L) slots for a sequence of L: a power of two from MIN_SLOTS up, grown (doubled, the new
+    slots empty) when the sequence reaches it, so a step's reads and writes of the caches follow the sequence's
+    length, not the block's. Each size is its own recording of the step. grow=False keeps the block's slots from the
+    start: one recording for every position (tinyllm.export's page)."""
+
+    def __init__(self, model, batch, device, use_cache, replayable=True, grow=True):
         from ..replay.jit import jit
         self.model, self.block, self.device, self.use_cache = model, model.max_positions, device, use_cache
         self.length = None  # the length of the sequence the cache holds
@@ -481,15 +496,40 @@ class Decoder:
         wrap = jit if replayable else (lambda fn: fn)
         self.window, self.step, self.chunk, self.cut = (wrap(f) for f in (self._window, self._step, self._chunk,
                                                                           self._cut))
+        self.grow = grow
         self.caches = []
         if use_cache:
             # keys and values as the model computes them: each write assigns the model's rows, so a model cast
             # between calls (or autocast) gives the caches its dtype at the next prefill, and tinyllm.jit, keyed on
-            # the dtype of each tensor a step assigns, records the step again
+            # the dtype and shape of each tensor a step assigns, records the step again
             dtype = model.get_input_embeddings().weight.dtype
-            self.caches = [factory.zeros(*shape, dtype=dtype, device=device).realize()
+            slots = self._capacity(1)
+            self.caches = [factory.zeros(*shape[:2], slots, shape[3], dtype=dtype, device=device)
                            for shape in model._cache_shapes(batch)]
-            self.slots = factory.arange(self.block, device=device)
+            self.caches = [empty_slots(c) if i % 2 == 0 else c.realize() for i, c in enumerate(self.caches)]
+            self.slots = factory.arange(slots, device=device)
+
+    def _capacity(self, n):
+        """The slots a cache holding n positions has: the block when it does not grow, else the next power of two
+        from MIN_SLOTS up (so the steps' traffic follows the sequence's length, and a sequence records log2(block /
+        MIN_SLOTS) + 1 steps at most)."""
+        if not self.grow:
+            return self.block
+        return min(self.block, max(MIN_SLOTS, 1 << (n - 1).bit_length()))
+
+    def _room(self, n):
+        """Make the caches hold n positions at least: past their slots, they grow to _capacity(n), the new slots
+        empty (a key's bias MASKED). Never shrinks: the next sequence replays the steps recorded at this size."""
+        have = self.slots.shape[0]
+        want = self._capacity(n)
+        if not self.use_cache or want <= have:
+            return
+        from ..realizer import assign
+        B, H = self.caches[0].shape[:2]
+        added = [factory.zeros(B, H, want - have, c.shape[-1], dtype=c.dtype, device=self.device) for c in self.caches]
+        added = [empty_slots(a) if i % 2 == 0 else a for i, a in enumerate(added)]
+        assign(self.caches, [factory.cat([c, a], 2) for c, a in zip(self.caches, added)])
+        self.slots = factory.arange(want, device=self.device)
 
     def logits(self, ids):
         B, L = ids.shape
@@ -500,6 +540,7 @@ class Decoder:
             padded[:, :context.shape[1]] = context
             last = Tensor([context.shape[1] - 1], device=self.device)  # a tensor index: one schedule for every L
             return self.window(Tensor(padded, device=self.device), last)
+        self._room(L)
         if self.length is not None and L == self.length + 1:
             self.length = L
             return self.step(Tensor(ids[:, -1:], device=self.device), Tensor([L - 1], device=self.device))
@@ -511,6 +552,7 @@ class Decoder:
         (1 <= T, L <= block): one forward over them against the cache, which then holds all of ids. The cache
         must hold ids' first `length` tokens (sync)."""
         B, L = ids.shape
+        self._room(L)
         T, pos = L - self.length, Tensor([self.length], device=self.device)
         if T == 1:  # the decode step's own recording
             out = self.step(Tensor(ids[:, -1:], device=self.device), pos).numpy()[:, None]
@@ -539,9 +581,10 @@ class Decoder:
         model, kv = self.model, []
         logits = model.lm_head(model._features(idx, kv)[:, -1:])[:, -1, :]
         B, T = idx.shape
-        pad = self.block - T
+        slots = self.slots.shape[0]
+        pad = slots - T
         kv = [F.pad(t, (0, 0, 0, pad)) if pad else t.contiguous() for t in kv]
-        bias = (self.slots < T).reshape(1, 1, self.block, 1).where(0.0, MASKED)  # the empty slots' score bias, in
+        bias = (self.slots < T).reshape(1, 1, slots, 1).where(0.0, MASKED)  # the empty slots' score bias, in
         # the keys' dtype (as attend_cached's rows), so that a 16-bit model's key cache stays 16-bit
         kv = [factory.cat([t, bias.to(t.dtype).expand(*t.shape[:-1], 1)], -1) if i % 2 == 0 else t
               for i, t in enumerate(kv)]
@@ -557,7 +600,7 @@ class Decoder:
         x, rows = self.model._decode_features(tok, pos, self.caches)
         logits = self.model.lm_head(x)[:, -1, :]
         realize(logits, *rows)
-        write = (self.slots == pos).reshape(1, 1, self.block, 1)  # the slot this position's key and value go to
+        write = (self.slots == pos).reshape(1, 1, -1, 1)  # the slot this position's key and value go to
         new = [write.where(row, cache) for row, cache in zip(rows, self.caches)]
         realize(*new)
         assign(self.caches, new)
@@ -571,7 +614,7 @@ class Decoder:
         x, rows = self.model._decode_features(toks, pos, self.caches)
         logits = self.model.lm_head(x)
         realize(logits, *rows)
-        write = ((self.slots >= pos) & (self.slots < pos + T)).reshape(1, 1, self.block, 1)
+        write = ((self.slots >= pos) & (self.slots < pos + T)).reshape(1, 1, -1, 1)
         row = (self.slots - pos).maximum(0).minimum(T - 1)  # the row each slot would take
         new = [write.where(r[:, :, row], cache) for r, cache in zip(rows, self.caches)]
         realize(*new)
@@ -583,7 +626,7 @@ class Decoder:
         from ..realizer import assign
         keys = self.caches[0::2]
         hs1 = keys[0].shape[-1]
-        stale = (self.slots >= length).reshape(1, 1, self.block, 1) \
+        stale = (self.slots >= length).reshape(1, 1, -1, 1) \
             & (factory.arange(hs1, device=self.device) == hs1 - 1).reshape(1, 1, 1, hs1)
         assign(keys, [stale.where(MASKED, k) for k in keys])
 
