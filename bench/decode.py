@@ -24,16 +24,18 @@ with the draft proposing --num-speculative-tokens, sampled at temperature 1 from
 acceptance rate (accepted / proposed).
 
 Quantized rows (--dtypes int8 int4): the runtime's model after tinyllm.quantization.quantize_ (one float16 scale
-per --group-size input features; the lm_head tied to the token embedding stays float32 unless --quantize-lm-head),
+per --group-size input features; the lm_head tied to the token embedding stays float32 unless --quantize-lm-head);
+int8-dynamic and int4-dynamic quantize the activations to int8 at run time too (dynamic=True: byte dot products),
 decoded as "cached"; their tokens are not compared (rounded weights may pick other tokens), their speed is, against
 the same runtime's float32 row ("/ fp32", issue 48's target >= 1.5).
 
 The roofline: a batch-1 decode step reads every weight once (decode_weight_bytes in bench/common.py: an embedding
 table one row, unless the tied lm_head reads it whole), so tokens/s x weight bytes per token is the bandwidth it
-streams, and "of roofline" is that over the memory bandwidth measured in the same worker (the higher of a read-only
-stream and a copy, read + written; bench/common.py's machine_limits, before and after the timings, the best of the
-two). The KV cache's reads (2 n_layer positions n_embd floats a token) are left out: under 1 % of the weights' at
-these lengths. Where the weights fit in the L3 the table says so: they need not come from memory then, and the
+streams, and "of roofline" is that over the memory bandwidth measured in the same worker (the highest of a
+read-only stream and a copy, read + written, from bench/common.py's machine_limits before and after the timings,
+and of the read-only streams run in each round, "given" below). The KV cache's traffic is left out: a step reads and rewrites the caches' slots, which grow with the sequence
+(64 slots, doubled as it fills them: tinyllm/models/generation.py), for the 124M shape 74 KB a slot, so 64 slots
+(this bench's lengths) are about 5 MB read and 5 MB written a token, 2-4 % of the weights'. Where the weights fit in the L3 the table says so: they need not come from memory then, and the
 fraction can pass 100 %.
 
 Each thread count runs in its own subprocess with every library's thread variables set before import
@@ -140,7 +142,8 @@ def worker(args, threads):
             model = GPT(GPTConfig(**cfg)).to(rt)
             model.load_state_dict(state)
             if dtype != "fp32":
-                quantize_(model, dtype, group_size=args.group_size, embedding=args.quantize_lm_head)
+                quantize_(model, dtype.split("-")[0], group_size=args.group_size, embedding=args.quantize_lm_head,
+                          dynamic=dtype.endswith("-dynamic"))
             model.eval()
 
             def gen(prompt, n_new, use_cache, model=model, rt=rt):
@@ -226,8 +229,9 @@ def main():
     p.add_argument("--target", help="examples/gpt.py --ckpt-dir of the target model (speculative decoding)")
     p.add_argument("--draft", help="examples/gpt.py --ckpt-dir of the draft model")
     p.add_argument("--num-speculative-tokens", type=int, default=4)
-    p.add_argument("--dtypes", nargs="+", default=["fp32"], choices=["fp32", "int8", "int4"],
-                   help="weights of the tinyllm rows: fp32, and quantized copies (tinyllm.quantization.quantize_)")
+    p.add_argument("--dtypes", nargs="+", default=["fp32"], choices=["fp32", "int8", "int4", "int8-dynamic", "int4-dynamic"],
+                   help="weights of the tinyllm rows: fp32, and quantized copies (tinyllm.quantization.quantize_; "
+                   "-dynamic: int8 activations too, quantize_'s dynamic=True)")
     p.add_argument("--group-size", type=int, default=32, help="input features per scale of the quantized rows")
     p.add_argument("--quantize-lm-head", action="store_true",
                    help="quantize the lm_head too (quantize_'s embedding=True); default: it stays float32")
@@ -267,15 +271,17 @@ def fmt(values):
 
 def table(args, threads, res):
     limits, nbytes, given = res.pop("limits"), res.pop("bytes"), res.pop("given_gbs")
-    bandwidth = bandwidth_gbs(limits, threads)
+    # the highest rate any stream of the run reached: the rounds' streams run longer than machine_limits' and on
+    # this VM often read faster (the memory system's share moves with other tenants)
+    bandwidth = max([bandwidth_gbs(limits, threads)] + given)
     given_med = statistics.median(given) if given else float("nan")
     ref = res["torch"]["tokens"]
     base = statistics.median(res["torch"]["tok_s"])
     base_prefill = statistics.median(res["torch prefill"]["tok_s"])
     roofline_target = args.config == "124M"
     print(f"\n{threads} thread(s); " + "\n".join(limits_lines(limits)))
-    print(f"roofline: weight bytes per token x tokens/s over {bandwidth:,.1f} GB/s (the higher of the read-only "
-          f"stream and the copy of {threads} thread{'s' if threads > 1 else ''})"
+    print(f"roofline: weight bytes per token x tokens/s over {bandwidth:,.1f} GB/s (the highest of the read-only "
+          f"stream and the copy of {threads} thread{'s' if threads > 1 else ''}, and of the rounds' streams)"
           + (f"; target ≥ {ROOFLINE_TARGET:.0%}" if roofline_target else "")
           + f"; given: over what the read-only stream got in a turn of each round as long as a framework's (median "
           f"{given_med:,.1f} GB/s, rounds {min(given, default=0):,.1f}–{max(given, default=0):,.1f}: the memory "
@@ -291,7 +297,7 @@ def table(args, threads, res):
             continue
         med = statistics.median(v["tok_s"])
         ratio = med / (base_prefill if name.endswith("prefill") else base)
-        quantized = any(f" {d} " in name for d in ("int8", "int4"))
+        quantized = any(f" {d}" in name for d in ("int8", "int4"))
         same = "" if name.endswith("prefill") else "— (quantized)" if quantized else (
             "yes" if v["tokens"] == [row[:len(v["tokens"][0])] for row in ref] else "FAIL")
         target = f" (target ≥ {TARGET})" if name == "c cached" and threads == 2 else ""

@@ -3,6 +3,7 @@ the quantized model saved to a safetensors file and loaded back.
 
     python examples/gpt.py && python examples/quantize.py    # out/gpt's checkpoint, int8, one scale per 32 weights
     python examples/quantize.py --format int4 --group-size 128
+    python examples/quantize.py --dynamic                   # int8 activations too (dynamic quantization)
     python examples/quantize.py --ckpt-dir out/gpt-m --out out/gpt-m/int4.safetensors --format int4
 
 With no checkpoint in out/gpt, a tiny model is trained first (examples/gpt.py --tiny, a few seconds, in
@@ -10,7 +11,8 @@ out/gpt-tiny).
 
 tinyllm.quantization.quantize_ replaces every nn.Linear with a QuantizedLinear: int8 values, or two int4 values per
 byte, and one float16 scale per --group-size consecutive input features (llama.cpp's Q8_0 and Q4_0 layouts; the
-formats are defined in tinyllm/ops/qmatmul.py). Activations stay float32. The tied embedding / lm_head stays float32
+formats are defined in tinyllm/ops/qmatmul.py). Activations stay float32, or with --dynamic are quantized to int8
+per group at run time (byte dot products: VNNI where the CPU has it). The tied embedding / lm_head stays float32
 unless --embedding. The validation loss is the mean over --eval-iters batches of the held-out split (the last 10 %
 of the text, as examples/gpt.py splits it), the same batches before and after, so the difference is the rounding's.
 """
@@ -91,6 +93,8 @@ def main(argv=None):
     p.add_argument("--group-size", type=int, default=32, help="input features per float16 scale (default: 32; a "
                    "layer whose input width is not a multiple of it gets a padded last group)")
     p.add_argument("--embedding", action="store_true", help="also quantize the lm_head tied to the token embedding")
+    p.add_argument("--dynamic", action="store_true", help="also quantize the layers' inputs to int8 at run time "
+                   "(dynamic quantization: byte dot products, VNNI where the CPU has it)")
     p.add_argument("--eval-iters", type=int, default=10, help="held-out batches of the loss (default: 10)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--sample-tokens", type=int, default=200)
@@ -124,10 +128,11 @@ def main(argv=None):
 
     base = report("float32")
     try:
-        quantization.quantize_(model, args.format, group_size=args.group_size, embedding=args.embedding)
+        quantization.quantize_(model, args.format, group_size=args.group_size, embedding=args.embedding,
+                               dynamic=args.dynamic)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    label = f"{args.format} g{args.group_size}"
+    label = f"{args.format} g{args.group_size}" + " dynamic" * args.dynamic
     loss = report(label)
     print(f"perplexity {100 * (math.exp(loss - base) - 1):+.3f} % from float32")
     if args.sample_tokens:
@@ -135,7 +140,8 @@ def main(argv=None):
         print(sample(model, tok, args.sample_tokens, device, args.seed))
         print("----")
 
-    out = args.out or os.path.join(ckpt_dir, f"quantized-{args.format}-g{args.group_size}.safetensors")
+    out = args.out or os.path.join(ckpt_dir, f"quantized-{args.format}-g{args.group_size}"
+                                   f"{'-dynamic' * args.dynamic}.safetensors")
     quantization.save(model, out)
     # a new float32 model of the same config: load quantizes the layers the file names and fills in every weight
     again = quantization.load(GPT(GPTConfig(**ckpt["config"])).to(device), out)

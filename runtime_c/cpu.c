@@ -39,6 +39,7 @@ static int g_requested = -1;   // what the environment asked for (cpu.h)
 static int g_supported[N_PATHS];
 static int g_full_width;       // calibration: 512-bit FMAs at twice the 256-bit rate
 static int g_has_bf16;         // AVX512_BF16 usable
+static int g_has_vnni;         // AVX512_VNNI usable (with AVX512VL: its 256-bit vpdpbusd)
 static int g_dot_default;      // dot-product instructions on at load (TINYLLM_NO_DOT unset)
 static _Atomic int g_dot;      // ... and now (tl_cpu_set_dot)
 
@@ -69,10 +70,16 @@ static int has_avx512_bf16(void) {
     return has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bf16");
 }
+// vpdpbusd on ymm registers (qmatmul.c's int8 dot products)
+static int has_avx512_vnni(void) {
+    return has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+}
 #else
 static int has_avx2_fma(void) { return 0; }
 static int has_avx512f(void) { return 0; }
 static int has_avx512_bf16(void) { return 0; }
+static int has_avx512_vnni(void) { return 0; }
 #endif
 
 // ----------------------------------------------------------------------------
@@ -169,6 +176,7 @@ static void init(void) {
     atomic_store(&g_path, g_default);
 
     g_has_bf16 = has_avx512_bf16();
+    g_has_vnni = has_avx512_vnni();
     const char *no_dot = getenv("TINYLLM_NO_DOT");
     g_dot_default = !(no_dot != NULL && strcmp(no_dot, "1") == 0);
     atomic_store(&g_dot, g_dot_default);
@@ -204,6 +212,17 @@ int tl_cpu_has_bf16_dot(void) {
 int tl_cpu_bf16_dot(void) {
     pthread_once(&g_once, init);
     return g_has_bf16 && atomic_load_explicit(&g_dot, memory_order_relaxed) &&
+           atomic_load_explicit(&g_path, memory_order_relaxed) >= PATH_AVX2;
+}
+
+int tl_cpu_has_int8_dot(void) {
+    pthread_once(&g_once, init);
+    return g_has_vnni;
+}
+
+int tl_cpu_int8_dot(void) {
+    pthread_once(&g_once, init);
+    return g_has_vnni && atomic_load_explicit(&g_dot, memory_order_relaxed) &&
            atomic_load_explicit(&g_path, memory_order_relaxed) >= PATH_AVX2;
 }
 

@@ -40,7 +40,8 @@ int tl_cpu_requested_path(void);
 int tl_cpu_avx512_full_width(void);
 
 // Dot-product instructions, apart from the paths: on a path >= avx2 where the CPU has them (and the OS saves the zmm
-// state), bfloat16 products run on AVX512_BF16's vdpbf16ps (sgemm_formats.c) instead of widening to float32.
+// state), bfloat16 products run on AVX512_BF16's vdpbf16ps (sgemm_formats.c) instead of widening to float32, and
+// int8 products on AVX512_VNNI's vpdpbusd (qmatmul.c).
 // On by default; TINYLLM_NO_DOT=1 in the environment turns them off. The avx2 path keeps them because Zen 4,
 // whose default path is avx2 (its 512-bit FMA is double-pumped), runs a 512-bit vdpbf16ps at twice the rate of
 // the float32 FMAs it replaces.
@@ -50,6 +51,13 @@ int tl_cpu_has_bf16_dot(void);
 
 // 1 when bfloat16 products use vdpbf16ps now: supported, turned on, and the path is avx2 or avx512.
 int tl_cpu_bf16_dot(void);
+
+// 1 when this CPU and OS can run AVX512_VNNI's vpdpbusd on ymm registers (with AVX512F/BW/VL).
+int tl_cpu_has_int8_dot(void);
+
+// 1 when int8 products (qmatmul.c's, with int8 activations) use vpdpbusd now: supported, turned on, and the path is
+// avx2 or avx512; otherwise the AVX2 path multiplies bytes with vpmaddubsw.
+int tl_cpu_int8_dot(void);
 
 // on = 0 turns the dot-product instructions off (the widening fallbacks run), 1 on where supported, < 0 restores
 // the default (for tests: not while another thread is inside a kernel).

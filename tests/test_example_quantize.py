@@ -20,19 +20,21 @@ def odd(tmp_path_factory):
     return root / "odd"
 
 
-@pytest.mark.parametrize("fmt, group, embedding", [("int4", 32, True), ("int8", 16, False)])
-def test_an_odd_width_quantizes_saves_and_loads_back(odd, fmt, group, embedding):
+@pytest.mark.parametrize("fmt, group, embedding, dynamic", [("int4", 32, True, False), ("int8", 16, False, False),
+                                                             ("int8", 32, False, True)])
+def test_an_odd_width_quantizes_saves_and_loads_back(odd, fmt, group, embedding, dynamic):
     from tinyllm.utils.safetensors import load_header, load_metadata
     out = odd / f"{fmt}.safetensors"
     r = run("quantize.py", "--ckpt-dir", str(odd), "--format", fmt, "--group-size", str(group), "--eval-iters", "2",
-            "--sample-tokens", "8", "--out", str(out), *(["--embedding"] if embedding else []), cwd=odd)
+            "--sample-tokens", "8", "--out", str(out), *(["--embedding"] if embedding else []),
+            *(["--dynamic"] if dynamic else []), cwd=odd)
     assert r.returncode == 0, r.stderr
-    m = re.search(rf"{fmt} g{group}: +\d+\.\d+ MB, val loss (\d+\.\d+) nats/token", r.stdout)
+    m = re.search(rf"{fmt} g{group}{' dynamic' * dynamic}: +\d+\.\d+ MB, val loss (\d+\.\d+) nats/token", r.stdout)
     assert m and float(m.group(1)) < 10, r.stdout
     assert "loaded it back: the same logits" in r.stdout, r.stdout
     layers, header = json.loads(load_metadata(out)["quantized"]), load_header(out)
     for name, k in (("transformer.h.0.attn.c_attn", 33), ("transformer.h.0.mlp.c_proj", 132)):
-        assert layers[name][:3] == [fmt, group, k]
+        assert layers[name][:3] == [fmt, group, k] and layers[name][4:] == [True] * dynamic
         n, kp = layers[name][3], -(-k // group) * group  # stored padded to whole groups
         assert header[f"{name}.weight"] == (("I8", (n, kp)) if fmt == "int8" else ("U8", (n, kp // 2)))
         assert header[f"{name}.weight_scale"] == ("F16", (n, kp // group))

@@ -1,5 +1,5 @@
-"""Weight-only quantization for inference: `quantize_(model, "int8" | "int4")` swaps every nn.Linear for a
-QuantizedLinear (docs/architecture.md, "Quantized weights"; the formats are defined in tinyllm/ops/qmatmul.py).
+"""Quantization for inference: `quantize_(model, "int8" | "int4")` swaps every nn.Linear for a QuantizedLinear
+(weight-only; with dynamic=True the activations are quantized to int8 at run time too, torch's dynamic quantization) (docs/architecture.md, "Quantized weights"; the formats are defined in tinyllm/ops/qmatmul.py).
 Quantized weights are frozen: asking them for a gradient (requires_grad_, an optimizer) is an error, but a
 quantized model can be the base of a LoRA adapter.
 
@@ -42,13 +42,16 @@ class QuantizedLinear(Module):
     """nn.Linear with a quantized weight: y = x · dequant(W)ᵀ + b through one QMATMUL. Buffers `weight` (int8
     (out, in), or uint8 (out, in/2) for int4) and `weight_scale` (float16 (out, in/group_size)); `bias` is the
     float32 Parameter of the layer it replaced. Inputs (..., in_features) of any float dtype are computed in
-    float32 (QMATMUL's contract) and the output is float32.
+    float32 (QMATMUL's contract) and the output is float32. dynamic=True quantizes each input row to int8 at run
+    time, per group of the weight's (one float32 scale each: torch's dynamic quantization, llama.cpp's CPU kernels):
+    the products are then exact integer dot products, which CPUs with byte dot-product instructions (AVX512_VNNI)
+    run several times faster; the price is the inputs' rounding, about max|x_group| / 254 per element.
 
     in_features need not be a multiple of group_size: the weight is stored zero-padded to whole groups (`in` above
     is then in_features rounded up to a multiple of group_size), the last group's scale is computed over its real
     columns only, and the matmul reads the real columns only (tinyllm/ops/qmatmul.py)."""
 
-    def __init__(self, in_features, out_features, qweight, scales, fmt, group_size, bias=None):
+    def __init__(self, in_features, out_features, qweight, scales, fmt, group_size, bias=None, dynamic=False):
         check_format(fmt, group_size, "QuantizedLinear")
         qshape, qdtype, sshape = storage_shapes(fmt, out_features, in_features, group_size)
         qweight, scales = np.asarray(qweight), np.asarray(scales)
@@ -58,18 +61,19 @@ class QuantizedLinear(Module):
                              f"{qdtype.name} {qshape} and float16 {sshape}, got {qweight.dtype} {qweight.shape} and "
                              f"{scales.dtype} {scales.shape}")
         self.in_features, self.out_features, self.fmt, self.group_size = in_features, out_features, fmt, group_size
+        self.dynamic = bool(dynamic)
         device = bias.device if bias is not None else None
         self.weight = QuantizedWeight(qweight, device=device)
         self.weight_scale = QuantizedWeight(scales, device=device)
         self.bias = bias
 
     @classmethod
-    def from_linear(cls, linear, fmt, group_size=32):
+    def from_linear(cls, linear, fmt, group_size=32, dynamic=False):
         check_format(fmt, group_size, "QuantizedLinear.from_linear")
         with no_grad():
             w = linear.weight.detach().float().numpy()
         q, s = quantize(w, fmt, group_size)
-        out = cls(linear.in_features, linear.out_features, q, s, fmt, group_size, linear.bias)
+        out = cls(linear.in_features, linear.out_features, q, s, fmt, group_size, linear.bias, dynamic)
         out.training = linear.training
         return out
 
@@ -83,7 +87,7 @@ class QuantizedLinear(Module):
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.fmt}, " \
-               f"group_size={self.group_size}, bias={self.bias is not None}"
+               f"group_size={self.group_size}, bias={self.bias is not None}" + ", dynamic=True" * self.dynamic
 
     def __repr__(self):
         return f"QuantizedLinear({self.extra_repr()})"
@@ -102,7 +106,7 @@ class QuantizedLinear(Module):
         lead = x.shape[:-1]
         x2 = x.float().reshape(-1, self.in_features)
         node = build("QMATMUL", x2.node, self.weight.node, self.weight_scale.node,
-                     arg=(self.fmt, self.group_size, self.in_features))
+                     arg=(self.fmt, self.group_size, self.in_features) + ("int8",) * self.dynamic)
         y = x2._make(node).reshape(*lead, self.out_features)
         return y if self.bias is None else y + self.bias
 
@@ -138,14 +142,15 @@ def _swap(parent, attr, new):
         parent._items = [new if m is old else m for m in parent._items]
 
 
-def quantize_(model, fmt, group_size=32, embedding=False):
+def quantize_(model, fmt, group_size=32, embedding=False, dynamic=False):
     """Replace, in place, every nn.Linear of `model` by a QuantizedLinear of format `fmt` ("int8" or "int4")
     with one scale per `group_size` input features (a positive int; int4 needs it even). A layer whose in_features
     is not a multiple of group_size is stored padded: its weight zero-padded to a whole number of groups, the last
     group's scale computed over its real columns only (QuantizedLinear). A Linear whose weight is tied to an
     Embedding's (GPT's lm_head) is quantized only with embedding=True: then the logits' matmul reads a quantized
-    copy while the embedding lookup keeps the float32 table (the tie is cut: the two no longer share updates). All
-    or nothing: the arguments and the model are checked before any layer changes. Returns the model."""
+    copy while the embedding lookup keeps the float32 table (the tie is cut: the two no longer share updates).
+    dynamic=True also quantizes the layers' inputs to int8 at run time (QuantizedLinear: faster on CPUs with byte
+    dot-product instructions, at the inputs' rounding). All or nothing: the arguments and the model are checked before any layer changes. Returns the model."""
     check_format(fmt, group_size, "quantize_")
     _refuse_adapters(model, "quantize_")
     slots = list(_linear_slots(model))
@@ -168,7 +173,7 @@ def quantize_(model, fmt, group_size=32, embedding=False):
         linear = getattr(parent, attr)
         if id(linear) not in made:
             try:
-                made[id(linear)] = QuantizedLinear.from_linear(linear, fmt, group_size)
+                made[id(linear)] = QuantizedLinear.from_linear(linear, fmt, group_size, dynamic)
             except ValueError as e:
                 raise ValueError(f"{e} (layer {name}, {linear.weight.shape})") from None
     for parent, attr, name in todo:
@@ -201,7 +206,7 @@ def save(model, path):
     layers = {}
     for name, q in quantized_layers(model).items():
         tensors[f"{name}.weight"], tensors[f"{name}.weight_scale"] = q.weight.numpy(), q.weight_scale.numpy()
-        layers[name] = [q.fmt, q.group_size, q.in_features, q.out_features]
+        layers[name] = [q.fmt, q.group_size, q.in_features, q.out_features] + [True] * q.dynamic
     metadata = {"format": FILE_FORMAT, "quantized": json.dumps(layers, sort_keys=True),
                 "aliases": json.dumps(aliases, sort_keys=True)}
     safetensors.save_file(tensors, path, metadata=metadata)  # (a bfloat16 parameter is stored as BF16)
@@ -223,7 +228,7 @@ def load(model, path):
     missing = [n for n in layers if n not in slots]
     if missing:
         raise RuntimeError(f"load: {path} quantizes layers {missing} that the model has no Linear at")
-    for name, (fmt, g, k, n) in layers.items():
+    for name, (fmt, g, k, n, *_) in layers.items():
         layer = getattr(*slots[name])
         if (layer.in_features, layer.out_features) != (k, n):
             raise ValueError(f"load: layer {name} is ({layer.out_features}, {layer.in_features}) in the model but "
@@ -262,12 +267,12 @@ def load(model, path):
             raise ValueError(f"load: {name} has shape {header[name][1]} in {path} but {p.shape} in the model")
     arrays = safetensors.load_file(path)
     made = {}
-    for name, (fmt, g, k, n) in layers.items():
+    for name, (fmt, g, k, n, *dynamic) in layers.items():
         parent, attr = slots[name]
         layer = getattr(parent, attr)
         if id(layer) not in made:
             made[id(layer)] = QuantizedLinear(k, n, arrays[f"{name}.weight"], arrays[f"{name}.weight_scale"], fmt,
-                                              g, layer.bias)
+                                              g, layer.bias, bool(dynamic and dynamic[0]))
         _swap(parent, attr, made[id(layer)])
     with no_grad():
         for name in stored:

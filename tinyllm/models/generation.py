@@ -545,6 +545,9 @@ class Decoder:
             self.length = L
             return self.step(Tensor(ids[:, -1:], device=self.device), Tensor([L - 1], device=self.device))
         self.length = L
+        if L == 1:  # a one-token prompt: emptied and decoded by the recorded steps, no graph built
+            self.cut(Tensor([0], device=self.device))
+            return self.step(Tensor(ids, device=self.device), Tensor([0], device=self.device))
         return self._prefill(Tensor(ids, device=self.device))
 
     def extend(self, ids):

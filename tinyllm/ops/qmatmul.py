@@ -19,6 +19,12 @@ of groups, and the shapes above hold with Kp for K (qweight int8 (N, Kp) or uint
 The zeros set no group's extreme, so the last group's scale is that of its K - (Kp - g) real columns, and the
 padding stores q = 0 (int4: nibble 8). The ops read the first K columns only: their arg (fmt, g, K) names K, and
 (fmt, g) means K = Kp. With K a multiple of g nothing is padded: the storage is what it always was.
+
+Dynamic quantization (arg (fmt, g, K, "int8"), torch's quantize_dynamic): QMATMUL also quantizes each row of x at
+run time, in the weight's groups, with a float32 scale per row and group (quantize_activations):
+    s = max|x_G| / 127;  qx = clip(rint(x / s), -127, 127);  y = Σ_G s·d · Σ_{t∈G} qx·q
+the inner sums exact integers, which CPUs compute with byte dot-product instructions (runtime_c/qmatmul_dynamic.c).
+A group of x holding inf or NaN has s = NaN (its outputs are NaN); one of zeros has s = 0 and qx = 0.
 """
 import numpy as np
 
@@ -28,6 +34,7 @@ from ..utils.checks import whole_number
 from .base import Op, register
 
 FORMATS = ("int8", "int4")
+ACTIVATIONS = (None, "int8")  # QMATMUL's x as it is (weight-only), or quantized per group at run time (dynamic)
 
 
 def check_format(fmt, group_size, what="quantize"):
@@ -105,11 +112,49 @@ def dequantize(qweight, scales, fmt, group_size=32, in_features=None):
     return w if in_features is None or in_features == kp else w[:, :in_features].copy()
 
 
+def activations(arg):
+    """None for a weight-only QMATMUL, "int8" for a dynamic one (its arg's fourth element)."""
+    return arg[3] if len(arg) == 4 else None
+
+
+def quantize_activations(x, group_size, k=None):
+    """(qx int8 (M, Kp), s float32 (M, Kp/g)) of x (M, K) float, as the module docstring defines them: each row in
+    groups of group_size columns, zero past K."""
+    x = np.asarray(x, np.float32)
+    m, k = x.shape
+    kp = padded_features(k, group_size)
+    groups = np.pad(x, ((0, 0), (0, kp - k))).reshape(m, kp // group_size, group_size)
+    finite = np.isfinite(groups).all(-1)
+    s = np.where(finite, np.abs(np.where(np.isfinite(groups), groups, 0)).max(-1) / np.float32(127),
+                 np.float32(np.nan)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where((finite & (s > 0))[..., None], np.clip(np.rint(groups / s[..., None]), -127, 127), 0)
+    return q.astype(np.int8).reshape(m, kp), s
+
+
+def dynamic_matmul(x, qweight, scales, fmt, group_size):
+    """y (M, N) float32 = Σ_G s·d · (qx_G · q_G), the dynamic QMATMUL's reference: the group sums exact (float64 holds
+    them: |Σ| <= 127² · g), then scaled and added group by group in float32."""
+    qx, s = quantize_activations(x, group_size)
+    q = np.asarray(qweight, np.int8) if fmt == "int8" else unpack_int4(qweight, group_size)
+    d = np.asarray(scales).astype(np.float32)
+    y = np.zeros((qx.shape[0], q.shape[0]), np.float32)
+    for G in range(q.shape[1] // group_size):
+        cols = slice(G * group_size, (G + 1) * group_size)
+        dots = (qx[:, cols].astype(np.float64) @ q[:, cols].astype(np.float64).T).astype(np.float32)
+        y += dots * (s[:, G, None] * d[None, :, G])
+    return y
+
+
 def _check_weight(src, arg, op):
     """(fmt, group_size, N, K) from a node's weight sources and arg, raising a clear error on a mismatch."""
     qweight, scales = src
-    if not (isinstance(arg, tuple) and len(arg) in (2, 3)):
-        raise TypeError(f"arg must be (fmt, group_size) or (fmt, group_size, in_features), got {arg!r}")
+    if not (isinstance(arg, tuple) and len(arg) in (2, 3, 4)):
+        raise TypeError(f"arg must be (fmt, group_size), (fmt, group_size, in_features) or (fmt, group_size, "
+                        f"in_features, activations), got {arg!r}")
+    if activations(arg) not in ACTIVATIONS:
+        raise ValueError(f"{op}: activations {arg[3]!r} is not one of {ACTIVATIONS}: None keeps x as it is, 'int8' "
+                         "quantizes it per group at run time (dynamic quantization)")
     fmt, g = arg[:2]
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use 'int8' or 'int4'")
@@ -118,7 +163,7 @@ def _check_weight(src, arg, op):
     n = qweight.shape[0]
     kp = qweight.shape[1] * (1 if fmt == "int8" else 2)
     check_format(fmt, g, op)
-    k = arg[2] if len(arg) == 3 else kp
+    k = arg[2] if len(arg) >= 3 else kp
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0 or padded_features(k, g) != kp:
         raise ValueError(f"{op}: in_features {k!r} does not fit a storage of {kp} columns: with group {g} it must "
                          f"be in ({kp - g}, {kp}] (the storage holds whole groups)")
@@ -134,8 +179,9 @@ def _check_weight(src, arg, op):
 class QMATMUL(Op):
     """y = x · dequant(W)ᵀ for x (M, K) float32, W (N, K) quantized as `arg` = (fmt, group_size) says (module
     docstring); y (M, N) float32, accumulated in float32. `arg` = (fmt, group_size, K) for a K that is not a
-    multiple of group_size: the storage is padded to whole groups and only its first K columns are read.
-    ⇒  dx = dy · dequant(W), a DEQUANT node and a MATMUL. The weight gets no gradient: quantized weights are
+    multiple of group_size: the storage is padded to whole groups and only its first K columns are read;
+    (fmt, group_size, K, "int8") quantizes x too, per row and group at run time (dynamic quantization).
+    ⇒  dx = dy · dequant(W), a DEQUANT node and a MATMUL (dynamic: the same, x's rounding passed straight through). The weight gets no gradient: quantized weights are
     frozen (what a LoRA adapter on a quantized base needs). float64 x is accepted too (computed in float64), only
     so gradcheck can difference it."""
     quantized = True
@@ -151,11 +197,13 @@ class QMATMUL(Op):
             raise TypeError(f"x must be float32, got {x.dtype.name}: cast it with .float()")
         return (x.shape[0], n), x.dtype
     def forward(x, qweight, scales, arg):
+        if activations(arg):
+            return dynamic_matmul(x, qweight, scales, *arg[:2]).astype(x.dtype)
         w = dequantize(qweight, scales, *arg)
         return np.matmul(x, w.T.astype(x.dtype, copy=False))
     def backward(dy, y):
         x, qweight, scales = y.src
-        w = build("DEQUANT", qweight, scales, arg=y.arg).cast(dy.dtype)
+        w = build("DEQUANT", qweight, scales, arg=y.arg[:3]).cast(dy.dtype)
         return (dy.matmul(w), None, None)
 
 
@@ -170,5 +218,5 @@ class DEQUANT(Op):
             raise ValueError(f"needs (qweight, scales), got {len(src)} inputs")
         fmt, g, n, k = _check_weight(src, arg, "DEQUANT")
         return (n, k), dt.float32
-    def forward(qweight, scales, arg): return dequantize(qweight, scales, *arg)
+    def forward(qweight, scales, arg): return dequantize(qweight, scales, *arg[:3])
     def backward(dy, y): return (None, None)

@@ -1,14 +1,16 @@
 """QMATMUL on the C runtime: runtime_c/qmatmul.c through the prebuilt module (a GEMV streaming the quantized weight
 for at most 4 rows of x, the sgemm dequantizing while it packs for more; None back for float64 x or without the
-module). x is read in place when its rows are contiguous; the weight and scales are the quantized storage as
+module; with int8 activations, runtime_c/qmatmul_dynamic.c). x is read in place when its rows are contiguous; the weight and scales are the quantized storage as
 tinyllm/ops/qmatmul.py defines it, padded to whole groups where x's K is not a multiple of the group (the kernel
 reads x's K columns and finds the padded row strides itself)."""
 import numpy as np
 
+from ...ops.qmatmul import activations
 from ..base import kernels
 
 KERNELS = kernels("c")
-FUNCTIONS = {"int8": "tl_qmatmul_q8", "int4": "tl_qmatmul_q4"}
+FUNCTIONS = {("int8", None): "tl_qmatmul_q8", ("int4", None): "tl_qmatmul_q4",  # (fmt, activations)
+             ("int8", "int8"): "tl_qmatmul_q8_dynamic", ("int4", "int8"): "tl_qmatmul_q4_dynamic"}
 
 
 @KERNELS.register("QMATMUL")
@@ -26,7 +28,8 @@ def qmatmul(runtime, node, ins):
         x = runtime.contiguous(x)
     qweight, scales = runtime.contiguous(qweight), runtime.contiguous(scales)
     ldx = x.strides[0] // 4 if M > 1 else K
-    runtime.call(getattr(runtime.lib, FUNCTIONS[fmt]), M, N, K, group, x, ldx, qweight, scales, out, N)
+    function = FUNCTIONS[fmt, activations(node.arg)]
+    runtime.call(getattr(runtime.lib, function), M, N, K, group, x, ldx, qweight, scales, out, N)
     return out
 
 

@@ -373,6 +373,17 @@ def render_qmatmul(m, n, k, fmt, group_size, workgroup=64):
 
 
 @_cached
+def render_quantize_activations(m, k, group_size, workgroup=64):
+    """(source, workgroups) of QMATMUL's dynamic quantization of x (m, k): bindings out, x
+    (wgsl/quantize_activations.wgsl)."""
+    n = m * -(-k // group_size)
+    groups = groups_for(-(-n // workgroup))
+    source = template("quantize_activations", M=m, K=k, G=group_size, GROUPS=-(-k // group_size),
+                      WORKGROUP=workgroup, ROW=groups[0] * workgroup)
+    return source, groups
+
+
+@_cached
 def render_dequant(n, k, fmt, group_size, workgroup=64):
     """(source, workgroups) of DEQUANT: bindings out, qweight, scales (wgsl/dequant.wgsl)."""
     groups = groups_for(-(-n * k // workgroup))

@@ -26,6 +26,7 @@ from ...env import debug_level
 from ...graph import OPS
 from ...ops import Group
 from ...ops.kernel import Kernel
+from ...ops.qmatmul import activations
 from ...views import contiguous_strides, view_strides
 from ..base import Buffer, Runtime, kernels, load_kernels
 from . import render
@@ -550,6 +551,11 @@ def _qmatmul(rt, node, ins):
     many rows."""
     x, qweight, scales = (rt.contiguous(v) for v in ins)
     (m, k), n = x.shape, node.shape[1]
+    if activations(node.arg) and m * k:  # dynamic: x as the values its int8 quantization stands for
+        quantized = rt.empty(x.shape, x.dtype)
+        source, groups = render.render_quantize_activations(m, k, node.arg[1], workgroup=rt.workgroup)
+        rt.dispatch(source, [quantized, x], groups)
+        x = quantized
     if m > QMATMUL_GEMV_ROWS and k:
         w = _dequant(rt, _Shape((n, k), dt.float32, node.arg), [qweight, scales])
         out = _matmul(rt, _Shape(node.shape, node.dtype), [x, w.view((k, n), (1, k))])
