@@ -35,7 +35,7 @@ CONFIGS = {  # name: (model config, batch size)
 }
 
 
-def worker(config, runtime, steps, top, jitted):
+def worker(config, runtime, steps, top, jitted, bf16=False):
     import numpy as np
     import tinyllm as tl
     from tinyllm.models.gpt import GPT, GPTConfig
@@ -67,7 +67,7 @@ def worker(config, runtime, steps, top, jitted):
     opt = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3, betas=(0.9, 0.95))
     rng = np.random.default_rng(0)
 
-    train_step = gpt_train_step(model, opt)
+    train_step = gpt_train_step(model, opt, autocast=tl.autocast(dtype=tl.bfloat16, enabled=bf16))
     fn = tl.jit(train_step) if jitted else train_step
 
     def inputs():
@@ -229,19 +229,22 @@ def main():
     p.add_argument("--steps", type=int, default=5, help="measured steps, after 3 warm-up steps")
     p.add_argument("--top", type=int, default=12, help="the slowest kernels to list")
     p.add_argument("--jit", action="store_true", help="the step through tinyllm.jit: measured steps are replays")
+    p.add_argument("--bf16", action="store_true", help="the forward under tinyllm.autocast(dtype=bfloat16)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        return worker(args.config, args.runtime, args.steps, args.top, args.jit)
+        return worker(args.config, args.runtime, args.steps, args.top, args.jit, args.bf16)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--config", args.config, "--runtime", args.runtime,
-           "--steps", str(args.steps), "--top", str(args.top)] + (["--jit"] if args.jit else [])
+           "--steps", str(args.steps), "--top", str(args.top)] + (["--jit"] if args.jit else []) + \
+        (["--bf16"] if args.bf16 else [])
     proc = subprocess.run(cmd, env=worker_env(args.threads), capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise SystemExit(f"profile worker failed (exit {proc.returncode})")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     cfg, batch = CONFIGS[args.config]
-    print(f"config {args.config} {cfg} batch {batch}; runtime {args.runtime}{' (jit)' if args.jit else ''}, "
+    print(f"config {args.config} {cfg} batch {batch}; runtime {args.runtime}{' (jit)' if args.jit else ''}"
+          f"{', bfloat16 autocast' if args.bf16 else ''}, "
           f"{args.threads} thread(s); "
           f"mean of {args.steps} steps; load average {os.getloadavg()[0]:.1f}")
     replayed = "–" if r["replayed_step_ms"] is None else f"{r['replayed_step_ms']:.1f}"

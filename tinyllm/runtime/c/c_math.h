@@ -146,11 +146,14 @@ static inline float tl_f32_from_bits(uint32_t b) { float f; __builtin_memcpy(&f,
 static inline uint32_t tl_bits_of_f32(float f) { uint32_t b; __builtin_memcpy(&b, &f, sizeof b); return b; }
 
 static inline float tl_bf16_load(uint16_t h) { return tl_f32_from_bits((uint32_t)h << 16); }
-static inline uint16_t tl_bf16_store(float x) {
+/* The rounding on the float's own bits, the NaN test on the float (x == x: the kernels are compiled without
+   -ffinite-math-only): fewer vector instructions than testing the bits, and the same results for all 2^32 inputs
+   (checked exhaustively against the bit test). */
+static inline uint32_t tl_bf16_rounded_bits(float x) {
   uint32_t b = tl_bits_of_f32(x);
-  uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
-  return (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? (b >> 16) | 0x40u : rounded);
+  return x == x ? (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u : (b & 0xFFFF0000u) | 0x400000u;
 }
+static inline uint16_t tl_bf16_store(float x) { return (uint16_t)(tl_bf16_rounded_bits(x) >> 16); }
 
 static inline float tl_f16_load(uint16_t h) {
   /* |h| < 2^-14 (exponent field 0) is a multiple of 2^-24 below 1024 of them: exact as a float product.
@@ -174,6 +177,6 @@ static inline uint16_t tl_f16_store(float x) {
   return (uint16_t)(h | ((b >> 16) & 0x8000u));
 }
 /* x rounded to the 16-bit float's precision, kept as a float: a CAST to float16 or bfloat16 inside a kernel */
-static inline float tl_bf16_round(float x) { return tl_bf16_load(tl_bf16_store(x)); }
+static inline float tl_bf16_round(float x) { return tl_f32_from_bits(tl_bf16_rounded_bits(x)); }
 static inline float tl_f16_round(float x) { return tl_f16_load(tl_f16_store(x)); }
 #endif
