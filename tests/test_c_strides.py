@@ -320,3 +320,65 @@ def test_fused_kernel_of_strided_views_matches_torch(case, upstream, seed):
     close(y.numpy(), yt, what)
     backward_both(y, yt, upstream, seed)
     check_grads((a, b), (at, bt), what)
+
+
+# ---- a generated kernel's input that is a realized view -----------------------------------------------------------
+
+@settings(max_examples=40)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=4), data=st.data())
+def test_read_in_place_reads_the_elements_the_kernel_reads_row_major(shape, data):
+    """views.read_in_place rewrites a Kernel entry (input, strides, offset) over a row-major input into the same
+    elements read where a view lies (a permutation and a slice of a bigger array), or leaves the kernel alone."""
+    from tinyllm.ops.kernel import Kernel
+    from tinyllm.runtime.c.views import read_in_place
+    base = np.arange(int(np.prod(shape)) * 3, dtype=np.float32).reshape(*shape[:-1], shape[-1] * 3)
+    view = base[..., 1::3]
+    order = data.draw(st.permutations(range(len(shape))))
+    view = view.transpose(order)
+    row = [int(np.prod(view.shape[d + 1:])) for d in range(view.ndim)]
+    skip = data.draw(st.integers(0, view.shape[0] - 1))  # the entry starts at row `skip` of the view's first axis
+    it = (view.shape[0] - skip,) + view.shape[1:]
+    kernel = Kernel(it, None, ((0, tuple(row), skip * row[0]),), (("IN", 0, (), "float32"),))
+    want = np.ascontiguousarray(view).reshape(-1)[skip * row[0]:].copy()
+    want = np.lib.stride_tricks.as_strided(want, it, [s * 4 for s in row])
+    new, arrays = read_in_place(kernel, [view])
+    if new is kernel:
+        assert view.flags.c_contiguous or any(s < 0 for s in view.strides)
+        return
+    (i, strides, offset), = new.ins
+    flat = base.reshape(-1)  # the memory: the view's first element, then the entry's offset and strides from it
+    start = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 4 + offset
+    got = np.lib.stride_tricks.as_strided(flat[start:], it, [st_ * 4 for st_ in strides])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_autocast_casts_read_transposed_weights_in_place(monkeypatch):
+    """A GPT training step under bfloat16 autocast casts its transposed weights and the optimizer reads transposed
+    gradients: the generated kernels read those views where they lie (no row-major copy of a weight), with the
+    same bits as with the copies."""
+    from tinyllm.models.gpt import GPT, GPTConfig
+    from tinyllm.runtime.c import copy as ccopy, runtime as crt
+
+    def run(in_place):
+        if not in_place:
+            monkeypatch.setattr(crt, "read_in_place", lambda kernel, arrays: (kernel, arrays))
+        copies = []
+        real = ccopy.copy_into
+        monkeypatch.setattr(ccopy, "copy_into", lambda rt, d, s: copies.append(s.shape) or real(rt, d, s))
+        tl.manual_seed(0)
+        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=40)).to("c")
+        opt = tl.optim.AdamW(model.parameters(), lr=1e-2)
+        idx = tl.tensor(np.random.default_rng(1).integers(0, 40, (2, 16)), device="c")
+        with tl.autocast(dtype=tl.bfloat16):
+            _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        monkeypatch.undo()
+        return [p.numpy().copy() for p in model.parameters()], copies
+    params, copies = run(True)
+    params0, copies0 = run(False)
+    weights = {(40, 32), (32, 40), (96, 32), (32, 96), (128, 32), (32, 128), (32, 32)}
+    assert not weights & set(copies), copies
+    assert weights & set(copies0), "without read_in_place no weight is copied any more: the test checks nothing"
+    for p, p0 in zip(params, params0):
+        np.testing.assert_array_equal(p, p0)

@@ -11,6 +11,7 @@ from ...ops.kernel import Kernel
 from ...views import view_strides
 from . import compiler
 from ..base import kernels
+from .views import read_in_place
 
 KERNELS = kernels("c")
 
@@ -49,9 +50,15 @@ def convert(runtime, x, src_dtype, dtype):
     the runtime compiles no kernels."""
     if not runtime.compiles:
         return None
-    x = runtime.contiguous(x)
-    kernel = Kernel((x.size,), None, ((0, (1,), 0),),
-                    (("IN", 0, (), src_dtype.name), ("CAST", dtype, (0,), dtype.name)))
+    code = (("IN", 0, (), src_dtype.name), ("CAST", dtype, (0,), dtype.name))
+    kernel = Kernel((x.size,), None, ((0, (1,), 0),), code)
+    if not x.flags.c_contiguous:  # a view (attention's head split of q, k, v) read where it lies, else copied
+        row_major = Kernel(x.shape, None, ((0, tuple(math.prod(x.shape[d + 1:]) for d in range(x.ndim)), 0),), code)
+        in_place, _ = read_in_place(row_major, [x])
+        if in_place is row_major:
+            x = runtime.contiguous(x)
+        else:
+            kernel = in_place
     key = (kernel, dtype.name, (src_dtype.name,))  # compiled as, and with, the runtime's FUSED kernels
     fn, params = runtime.compiled([key], compiler.path())[key]
     out = runtime.empty(x.shape, dtype.np)

@@ -24,8 +24,8 @@ def _c_value(ffi, a, ctype):
     if isinstance(a, np.ndarray):
         return ffi.cast(ctype, address(a))
     if isinstance(a, list):  # arrays, then a shape-generic kernel's integers (render.py)
-        return compiler.ffi.new("char *[]", [compiler.ffi.from_buffer(x) if isinstance(x, np.ndarray)
-                                             else compiler.ffi.cast("char *", x) for x in a])
+        return compiler.ffi.new("char *[]", [compiler.ffi.cast("char *", address(x) if isinstance(x, np.ndarray) else x)
+                                             for x in a])  # (an array by its first element: a view read in place)
     if isinstance(a, CStruct):
         fields = ffi.typeof(a.ctype).item.fields
         return ffi.new(a.ctype, [_c_value(ffi, v, f.type) for v, (_, f) in zip(a.fields, fields)])

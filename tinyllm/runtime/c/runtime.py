@@ -19,7 +19,7 @@ from ...ops.kernel import run_kernel
 from ...views import contiguous_strides
 from ...weak import WeakValues
 from . import chain, compiler, copy, program, record, tune
-from .views import batch_runs, matrix_layout
+from .views import batch_runs, matrix_layout, read_in_place
 from ..base import kernels, load_kernels
 from ..memory import track, untrack
 from ..numpy.runtime import NumpyRuntime
@@ -191,14 +191,20 @@ class CRuntime(NumpyRuntime):
         return out
 
     def _fused(self, node, ins):
-        compiled = self._fns.get(node)
-        ins = [self.contiguous(x) for x in ins]
+        compiled, kernel = self._fns.get(node), node.arg
+        if compiled is not None:  # views read in place where the kernel's reads allow (views.read_in_place)
+            kernel, ins = read_in_place(kernel, ins)
+            if kernel is not node.arg:
+                key = (kernel,) + self._key(node)[1:]
+                compiled = self.compiled([key], compiler.path())[key]
+        if kernel is node.arg:
+            ins = [self.contiguous(x) for x in ins]
         if compiled is None:
             return run_kernel(node.arg, *ins, out_dtype=node.dtype)
         out = self.empty(node.shape, node.dtype.np)
         if out.size and math.prod(node.arg.shape):
             if self.recorder is not None:  # (the output may take the place of an input of its own dtype only)
-                self.recorder.in_step(frozenset(i for i in in_step(node.arg, ins) if ins[i - 1].dtype == out.dtype))
+                self.recorder.in_step(frozenset(i for i in in_step(kernel, ins) if ins[i - 1].dtype == out.dtype))
             fn, params = compiled
             self.call(fn, [out, *ins, *params])
         elif out.size:

@@ -1,5 +1,6 @@
 """How the C kernels read NumPy arrays in place: an array's address, a matrix's (trans, ld) for the sgemm, and
-batch axes as runs of one stride each (the sgemm and the attention kernels take two)."""
+batch axes as runs of one stride each (the sgemm and the attention kernels take two), and a generated kernel's reads
+of a view in place."""
 
 
 def address(array):
@@ -39,3 +40,43 @@ def batch_runs(shape, *arrays):
         else:
             runs.append((n, strides))
     return runs if len(runs) <= 2 else None
+
+
+def read_in_place(kernel, arrays):
+    """(kernel, arrays): the Kernel rewritten to read each non-row-major input array where it lies, or the same
+    kernel and arrays where it cannot (its rendering then copies them row-major). A Kernel entry (input i, strides,
+    offset) reads input i as if row-major: position offset + Σ idx_d·strides_d. That reads the array in place when
+    the offset and each nonzero stride name one element and one axis of it (stride_d = the row-major stride of an
+    axis of size > 1, the run of idx_d within it): the entry becomes the array's own strides over those axes and
+    its own offset, in elements (the array is passed by its first element's address). A transposed weight, a head
+    split of a projection: what autocast's casts and the optimizer's updates read."""
+    views = [i for i, a in enumerate(arrays) if not a.flags.c_contiguous]
+    if not views:
+        return kernel, arrays
+    entries = list(kernel.ins)
+    for k, (i, strides, offset) in enumerate(kernel.ins):
+        a = arrays[i]
+        if i not in views:
+            continue
+        if any(s % a.itemsize or s < 0 for s in a.strides):
+            return kernel, arrays
+        own = [s // a.itemsize for s in a.strides]
+        row = [1] * a.ndim  # row-major strides of the array's shape
+        for d in range(a.ndim - 2, -1, -1):
+            row[d] = row[d + 1] * a.shape[d + 1]
+        at, rest = [], offset
+        for d in range(a.ndim):  # the offset's element
+            at.append(rest // row[d])
+            rest -= at[-1] * row[d]
+        new, used = [], set()
+        for n, s in zip(kernel.shape, strides):
+            if not s or n == 1:  # never moves
+                new.append(0)
+                continue
+            axis = next((d for d in range(a.ndim) if row[d] == s and a.shape[d] > 1), None)
+            if axis is None or axis in used or at[axis] + (n - 1) >= a.shape[axis]:
+                return kernel, arrays
+            used.add(axis)
+            new.append(own[axis])
+        entries[k] = (i, tuple(new), sum(m * o for m, o in zip(at, own)))
+    return kernel._replace(ins=tuple(entries)), arrays
