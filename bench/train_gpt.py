@@ -75,6 +75,7 @@ QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures 
 # tokens/s over torch eager that issue 21 asks of the C runtime, per (config, runtime); shown beside the ratios
 TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
 MFU_TARGETS = {"M": 0.75}  # issue 48: training MFU of config M, every tinyllm runtime
+LOW_SPEEDUP_TARGET = 1.3  # issue 48: a bfloat16-autocast step's tokens/s over float32's (CPUs with AVX512_BF16)
 MEMORY_TARGET = 0.7  # issue 24: a config M step's peak memory under bfloat16 autocast, against float32's
 BF16_LOSS_RTOL = 2e-2  # a bfloat16 run against torch's bfloat16 autocast run: both round to 8 bits, differently
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.95)
@@ -434,6 +435,7 @@ def main():
         [label(rt) for rt in rts] + [f"{label(rt).removeprefix('tinyllm ')} / torch" for rt in rts] + \
         [f"peak MiB {label(rt).removeprefix('tinyllm ')}" for rt in rts] + \
         [f"peak {label(rt).removeprefix('tinyllm ')} / fp32" for rt in lows] + \
+        [f"tok/s {label(rt).removeprefix('tinyllm ')} / fp32" for rt in lows] + \
         [f"MFU {label(n).removeprefix('tinyllm ')} (given)" for n in ["torch"] + rts]
     if "c" in rts and "numpy" in rts:
         cols.append("c/numpy")
@@ -463,6 +465,11 @@ def main():
             return f"{r:.2f}" + (f" ({'meets' if r <= MEMORY_TARGET else 'above'} {MEMORY_TARGET})"
                                  if row["config"] == "M" else "")
 
+        def speedup(rt):  # issue 48: bfloat16 training >= LOW_SPEEDUP_TARGET x float32's on CPUs with AVX512_BF16
+            r = ratio(rt, rt.replace("+bf16", ""))
+            return r if r == "—" else f"{r} ({'meets' if float(r) >= LOW_SPEEDUP_TARGET else 'below'} " \
+                f"{LOW_SPEEDUP_TARGET})"
+
         def mfu(name):
             r = row.get(name)
             if not r or r["mfu"] is None:
@@ -475,7 +482,7 @@ def main():
                 ([cell("torch+bf16")] if any("+bf16" in r for r in rts) else []) + [cell(rt) for rt in rts] + \
                 [against_target(rt) for rt in rts] + \
                 [f"{row[rt]['peak']:,.0f}" if row.get(rt) and row[rt].get("peak") else "—" for rt in rts] + \
-                [memory(rt) for rt in lows] + [mfu(n) for n in ["torch"] + rts]
+                [memory(rt) for rt in lows] + [speedup(rt) for rt in lows] + [mfu(n) for n in ["torch"] + rts]
         if "c" in rts and "numpy" in rts:
             cells.append(ratio("c", "numpy"))
         cells.append(" / ".join(f"{row[n]['first']:.2f}" if row.get(n) else "—" for n in ["torch"] + rts))
