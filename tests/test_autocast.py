@@ -76,8 +76,8 @@ def check_against_torch(dtype, tdtype, tol, cfg, b, seed):
 @pytest.mark.parametrize("dtype", [tl.bfloat16, tl.float16], ids=["bfloat16", "float16"])
 def test_the_rewritten_graph_keeps_fp32_ops_in_fp32(dtype):
     """On the graph autograd differentiates: every matmul and FlashAttention reads the low dtype (torch's
-    lower-precision list), every reduction, exp, log, reciprocal and square root runs in float32, FlashAttention
-    still fires, and each weight's low copy is made inside a checkpointing region (recast for the backward)."""
+    lower-precision list), every reduction, exp, log, reciprocal and square root runs in float32, so does GELU
+    (one op in torch: one rounding), FlashAttention still fires, and each weight's low copy is made inside a checkpointing region (recast for the backward)."""
     cfg = dict(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=65)
     model, _ = pair(cfg, 0)
     x, y = batch(cfg, 2, 0)
@@ -94,6 +94,8 @@ def test_the_rewritten_graph_keeps_fp32_ops_in_fp32(dtype):
     regions = [n for n in nodes if n.op == "CHECKPOINT" and n.arg[0] == "exit"]
     assert len(regions) == 4 * cfg["n_layer"] + 1  # c_attn, c_proj, c_fc, mlp.c_proj per layer; lm_head
     assert not any(n.op == "AUTOCAST" for n in nodes) and rewritten.dtype is tl.float32
+    erf = [n for n in nodes if n.op == "ERF"]  # GELU: one op in torch, computed wide and rounded once here too
+    assert len(erf) == cfg["n_layer"] and all(n.dtype is tl.float32 and n.src[0].dtype is tl.float32 for n in erf)
     # nothing is marked outside the region, and float32 graphs pass through untouched
     _, loss32 = model(tl.tensor(x), tl.tensor(y))
     assert not any(n.dtype.is_low for n in toposort([pipeline.before_differentiation(loss32.node)]))

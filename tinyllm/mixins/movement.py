@@ -55,6 +55,14 @@ class Movement(TensorLike):
             return self
         return self._make(_autocast_pass.marked(build("AUTOCAST", self._node, arg=low)))
 
+    def _autocast_wide(self, fn):
+        """fn(self) computed in float32 and rounded once to the dtype self has after the autocast pass, inside
+        tinyllm.autocast (as torch's ops that are one op there and several here: gelu); fn(self) outside."""
+        if _autocast.current() is None or self.dtype not in (dt.float32, dt.float64):
+            return fn(self)
+        wide = fn(self._make(_autocast_pass.marked(build("AUTOCAST", self._node, arg=dt.float32))))
+        return wide._make(_autocast_pass.marked(build("AUTOCAST", wide._node, self._node, arg="like")), wide)
+
     # ---- movement ----
     def _shape_arg(self, shape, name):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)

@@ -23,10 +23,14 @@ def gelu(x, approximate="none"):
     ops it is made of here would add their roundings (and, fused, cost a bfloat16 step a fifth of its time)."""
     if x.dtype in (dt.float16, dt.bfloat16):
         return gelu(x.float(), approximate).to(x.dtype)
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x._autocast_wide(lambda x: _gelu(x, approximate))  # (under autocast: one rounding too)
+
+
+def _gelu(x, approximate):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-    if approximate != "none":
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return 0.5 * x * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
 
 

@@ -160,14 +160,16 @@ class DETACH(Identity):
 @register
 class AUTOCAST(Identity):
     """y = x, marked by `tinyllm.autocast` for the autocast pass (tinyllm/rewrite/autocast.py), which replaces it
-    by a CAST to dtype `arg` before anything runs or differentiates. Should one survive, it is x itself."""
+    by a CAST to dtype `arg` (float16 or bfloat16: a low op's input; float32: a region computed wide) before
+    anything runs or differentiates; with a second source `like` and arg "like", a CAST to the dtype `like` has
+    after the pass (the end of a wide region: back to its input's dtype). Should one survive, it is x itself."""
     def infer(src, arg):
-        (x,) = src
-        if arg not in (dt.float16, dt.bfloat16):
-            raise TypeError(f"autocasts to float16 or bfloat16, not {arg!r}")
-        return x.shape, x.dtype
-    def forward(x, arg): return x
-    def backward(dy, y): return (dy,)
+        if arg not in ((dt.float16, dt.bfloat16, dt.float32) if len(src) == 1 else ("like",)):
+            raise TypeError(f"autocasts to float16, bfloat16 or float32 (one source), or like its second source "
+                            f"(arg 'like'), not {arg!r} with {len(src)} sources")
+        return src[0].shape, src[0].dtype
+    def forward(x, *like, arg): return x
+    def backward(dy, y): return (dy,) + (None,) * (len(y.src) - 1)
 
 
 @register

@@ -60,7 +60,7 @@ def _weight_cast(node):
 def _rule(n, src):
     """The rewritten node for `n` over its rewritten sources `src`."""
     if n.op == "AUTOCAST":
-        return _retyped(src[0], n.arg) if src[0].dtype.is_float else src[0]
+        return _retyped(src[0], src[1].dtype if n.arg == "like" else n.arg) if src[0].dtype.is_float else src[0]
     lows = [s.dtype for s in src if s.dtype.is_low]
     if not lows:
         return build(n.op, *src, arg=n.arg)
