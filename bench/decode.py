@@ -29,14 +29,14 @@ int8-dynamic and int4-dynamic quantize the activations to int8 at run time too (
 decoded as "cached"; their tokens are not compared (rounded weights may pick other tokens), their speed is, against
 the same runtime's float32 row ("/ fp32", issue 48's target >= 1.5).
 
-The roofline: a batch-1 decode step reads every weight once (decode_weight_bytes in bench/common.py: an embedding
-table one row, unless the tied lm_head reads it whole), so tokens/s x weight bytes per token is the bandwidth it
-streams, and "of roofline" is that over the memory bandwidth measured in the same worker (the highest of a
-read-only stream and a copy, read + written, from bench/common.py's machine_limits before and after the timings,
-and of the read-only streams run in each round, "given" below). The KV cache's traffic is left out: a step reads and rewrites the caches' slots, which grow with the sequence
-(64 slots, doubled as it fills them: tinyllm/models/generation.py), for the 124M shape 74 KB a slot, so 64 slots
-(this bench's lengths) are about 5 MB read and 5 MB written a token, 2-4 % of the weights'. Where the weights fit in the L3 the table says so: they need not come from memory then, and the
-fraction can pass 100 %.
+The roofline: a batch-1 decode step reads every weight once (decode_weight_bytes in bench/common.py: an embedding table
+one row, unless the tied lm_head reads it whole), so tokens/s x weight bytes per token is the bandwidth it streams, and
+"of roofline" is that over the memory bandwidth measured in the same worker (the highest of a read-only stream and a
+copy, read + written, from bench/common.py's machine_limits before and after the timings, and of the read-only streams
+run in each round, "given" below). The KV cache's traffic is left out: a step reads and rewrites the caches' slots,
+which grow with the sequence (64 slots, doubled as it fills them: tinyllm/models/generation.py), for the 124M shape 74
+KB a slot, so 64 slots (this bench's lengths) are about 5 MB read and 5 MB written a token, 2-4 % of the weights'. Where
+the weights fit in the L3 the table says so: they need not come from memory then, and the fraction can pass 100 %.
 
 Each thread count runs in its own subprocess with every library's thread variables set before import
 (bench/common.py), threads pinned (OMP_PROC_BIND=true).
@@ -229,7 +229,8 @@ def main():
     p.add_argument("--target", help="examples/gpt.py --ckpt-dir of the target model (speculative decoding)")
     p.add_argument("--draft", help="examples/gpt.py --ckpt-dir of the draft model")
     p.add_argument("--num-speculative-tokens", type=int, default=4)
-    p.add_argument("--dtypes", nargs="+", default=["fp32"], choices=["fp32", "int8", "int4", "int8-dynamic", "int4-dynamic"],
+    p.add_argument("--dtypes", nargs="+", default=["fp32"],
+                   choices=["fp32", "int8", "int4", "int8-dynamic", "int4-dynamic"],
                    help="weights of the tinyllm rows: fp32, and quantized copies (tinyllm.quantization.quantize_; "
                    "-dynamic: int8 activations too, quantize_'s dynamic=True)")
     p.add_argument("--group-size", type=int, default=32, help="input features per scale of the quantized rows")

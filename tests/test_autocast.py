@@ -76,8 +76,9 @@ def check_against_torch(dtype, tdtype, tol, cfg, b, seed):
 @pytest.mark.parametrize("dtype", [tl.bfloat16, tl.float16], ids=["bfloat16", "float16"])
 def test_the_rewritten_graph_keeps_fp32_ops_in_fp32(dtype):
     """On the graph autograd differentiates: every matmul and FlashAttention reads the low dtype (torch's
-    lower-precision list), every reduction, exp, log, reciprocal and square root runs in float32, so does GELU
-    (one op in torch: one rounding), FlashAttention still fires, and each weight's low copy is made inside a checkpointing region (recast for the backward)."""
+    lower-precision list), every reduction, exp, log, reciprocal and square root runs in float32, so does GELU (one op
+    in torch: one rounding), FlashAttention still fires, and each weight's low copy is made inside a checkpointing
+    region (recast for the backward)."""
     cfg = dict(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=65)
     model, _ = pair(cfg, 0)
     x, y = batch(cfg, 2, 0)

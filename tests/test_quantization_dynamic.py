@@ -32,8 +32,8 @@ def torch_dynamic(x, q, s, fmt, g, k):
     groups = tx.reshape(tx.shape[0], -1, g)
     finite = torch.isfinite(groups).all(-1)
     sx = torch.where(finite, groups.nan_to_num(0, 0, 0).abs().amax(-1).float() / 127, torch.nan).double()  # (M, G)
-    qx = torch.where((finite & (sx > 0))[..., None], torch.round(groups.float() / sx.float()[..., None]).clamp(-127, 127),
-                     0).to(torch.int64)
+    whole = torch.round(groups.float() / sx.float()[..., None]).clamp(-127, 127)  # (round: half to even)
+    qx = torch.where((finite & (sx > 0))[..., None], whole, 0).to(torch.int64)
     dots = torch.einsum("mgt,ngt->mng", qx, qw.reshape(qw.shape[0], -1, g)).double()  # exact
     terms = sx[:, None, :] * d[None, :, :]
     absdots = torch.einsum("mgt,ngt->mng", qx.abs(), qw.reshape(qw.shape[0], -1, g).abs()).double()

@@ -1,7 +1,8 @@
 """Quantization for inference: `quantize_(model, "int8" | "int4")` swaps every nn.Linear for a QuantizedLinear
-(weight-only; with dynamic=True the activations are quantized to int8 at run time too, torch's dynamic quantization) (docs/architecture.md, "Quantized weights"; the formats are defined in tinyllm/ops/qmatmul.py).
-Quantized weights are frozen: asking them for a gradient (requires_grad_, an optimizer) is an error, but a
-quantized model can be the base of a LoRA adapter.
+(weight-only; with dynamic=True the activations are quantized to int8 at run time too, torch's dynamic quantization)
+(docs/architecture.md, "Quantized weights"; the formats are defined in tinyllm/ops/qmatmul.py). Quantized weights are
+frozen: asking them for a gradient (requires_grad_, an optimizer) is an error, but a quantized model can be the base of
+a LoRA adapter.
 
 `save(model, path)` / `load(model, path)` keep a quantized model in a safetensors file: each QuantizedLinear as
 `<name>.weight` (int8 / uint8) and `<name>.weight_scale` (float16), every parameter as itself, and in the metadata
@@ -147,10 +148,11 @@ def quantize_(model, fmt, group_size=32, embedding=False, dynamic=False):
     with one scale per `group_size` input features (a positive int; int4 needs it even). A layer whose in_features
     is not a multiple of group_size is stored padded: its weight zero-padded to a whole number of groups, the last
     group's scale computed over its real columns only (QuantizedLinear). A Linear whose weight is tied to an
-    Embedding's (GPT's lm_head) is quantized only with embedding=True: then the logits' matmul reads a quantized
-    copy while the embedding lookup keeps the float32 table (the tie is cut: the two no longer share updates).
-    dynamic=True also quantizes the layers' inputs to int8 at run time (QuantizedLinear: faster on CPUs with byte
-    dot-product instructions, at the inputs' rounding). All or nothing: the arguments and the model are checked before any layer changes. Returns the model."""
+    Embedding's (GPT's lm_head) is quantized only with embedding=True: then the logits' matmul reads a quantized copy
+    while the embedding lookup keeps the float32 table (the tie is cut: the two no longer share updates). dynamic=True
+    also quantizes the layers' inputs to int8 at run time (QuantizedLinear: faster on CPUs with byte dot-product
+    instructions, at the inputs' rounding). All or nothing: the arguments and the model are checked before any layer
+    changes. Returns the model."""
     check_format(fmt, group_size, "quantize_")
     _refuse_adapters(model, "quantize_")
     slots = list(_linear_slots(model))

@@ -92,13 +92,15 @@ class QuantizedLoRALinear(LoRALinear, QuantizedLinear):
     """LoRA on a quantized base (QLoRA): y = x·dequant(W)ᵀ + b through QMATMUL plus the float32 adapter. Also a
     QuantizedLinear, so tinyllm.quantization's save, model_nbytes and quantize_'s "already quantized" check see its
     quantized weight. `merge` refuses it."""
-    _base_type, _base_attrs = QuantizedLinear, LoRALinear._base_attrs + ("weight_scale", "fmt", "group_size")
+    _base_type = QuantizedLinear
+    _base_attrs = LoRALinear._base_attrs + ("weight_scale", "fmt", "group_size", "dynamic")
 
     def _base_forward(self, x):
         return QuantizedLinear.forward(self, x)
 
     def extra_repr(self):
-        return f"{LoRALinear.extra_repr(self)}, {self.fmt}, group_size={self.group_size}"
+        dynamic = ", dynamic=True" * self.dynamic
+        return f"{LoRALinear.extra_repr(self)}, {self.fmt}, group_size={self.group_size}{dynamic}"
 
 
 def _check_hyper(r, alpha, dropout, what):

@@ -180,10 +180,10 @@ class QMATMUL(Op):
     """y = x · dequant(W)ᵀ for x (M, K) float32, W (N, K) quantized as `arg` = (fmt, group_size) says (module
     docstring); y (M, N) float32, accumulated in float32. `arg` = (fmt, group_size, K) for a K that is not a
     multiple of group_size: the storage is padded to whole groups and only its first K columns are read;
-    (fmt, group_size, K, "int8") quantizes x too, per row and group at run time (dynamic quantization).
-    ⇒  dx = dy · dequant(W), a DEQUANT node and a MATMUL (dynamic: the same, x's rounding passed straight through). The weight gets no gradient: quantized weights are
-    frozen (what a LoRA adapter on a quantized base needs). float64 x is accepted too (computed in float64), only
-    so gradcheck can difference it."""
+    (fmt, group_size, K, "int8") quantizes x too, per row and group at run time (dynamic quantization). ⇒  dx = dy ·
+    dequant(W), a DEQUANT node and a MATMUL (dynamic: the same, x's rounding passed straight through). The weight gets
+    no gradient: quantized weights are frozen (what a LoRA adapter on a quantized base needs). float64 x is accepted too
+    (computed in float64), only so gradcheck can difference it."""
     quantized = True
     def infer(src, arg):
         x = src[0]

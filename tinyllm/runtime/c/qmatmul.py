@@ -1,8 +1,8 @@
-"""QMATMUL on the C runtime: runtime_c/qmatmul.c through the prebuilt module (a GEMV streaming the quantized weight
-for at most 4 rows of x, the sgemm dequantizing while it packs for more; None back for float64 x or without the
-module; with int8 activations, runtime_c/qmatmul_dynamic.c). x is read in place when its rows are contiguous; the weight and scales are the quantized storage as
-tinyllm/ops/qmatmul.py defines it, padded to whole groups where x's K is not a multiple of the group (the kernel
-reads x's K columns and finds the padded row strides itself)."""
+"""QMATMUL on the C runtime: runtime_c/qmatmul.c through the prebuilt module (a GEMV streaming the quantized weight for
+at most 4 rows of x, the sgemm dequantizing while it packs for more; None back for float64 x or without the module; with
+int8 activations, runtime_c/qmatmul_dynamic.c). x is read in place when its rows are contiguous; the weight and scales
+are the quantized storage as tinyllm/ops/qmatmul.py defines it, padded to whole groups where x's K is not a multiple of
+the group (the kernel reads x's K columns and finds the padded row strides itself)."""
 import numpy as np
 
 from ...ops.qmatmul import activations
