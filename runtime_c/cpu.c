@@ -209,10 +209,15 @@ int tl_cpu_has_bf16_dot(void) {
     return g_has_bf16;
 }
 
+// Whether a dot-product instruction the CPU has (`has`) is in use now: turned on, and the path avx2 or avx512.
+static int dot_in_use(int has) {
+    return has && atomic_load_explicit(&g_dot, memory_order_relaxed) &&
+           atomic_load_explicit(&g_path, memory_order_relaxed) >= PATH_AVX2;
+}
+
 int tl_cpu_bf16_dot(void) {
     pthread_once(&g_once, init);
-    return g_has_bf16 && atomic_load_explicit(&g_dot, memory_order_relaxed) &&
-           atomic_load_explicit(&g_path, memory_order_relaxed) >= PATH_AVX2;
+    return dot_in_use(g_has_bf16);
 }
 
 int tl_cpu_has_int8_dot(void) {
@@ -222,8 +227,7 @@ int tl_cpu_has_int8_dot(void) {
 
 int tl_cpu_int8_dot(void) {
     pthread_once(&g_once, init);
-    return g_has_vnni && atomic_load_explicit(&g_dot, memory_order_relaxed) &&
-           atomic_load_explicit(&g_path, memory_order_relaxed) >= PATH_AVX2;
+    return dot_in_use(g_has_vnni);
 }
 
 void tl_cpu_set_dot(int on) {

@@ -15,7 +15,7 @@ summation.
 M <= 4 (decoding) runs as a GEMV that streams W once, widening it to float32 in registers; more rows run as the
 sgemm (sgemm_formats.c's tl_gemm_quantized), which dequantizes W while packing its B panels.
 
-The _dynamic functions compute the same product with x quantized to int8 at run time, per row and group (one
+tl_qmatmul_dynamic computes the same product with x quantized to int8 at run time, per row and group (one
 float32 scale each, max |x| / 127, rounded to nearest even): the group sums are then exact int32 dot products of
 bytes (AVX512_VNNI's vpdpbusd where the CPU has it, else AVX2's vpmaddubsw) scaled by both scales
 (qmatmul_dynamic.c).
@@ -34,10 +34,8 @@ void tl_qmatmul_q8(int M, int N, int K, int group, const float *x, long ldx, con
 void tl_qmatmul_q4(int M, int N, int K, int group, const float *x, long ldx, const uint8_t *q,
                    const uint16_t *scales, float *out, long ldo);
 
-void tl_qmatmul_q8_dynamic(int M, int N, int K, int group, const float *x, long ldx, const int8_t *q,
-                           const uint16_t *scales, float *out, long ldo);
-
-void tl_qmatmul_q4_dynamic(int M, int N, int K, int group, const float *x, long ldx, const uint8_t *q,
-                           const uint16_t *scales, float *out, long ldo);
+// bits: 8 (q8) or 4 (q4)
+void tl_qmatmul_dynamic(int bits, int M, int N, int K, int group, const float *x, long ldx, const void *q,
+                        const uint16_t *scales, float *out, long ldo);
 
 #endif  // TINYLLM_QMATMUL_H

@@ -1,5 +1,5 @@
 /*
-QMATMUL with int8 activations (qmatmul.h, tl_qmatmul_q8_dynamic / _q4_dynamic): "dynamic quantization", as torch's
+QMATMUL with int8 activations (qmatmul.h, tl_qmatmul_dynamic): "dynamic quantization", as torch's
 quantize_dynamic and llama.cpp's CPU kernels do it. Each row of x is quantized at run time in the weight's groups,
 
     s_iG = max_t |x_it| / 127 over group G,   qx_it = rint(x_it / s_iG) in [-127, 127],
@@ -310,12 +310,7 @@ static void qmatmul_dynamic(int fmt, int M, int N, int K, int group, const float
     free(qx);
 }
 
-void tl_qmatmul_q8_dynamic(int M, int N, int K, int group, const float *x, long ldx, const int8_t *q,
-                           const uint16_t *scales, float *out, long ldo) {
-    qmatmul_dynamic(TL_Q8, M, N, K, group, x, ldx, q, scales, out, ldo);
-}
-
-void tl_qmatmul_q4_dynamic(int M, int N, int K, int group, const float *x, long ldx, const uint8_t *q,
-                           const uint16_t *scales, float *out, long ldo) {
-    qmatmul_dynamic(TL_Q4, M, N, K, group, x, ldx, q, scales, out, ldo);
+void tl_qmatmul_dynamic(int bits, int M, int N, int K, int group, const float *x, long ldx, const void *q,
+                        const uint16_t *scales, float *out, long ldo) {
+    qmatmul_dynamic(bits == 4 ? TL_Q4 : TL_Q8, M, N, K, group, x, ldx, q, scales, out, ldo);
 }

@@ -9,8 +9,7 @@ from ...ops.qmatmul import activations
 from ..base import kernels
 
 KERNELS = kernels("c")
-FUNCTIONS = {("int8", None): "tl_qmatmul_q8", ("int4", None): "tl_qmatmul_q4",  # (fmt, activations)
-             ("int8", "int8"): "tl_qmatmul_q8_dynamic", ("int4", "int8"): "tl_qmatmul_q4_dynamic"}
+FUNCTIONS = {"int8": "tl_qmatmul_q8", "int4": "tl_qmatmul_q4"}  # weight-only; with int8 activations tl_qmatmul_dynamic
 
 
 @KERNELS.register("QMATMUL")
@@ -28,8 +27,11 @@ def qmatmul(runtime, node, ins):
         x = runtime.contiguous(x)
     qweight, scales = runtime.contiguous(qweight), runtime.contiguous(scales)
     ldx = x.strides[0] // 4 if M > 1 else K
-    function = FUNCTIONS[fmt, activations(node.arg)]
-    runtime.call(getattr(runtime.lib, function), M, N, K, group, x, ldx, qweight, scales, out, N)
+    if activations(node.arg):
+        runtime.call(runtime.lib.tl_qmatmul_dynamic, 8 if fmt == "int8" else 4, M, N, K, group, x, ldx, qweight,
+                     scales, out, N)
+    else:
+        runtime.call(getattr(runtime.lib, FUNCTIONS[fmt]), M, N, K, group, x, ldx, qweight, scales, out, N)
     return out
 
 
