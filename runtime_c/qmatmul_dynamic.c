@@ -7,10 +7,11 @@ quantize_dynamic and llama.cpp's CPU kernels do it. Each row of x is quantized a
 and y_ij = sum_G (s_iG d_jG) sum_{t in G} qx_it qw_jt, the inner sums exact in int32. That is what lets the
 products run on integer dot-product instructions: 32 byte products summed into 8 int32 lanes by one AVX512_VNNI
 vpdpbusd (or vpmaddubsw + vpmaddwd on AVX2), where the float path widens every weight to float32 first
-(qmatmul.c), which bounds decoding by the widening rather than by memory. vpdpbusd multiplies unsigned bytes by
-signed ones: the weights' magnitudes |w| (at most 127; int4's w = nibble - 8 at most 8) meet the activations with
-the weights' signs moved onto them (vpsignb), as llama.cpp's AVX2 kernels do; so vpmaddubsw's 16-bit pair sums
-stay within 2 x 127 x 127 and never saturate.
+(qmatmul.c), which bounds decoding by the widening rather than by memory. Both multiply unsigned bytes by signed
+ones: int4's nibbles (w + 8) and, for vpdpbusd, q8's w + 128 go in as they are, and a per-group bias in the int32 sums
+takes the offset times sum(qx) off again; vpmaddubsw's 16-bit pair sums would saturate at 2 x 255 x 127, so on AVX2
+q8's magnitudes |w| meet the activations with the weights' signs moved onto them (vpsignb), as llama.cpp's AVX2
+kernels do: 2 x 127 x 127 at most.
 
 A group whose x holds inf or NaN gets a NaN scale: its outputs are NaN, not a wrong finite number.
 
