@@ -7,7 +7,7 @@ mask bias MASKED, as Decoder.cut(0) leaves them).
 """
 import numpy as np
 
-from ..models.generation import MASKED, Decoder
+from ..models.kv_cache import MASKED, Decoder
 from ..tensor import Tensor, no_grad
 from .capture import ExportError, recording, storage_of
 

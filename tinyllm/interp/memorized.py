@@ -196,7 +196,7 @@ def log_perplexities(model, prefix, candidates, batch_size=256, device=None):
 @no_grad()
 def _prefix_state(model, prefix, device):
     """One forward over prefix (1-D ids): the log-probabilities (V,) of the token after it, and each layer's keys
-    and values as the caches a decode step reads (generation.attend_cached: keys (1, H_kv, P, hs + 1), their last
+    and values as the caches a decode step reads (kv_cache.attend_cached: keys (1, H_kv, P, hs + 1), their last
     component the slot's score bias, 0 for every written slot; values (1, H_kv, P, hs))."""
     kv = []
     idx = factory.tensor(prefix[None], device=device)

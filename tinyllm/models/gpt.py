@@ -11,7 +11,8 @@ from ..nn import functional as F
 from ..nn.hooks import attention, point, point_expanded, point_heads
 from ..utils.checkpoint import checkpoint
 from ..utils.checks import whole_number
-from .generation import GenerationMixin, attend_cached, decode_layers, positions
+from .generation import GenerationMixin
+from .kv_cache import attend_cached, decode_layers, positions
 from .hooks import HookedMixin
 from .pretrained import PreTrainedModel
 
@@ -80,7 +81,7 @@ class CausalSelfAttention(nn.Module):
         return self._out(attention(self, q, k, v, dropout_p=self.dropout if self.training else 0.0))
 
     def decode(self, x, k_cache, v_cache):
-        """x (B, T, C) at the T positions after the cache's (generation.attend_cached): y and x's cache rows."""
+        """x (B, T, C) at the T positions after the cache's (kv_cache.attend_cached): y and x's cache rows."""
         y, k, v = attend_cached(*self._qkv(x), k_cache, v_cache)
         return self._out(y), k, v
 

@@ -17,7 +17,8 @@ from .. import factory, nn
 from ..nn import functional as F
 from ..nn.hooks import attention, point, point_heads
 from ..utils.checkpoint import checkpoint
-from .generation import GenerationMixin, attend_cached, decode_layers, positions
+from .generation import GenerationMixin
+from .kv_cache import attend_cached, decode_layers, positions
 from .gpt import GPT, Block, check_config
 from .hooks import HookedMixin
 from .pretrained import PreTrainedModel
@@ -124,7 +125,7 @@ class LlamaAttention(nn.Module):
         return self._out(attention(self, q, k, v, dropout_p=self.dropout if self.training else 0.0))
 
     def decode(self, x, cos, sin, k_cache, v_cache):
-        """x (B, T, C) at the T positions after the cache's (generation.attend_cached): y and x's cache rows."""
+        """x (B, T, C) at the T positions after the cache's (kv_cache.attend_cached): y and x's cache rows."""
         y, k, v = attend_cached(*self._qkv(x, cos, sin), k_cache, v_cache)
         return self._out(y), k, v
 
