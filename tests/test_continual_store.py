@@ -407,6 +407,7 @@ def check_record(r, i, version="child"):
             else (r.completion, r.edited)) == (a, b)
 
 
+@pytest.mark.slow
 def test_sigkill_loses_at_most_the_record_in_flight(path):
     rng = random.Random(46)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -58,6 +58,7 @@ def _runs_on_wgsl(name):
     return "each_runtime" in text or "mark.wgsl" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.wgsl) if _runs_on_wgsl(n) else n for n in FILES])
 def test_on_two_ranks(name, tmp_path, request):
     """Runs one file on 2 ranks; a -m expression of this session selects the tests inside as well (`-m wgsl`: the
@@ -76,9 +77,10 @@ def test_on_two_ranks(name, tmp_path, request):
            sys.executable, "-c", RANK_LOG, str(tmp_path),
            "-m", "pytest", "-q", "-p", "no:cacheprovider", "--capture=sys", f"--hypothesis-profile={profile}",
            os.path.join("tests", "distributed", name)]
+    # always a -m, replacing pytest.ini's "not slow" inside (the files' own tests carry no slow mark); a selection
+    # by that mark alone is this test's, not theirs
     markexpr = request.config.getoption("markexpr")
-    if markexpr:
-        cmd[-1:-1] = ["-m", markexpr]
+    cmd[-1:-1] = ["-m", "" if markexpr in ("slow", "not slow") else markexpr]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

@@ -85,6 +85,7 @@ def text_of(row):
         bool((row[stop:] == EOT).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regex, sampling", [("(ab|ba|aa)c?", {}), ("[ab]{1,3}", {}),
                                              ("(ab|ba|aa)c?", dict(temperature=0.8, top_k=3))])
 def test_constrained_speculative_samples_follow_the_targets_constrained_law(models, regex, sampling):
