@@ -28,6 +28,10 @@ import time
 from common import (SETTLE_S, gpt_train_step, limits_lines,  # bench/common.py: bench/ is the script directory
                     machine_limits, peak_gflops, worker_env)
 
+# the C runtime's matrix products (runtime_c/sgemm.c, sgemm_formats.c), all with (batch0, batch1, transA, transB, M,
+# N, K, ...) first, by the element format they multiply
+PRODUCTS = {"tl_sgemm_batched2": "", "tl_gemm_f16_batched2": " float16", "tl_gemm_bf16_batched2": " bfloat16"}
+
 CONFIGS = {  # name: (model config, batch size)
     "S": (dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), 16),
     "M": (dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65), 8),
@@ -121,7 +125,8 @@ def worker(config, runtime, steps, top, jitted, bf16=False):
 def products_bound(fn, inputs, rounds):
     """What a step's matrix products alone take, the floor under any step of this model on this CPU: the C calls
     of one replayed step of the jitted `fn` on `inputs` run back to back (no Python between them), the products
-    among them alone, and the same products in numpy (OpenBLAS, on arrays of the same shapes and transpositions),
+    among them alone, and the same products in numpy (OpenBLAS, on float32 arrays of the same shapes and
+    transpositions, whatever the step's format),
     in interleaved rounds. Medians in seconds. The calls point into the replay's arena, the inputs and the step's
     result, all held here until the last round. They rerun the optimizer update too: the weights move, which
     timing does not mind."""
@@ -137,7 +142,7 @@ def products_bound(fn, inputs, rounds):
         held = fn(*inputs)  # the step's result: the replay wrote it, and every round writes it again
     finally:
         c_program.Program.call = plain
-    products = [(kernel, args) for kernel, args in calls if getattr(kernel, "__name__", "") == "tl_sgemm_batched2"]
+    products = [(kernel, args) for kernel, args in calls if getattr(kernel, "__name__", "") in PRODUCTS]
     operands = []
     for _, args in products:
         b0, b1, ta, tb, m, n, k = (int(a) for a in args[:7])
@@ -171,7 +176,8 @@ def fused_label(kernel):
 
 def replay_calls(step, steps, rt):
     """{(C function, shape): [calls, seconds, flops]} over `steps` replayed steps, each call of the replays timed.
-    A product's shape is (transA, transB, M, N, K) and its batch, read off tl_sgemm_batched2's arguments. A run of
+    A product's shape is (transA, transB, M, N, K), its batch and its 16-bit format if any, read off the arguments of
+the product functions (PRODUCTS). A run of
     generated kernels (one tl_run_kernels call) is timed kernel by kernel, each named by its Kernel (the runtime's
     compiled kernels map function pointers back to them), as the table of kernels outside a replay names them."""
     from tinyllm.runtime.c import program as c_program, compiler
@@ -205,10 +211,10 @@ def replay_calls(step, steps, rt):
             name, shape, flops = getattr(fn, "__name__", "<cdata>"), "", 0.0
             if name.startswith("<"):
                 name, shape = labels.get(address(fn), ("generated kernel", ""))
-            if name == "tl_sgemm_batched2":
+            if name in PRODUCTS:
                 b0, b1, ta, tb, m, n, k = (int(a) for a in args[:7])
                 shape, flops = f"{'Aᵀ' if ta else 'A'} {'Bᵀ' if tb else 'B'} {m}x{n}x{k}" + \
-                    (f" x{b0 * b1}" if b0 * b1 > 1 else ""), 2.0 * b0 * b1 * m * n * k
+                    (f" x{b0 * b1}" if b0 * b1 > 1 else "") + PRODUCTS[name], 2.0 * b0 * b1 * m * n * k
             c = calls[(name, shape)]
             c[0], c[1], c[2] = c[0] + 1, c[1] + spent, c[2] + flops
         return True
@@ -281,7 +287,9 @@ def main():
               f"{product_s / calls_s:.1%} of the same steps' C calls ({calls_s * 1e3:.1f} ms), at "
               f"{flops / product_s / 1e9:.0f} GFLOP/s = {flops / product_s / 1e9 / peak:.1%} of the {limits['path']} "
               f"FMA peak of {args.threads} thread(s) ({peak:.1f} GFLOP/s); at the peak they would take "
-              f"{flops / peak / 1e6:.1f} ms.")
+              f"{flops / peak / 1e6:.1f} ms." + (" Its bfloat16 products run on vdpbf16ps where the CPU has "
+              "AVX512_BF16: two multiply-adds per float32 FMA's cost, so their own peak is twice this one."
+              if any(row[1].endswith("bfloat16") for row in r["replay"]) else ""))
 
 
 if __name__ == "__main__":
