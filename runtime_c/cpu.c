@@ -61,23 +61,25 @@ static int has_avx2_fma(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && os_saves(0x6);  // xmm, ymm
 }
 
-static int has_avx512f(void) {
+// AVX-512 as every core since Skylake-SP has it: F, and BW, VL, DQ, without which a compiler vectorises loops
+// that mix 16-bit and 32-bit elements (the generated kernels' bfloat16 and float16 loads and stores) at 128 and
+// 256 bits only. Only the Xeon Phi lacks them: it runs the avx2 path.
+static int has_avx512(void) {
     // + opmask, upper halves of zmm0-15, zmm16-31
-    return has_avx2_fma() && __builtin_cpu_supports("avx512f") && os_saves(0xE6);
+    return has_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && os_saves(0xE6);
 }
 // vdpbf16ps and the AVX512BW/VL packing around it (sgemm_kernels.c)
 static int has_avx512_bf16(void) {
-    return has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bf16");
+    return has_avx512() && __builtin_cpu_supports("avx512bf16");
 }
 // vpdpbusd on ymm registers (qmatmul.c's int8 dot products)
 static int has_avx512_vnni(void) {
-    return has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vnni");
+    return has_avx512() && __builtin_cpu_supports("avx512vnni");
 }
 #else
 static int has_avx2_fma(void) { return 0; }
-static int has_avx512f(void) { return 0; }
+static int has_avx512(void) { return 0; }
 static int has_avx512_bf16(void) { return 0; }
 static int has_avx512_vnni(void) { return 0; }
 #endif
@@ -158,7 +160,7 @@ static int supported_at_most(int path) {
 static void init(void) {
     g_supported[PATH_PORTABLE] = 1;
     g_supported[PATH_AVX2] = has_avx2_fma();
-    g_supported[PATH_AVX512] = has_avx512f();
+    g_supported[PATH_AVX512] = has_avx512();
     g_full_width = g_supported[PATH_AVX512] && calibrate_full_width();
     int best = g_supported[PATH_AVX512] && g_full_width ? PATH_AVX512 : supported_at_most(PATH_AVX2);
 

@@ -5,7 +5,8 @@ any x86-64, and builds on aarch64 with the portable path only).
 Paths, in increasing order:
     0 portable  plain C, the baseline ISA (SSE2 on x86-64, NEON on aarch64)
     1 avx2      AVX2 + FMA (256-bit)
-    2 avx512    AVX-512F + FMA (512-bit); also runs every avx2 kernel
+    2 avx512    AVX-512 F, BW, VL, DQ + FMA (512-bit; every AVX-512 core but the Xeon Phi's); also runs every avx2
+                kernel
 
 Default: the best path this CPU supports, except that avx512 is only chosen where a 512-bit FMA really does
 twice the work of a 256-bit one (not on a double-pumped unit such as AMD Zen 4's: see cpu.c). TINYLLM_CPU=

@@ -37,7 +37,8 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 # tuning's 512-bit vectors under any tuning (see path()). Elsewhere (aarch64) only the portable path exists and it
 # takes the compiler's baseline (NEON).
 ISA = {"portable": ["-march=x86-64"], "avx2": ["-march=x86-64", "-mavx2", "-mfma"],
-       "avx512": ["-march=x86-64", "-mavx2", "-mfma", "-mavx512f", "-mprefer-vector-width=512"]} if X86 \
+       "avx512": ["-march=x86-64", "-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                  "-mprefer-vector-width=512"]} if X86 \
     else {p: [] for p in PATHS}
 _lock = threading.Lock()
 _libs = []  # loaded libraries stay alive for the life of the process
@@ -86,7 +87,8 @@ def _fallback_path():
     """path() where the prebuilt module cannot say (missing, or built before cpu.c): TINYLLM_CPU (or set_path) where
     this CPU has it, else the best path below it; by default the best path this CPU has."""
     flags = _cpu_flags() if X86 else set()
-    ok = ["portable"] + ["avx2"] * ({"avx2", "fma"} <= flags) + ["avx512"] * ({"avx2", "fma", "avx512f"} <= flags)
+    ok = ["portable"] + ["avx2"] * ({"avx2", "fma"} <= flags) + \
+        ["avx512"] * ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags)
     want = _forced[0] or os.environ.get("TINYLLM_CPU") or ("portable" if os.environ.get("TINYLLM_NO_AVX2") == "1"
                                                             else "avx512")
     i = PATHS.index(want) if want in PATHS else len(PATHS) - 1
