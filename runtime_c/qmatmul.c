@@ -125,8 +125,8 @@ qgemv_16_avx2(const int M, const int F, const qgemv_args *v, const uint8_t *qg, 
 
 // One group of a row of W (bytes from qg, activations from column k0 of x): tot[i] += scale * (x_i . whole
 // numbers), in four sets of sums (two steps of 16 weights at a time) so that a long group is not one chain of
-// 4-cycle FMA latencies; a group of 32 in two (its chains are two FMAs long, and groups overlap). GS: the group size as a compile-time constant (32, llama.cpp's, whose group then
-// unrolls whole), or 0 to read it from v.
+// 4-cycle FMA latencies; a group of 32 in two (its chains are two FMAs long, and groups overlap). GS: the group
+// size as a compile-time constant (32, llama.cpp's, whose group then unrolls whole), or 0 to read it from v.
 AVX2H static inline __attribute__((always_inline)) void
 qgemv_group_avx2(const int M, const int F, const int GS, const qgemv_args *v, const uint8_t *qg,
                  long k0, const float *scale, __m256 *tot) {
