@@ -33,6 +33,11 @@ LOW = {"float16": "f16", "bfloat16": "bf16"}  # c_math.h's names: tl_<name>_load
 PARALLEL_MIN = 1 << 15  # below this many iterations a kernel runs on one thread: waking threads costs more
 SLICES = 4  # a reduction over the outermost axis runs as this many slices of it, in parallel (see _sliced)
 SLICED_MAX_OUT = 1 << 13  # ... when its partial results fit on the stack (SLICES x this many values)
+# An elementwise kernel whose inputs mostly lie across its rows (a transposed weight that autocast casts: stride 1
+# along the loop outside the innermost) vectorises along that loop instead, TILE_ROWS rows at a time (_across):
+# contiguous vector loads and strided stores in place of gathers, which Zen 4 runs about one element a cycle (a
+# bfloat16 cast of a transposed 384 x 1536 weight: 1.38 ms on one thread, 0.48 across)
+TILE_ROWS = 16
 
 UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
          "SQRT": "sqrt{f}({0})", "TANH": "tanh{f}({0})", "ERF": "erf{f}({0})", "SIN": "sin{f}({0})",
@@ -215,6 +220,8 @@ def _render(kernel, out_dtype, src_dtypes, num):
         update = combine(f"{acc}[{offset(0)}]", value)
         loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
     threads = parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1
+    if red_op is None and math.prod(kernel.shape) >= PARALLEL_MIN and _reads_across(loops):
+        return _across(lines, loops, iv, inner, threads, num)
     for k, d in enumerate(loops):
         # the innermost loop of an elementwise kernel is independent per element: say so, so it vectorises
         # even through the inlined math of c_math.h
@@ -227,6 +234,40 @@ def _render(kernel, out_dtype, src_dtypes, num):
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
     return "\n".join(lines + tail + ["}"]) + "\n"
+
+
+def _reads_across(loops):
+    """Whether more inputs step through memory along the loop outside the innermost one (stride 1 there, over 1
+    along the innermost) than along the innermost, both loops long enough (two blocks of TILE_ROWS at least: the
+    threads may share them out)."""
+    if len(loops) < 2 or loops[-1][0] < TILE_ROWS or loops[-2][0] < 2 * TILE_ROWS:
+        return False
+    outer, inner = loops[-2][1][1:], loops[-1][1][1:]  # the inputs' strides (the output's first)
+    across = sum(o == 1 and i > 1 for o, i in zip(outer, inner))
+    return across > sum(i == 1 for i in inner)
+
+
+def _across(lines, loops, iv, inner, threads, num):
+    """An elementwise kernel vectorised along the loop outside the innermost: that loop in blocks of TILE_ROWS,
+    the innermost loop inside the blocks and the block's rows innermost (the loops outside them, and the threads, as
+    the plain kernel has them). The same element-by-element arithmetic: the same values."""
+    a = len(loops) - 2
+    for k, d in enumerate(loops[:a]):
+        if threads and k == 0:
+            lines.append("  #pragma omp parallel for schedule(static)")
+        lines.append("  " * (k + 1) + f"for (long {iv[k]} = 0; {iv[k]} < {num(d[0])}; {iv[k]}++) {{")
+    (ia, ib), (na, nb), pad = iv[a:], (num(loops[a][0]), num(loops[a + 1][0])), "  " * (a + 1)
+    end = f"(t{a} + {TILE_ROWS} < {na} ? t{a} + {TILE_ROWS} : {na})"
+    if threads and a == 0:
+        lines.append(f"{pad}#pragma omp parallel for schedule(static)")
+    lines += [f"{pad}for (long t{a} = 0; t{a} < {na}; t{a} += {TILE_ROWS}) {{",
+              f"{pad}  for (long {ib} = 0; {ib} < {nb}; {ib}++) {{",
+              f"{pad}    #pragma omp simd",
+              f"{pad}    for (long {ia} = t{a}; {ia} < {end}; {ia}++) {{"]
+    lines += [pad + "      " + s for s in inner]
+    lines += [pad + "  " * k + "}" for k in reversed(range(3))]
+    lines += ["  " * (k + 1) + "}" for k in reversed(range(a))]
+    return "\n".join(lines + ["}"]) + "\n"
 
 
 def _sliced(lines, dims, iv, inner, combine, out_dtype, init, n_out):
