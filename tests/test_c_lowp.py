@@ -124,6 +124,24 @@ def test_stores_round_to_nearest_even_as_torch(cpu_path, low):
 
 
 @pytest.mark.parametrize("low", LOW)
+def test_a_stored_value_is_rounded_once(monkeypatch, low):
+    """A 16-bit value that a kernel only stores is not rounded before its store too (render._unrounded_stores):
+    the store's own rounding gives the same bits, which test_stores_round_to_nearest_even_as_torch checks on every
+    boundary case through such a kernel."""
+    dtype = LOW[low][0]
+    sources = []
+    real = compiler.load
+    monkeypatch.setattr(compiler, "load", lambda s: sources.extend(s.values()) or real(s))
+    x = np.random.default_rng(0).standard_normal(40000).astype(np.float32)
+    y = (tl.tensor(x, device="c") * 2.71875).to(dtype)
+    y.realize()  # a kernel with a 16-bit output: the product rounded, then stored
+    np.testing.assert_array_equal(y.float().numpy(), (tl.tensor(x) * 2.71875).to(dtype).float().numpy())
+    short = {"bfloat16": "bf16", "float16": "f16"}[low]  # c_math.h's names
+    stores = [src for src in sources if f"tl_{short}_store(" in src]
+    assert stores and not any(f"tl_{short}_round(" in src for src in stores), stores
+
+
+@pytest.mark.parametrize("low", LOW)
 def test_loads_widen_every_value_exactly(cpu_path, low):
     """Every 16-bit pattern widened to float32 in a kernel (the load) is torch's float32, bit for bit."""
     dtype, tdtype = LOW[low]

@@ -18,6 +18,7 @@ in float32, rounding once at the end."""
 import hashlib
 import math
 import os
+import re
 
 import numpy as np
 
@@ -169,6 +170,8 @@ def _render(kernel, out_dtype, src_dtypes, num):
         return load(f"s{src}[{offset(i + 1, kernel.ins[i][2])}]", src_dtypes[src])
 
     body, values = C.body(kernel, read)
+    if red_op is None and out_dtype in LOW:
+        body = _unrounded_stores(body, values, LOW[out_dtype])
     value = values[-1]
     ot, st = CTYPE[out_dtype], STORAGE[out_dtype]  # the output's value type, and its storage type
     lines = [f'#include "{HEADER}" /* {HEADER_TAG} */', "void KERNEL(char **bufs) {", "  /* params */",
@@ -234,6 +237,27 @@ def _render(kernel, out_dtype, src_dtypes, num):
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
     return "\n".join(lines + tail + ["}"]) + "\n"
+
+
+def _unrounded_stores(body, values, low):
+    """The body with the rounding to the 16-bit float taken off each value that is only stored: the store rounds
+    the same way, and a value rounded twice has the bits of one rounding (tl_<low>_store(tl_<low>_round(x)) ==
+    tl_<low>_store(x) for every float x, NaN included), so the kernel's results do not change."""
+    prefix, out = f"tl_{low}_round(", []
+    for line in body:
+        head, _, expr = line.partition(" = ")
+        v = head.split()[-1]
+        inner = expr[len(prefix):-2]
+        depth = 0
+        for ch in inner:  # the round's own argument: its parentheses never close past where it starts
+            depth += (ch == "(") - (ch == ")")
+            if depth < 0:
+                break
+        if expr.startswith(prefix) and expr.endswith(");") and depth == 0 and values.count(v) == 1 \
+                and not any(re.search(rf"\b{v}\b", other) for other in body if other is not line):
+            line = f"{head} = {inner};"
+        out.append(line)
+    return out
 
 
 def _reads_across(loops):
