@@ -1,7 +1,7 @@
 /*
 QMATMUL (qmatmul.h): x W^T with W quantized, q8 or q4 (formats.h).
 
-M <= GEMV_M: the GEMV. Decoding reads every weight once per token, so its time is the bytes of W: 1 per weight
+M <= GEMV_M: the GEMV. Decoding reads every weight once per token, so the bytes of W set its floor: 1 per weight
 for q8 and 1/2 for q4 (+ 2 per group for the scales), against 4 for float32. Each output j is a dot product
 along row j of W, which is contiguous, as are the rows one after another: a thread's share of the outputs is one
 stream through memory. A group's sum is taken on the whole numbers widened to float32 in registers, then scaled

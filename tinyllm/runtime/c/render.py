@@ -36,8 +36,8 @@ SLICES = 4  # a reduction over the outermost axis runs as this many slices of it
 SLICED_MAX_OUT = 1 << 13  # ... when its partial results fit on the stack (SLICES x this many values)
 # An elementwise kernel whose inputs mostly lie across its rows (a transposed weight that autocast casts: stride 1
 # along the loop outside the innermost) vectorises along that loop instead, TILE_ROWS rows at a time (_across):
-# contiguous vector loads and strided stores in place of gathers, which Zen 4 runs about one element a cycle (a
-# bfloat16 cast of a transposed 384 x 1536 weight: 1.38 ms on one thread, 0.48 across)
+# contiguous vector loads and strided stores in place of gathers, which Zen 4 runs about one element a cycle
+# (bench/RESULTS.md, issue 48)
 TILE_ROWS = 16
 
 UNARY = {"NEG": "(-{0})", "RECIP": "(({t})1 / {0})", "EXP": "exp{f}({0})", "LOG": "log{f}({0})",
@@ -247,15 +247,11 @@ def _unrounded_stores(body, values, low):
     for line in body:
         head, _, expr = line.partition(" = ")
         v = head.split()[-1]
-        inner = expr[len(prefix):-2]
-        depth = 0
-        for ch in inner:  # the round's own argument: its parentheses never close past where it starts
-            depth += (ch == "(") - (ch == ")")
-            if depth < 0:
-                break
-        if expr.startswith(prefix) and expr.endswith(");") and depth == 0 and values.count(v) == 1 \
+        # the rounding is the whole expression (CLanguage.cast and .expression put it outermost), the value is
+        # stored once and read by no other instruction
+        if expr.startswith(prefix) and values.count(v) == 1 \
                 and not any(re.search(rf"\b{v}\b", other) for other in body if other is not line):
-            line = f"{head} = {inner};"
+            line = f"{head} = {expr[len(prefix):-2]};"
         out.append(line)
     return out
 
