@@ -147,6 +147,19 @@ static void gemv_cols_portable(int m, int pa, long k, const float *x, long ldx, 
         for (int i = 0; i < m; i++) out[i * n + j] = dot_portable(k, x + i * ldx, w + j * ldw);
 }
 
+// The grouping tl_gemv_set_grouping chose: rows of W per pass of a cols kernel where a row is read as one stream
+// (gemv_one_stream) and where it is not, 0 for the measured rule (1 and GEMV_DOTS_X); the page-ahead prefetches
+// on (1), off (0) or by W's size (-1, tl_gemv).
+static int gemv_short_rows = 0, gemv_long_rows = 0, gemv_page = -1;
+
+static int gemv_grouping(int rows) { return rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
+
+void tl_gemv_set_grouping(int short_rows, int long_rows, int page_ahead) {
+    gemv_short_rows = gemv_grouping(short_rows);
+    gemv_long_rows = gemv_grouping(long_rows);
+    gemv_page = page_ahead < 0 ? -1 : page_ahead != 0;
+}
+
 #if defined(__x86_64__)
 // Rows kernel: RP rows of W per pass over the M x n sums. M, PA and RP are compile-time constants in each instance
 // (the dispatcher below), so the loops over them unroll and the broadcasts of x stay in registers where they fit.
@@ -293,13 +306,29 @@ gemv_dots_avx2(const int M, const int PA, const int R, long k, const float *x, l
         for (; j_ < (n); j_++) dots(M, PA, 1, k, x, ldx, (w) + j_ * (ldw), ldw, n, (out) + j_);            \
     } while (0)
 
+// Rows of W per pass of a cols kernel with M rows of x and rows of k floats; never more than GEMV_DOTS_X(M), whose
+// M x R accumulators fit the registers.
+static inline int gemv_cols_rows(int M, long k) {
+    const int chosen = gemv_one_stream(M * k, k) ? (gemv_short_rows ? gemv_short_rows : 1)
+                                                  : (gemv_long_rows ? gemv_long_rows : GEMV_DOTS_X(M));
+    return chosen < GEMV_DOTS_X(M) ? chosen : GEMV_DOTS_X(M);
+}
+
+// GEMV_COLS_BY_R with R (1, 2, 4 or 8) known only at run time: each case a compile-time R.
+#define GEMV_COLS_GROUPED(dots, R, ...)                      \
+    do {                                                      \
+        switch (R) {                                          \
+        case 8: GEMV_COLS_BY_R(dots, 8, __VA_ARGS__); break;  \
+        case 4: GEMV_COLS_BY_R(dots, 4, __VA_ARGS__); break;  \
+        case 2: GEMV_COLS_BY_R(dots, 2, __VA_ARGS__); break;  \
+        default: GEMV_COLS_BY_R(dots, 1, __VA_ARGS__); break; \
+        }                                                     \
+    } while (0)
+
 AVX2 static inline __attribute__((always_inline)) void
 gemv_cols_avx2_m(const int M, const int PA, long k, const float *x, long ldx,
                  const float *w, long ldw, long n, float *out) {
-    if (gemv_one_stream(M * k, k))
-        GEMV_COLS_BY_R(gemv_dots_avx2, 1, M, PA, k, x, ldx, w, ldw, n, out);
-    else
-        GEMV_COLS_BY_R(gemv_dots_avx2, GEMV_DOTS_X(M), M, PA, k, x, ldx, w, ldw, n, out);
+    GEMV_COLS_GROUPED(gemv_dots_avx2, gemv_cols_rows(M, k), M, PA, k, x, ldx, w, ldw, n, out);
 }
 
 AVX2 static void gemv_cols_avx2(int m, int pa, long k, const float *x, long ldx, const float *w, long ldw,
@@ -396,10 +425,7 @@ gemv_dots_avx512(const int M, const int PA, const int R, long k, const float *x,
 AVX512 static inline __attribute__((always_inline)) void
 gemv_cols_avx512_m(const int M, const int PA, long k, const float *x, long ldx,
                    const float *w, long ldw, long n, float *out) {
-    if (gemv_one_stream(M * k, k))
-        GEMV_COLS_BY_R(gemv_dots_avx512, 1, M, PA, k, x, ldx, w, ldw, n, out);
-    else
-        GEMV_COLS_BY_R(gemv_dots_avx512, GEMV_DOTS_X(M), M, PA, k, x, ldx, w, ldw, n, out);
+    GEMV_COLS_GROUPED(gemv_dots_avx512, gemv_cols_rows(M, k), M, PA, k, x, ldx, w, ldw, n, out);
 }
 
 AVX512 static void gemv_cols_avx512(int m, int pa, long k, const float *x, long ldx, const float *w, long ldw,
@@ -512,6 +538,8 @@ static const float *gemv_gather(int m, long k, const float *src, long rs, long k
     return x;
 }
 
+int tl_gemv_takes(long M, long N) { return tl_gemv_applies(M, N); }
+
 void tl_gemv(int transA, int transB, long M, long N, long K, const float *A, long lda, const float *B, long ldb,
              float beta, float *C, long ldc, int nt) {
     gemv_args v;
@@ -540,6 +568,7 @@ void tl_gemv(int transA, int transB, long M, long N, long K, const float *A, lon
         v.ys_j = ldc;
     }
     // gemv_page_ahead for a W that spans under 8 MiB (2 Mi floats): mostly on 4 KiB pages
-    v.page_ahead = ((v.w_cols ? v.n : v.k) - 1) * v.ldw + (v.w_cols ? v.k : v.n) < (2L << 20);
+    v.page_ahead = gemv_page >= 0 ? gemv_page
+                                  : ((v.w_cols ? v.n : v.k) - 1) * v.ldw + (v.w_cols ? v.k : v.n) < (2L << 20);
     gemv_run(&v, nt);
 }

@@ -64,6 +64,15 @@ void tl_sgemm_plan(int path, int *out);
 // and NR); a value <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
 void tl_sgemm_set_blocking(int path, int kc, int mc, int nc);
 
+// Tuning aid: the GEMV's (gemv.c) rows of W read at once by a kernel that dots rows of W with x, where a row is one
+// stream (x fits in L1, the row under 4 KiB) and where it is not (1, 2, 4 or 8; any other value, the measured
+// rule: 1 and 8 for one row of x), and its page-ahead prefetches (1 on, 0 off, -1 by W's size). Changes the
+// order each dot product is summed in, not what it sums. Not while another thread is inside tl_sgemm.
+void tl_gemv_set_grouping(int short_rows, int long_rows, int page_ahead);
+
+// 1 when tl_sgemm runs an M x N product as a GEMV (at most 4 rows or 4 columns), which tl_gemv_set_grouping tunes.
+int tl_gemv_takes(long M, long N);
+
 // Kept for their callers; cpu.h's tl_cpu_supports, tl_cpu_set_path and tl_cpu_path say more.
 // 1 when this CPU (and OS) can run the AVX2+FMA kernels.
 int tl_cpu_has_avx2_fma(void);

@@ -1,7 +1,8 @@
 /*
 The kernels' thread count (threads.h): fixed, or measured from what the machine leaves free.
 
-The measurement: /proc/stat counts, per CPU, the time spent busy and idle since boot; over an interval, the busy
+The CPUs: OpenMP's places where OMP_PROC_BIND or OMP_PLACES make some, else this thread's affinity. The
+measurement: /proc/stat counts, per CPU, the time spent busy and idle since boot; over an interval, the busy
 share of the CPUs this process may run on, less this process's own CPU time (CLOCK_PROCESS_CPUTIME_ID, every
 thread of it), is what other processes used. Nothing is measured before the first interval has passed: the count
 starts from the processes running at that moment (/proc/stat's procs_running, less the caller). Where /proc/stat
@@ -125,8 +126,25 @@ static void measure(void) {
     g_busy = busy, g_total = total, g_own_ns = own, g_wall_ns = wall;
 }
 
+// The CPUs of OpenMP's places, into cpus; 0 where there are none (no OMP_PROC_BIND or OMP_PLACES). With places,
+// libgomp binds the initial thread to the first one when it loads, so this thread's affinity is then one CPU of
+// the several its team runs on: without this, OMP_PROC_BIND=true made the automatic count 1.
+static int place_cpus(cpu_set_t *cpus) {
+    CPU_ZERO(cpus);
+#ifdef _OPENMP
+    for (int place = 0; place < omp_get_num_places(); place++) {
+        int ids[THREADS_MAX_CPUS], n = omp_get_place_num_procs(place);
+        if (n > THREADS_MAX_CPUS) continue;  // (ids would not hold them)
+        omp_get_place_proc_ids(place, ids);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < THREADS_MAX_CPUS) CPU_SET(ids[i], cpus);
+    }
+#endif
+    return CPU_COUNT(cpus);
+}
+
 static void init(void) {
-    if (sched_getaffinity(0, sizeof g_cpus, &g_cpus) != 0 || CPU_COUNT(&g_cpus) == 0) {
+    if (place_cpus(&g_cpus) == 0 && (sched_getaffinity(0, sizeof g_cpus, &g_cpus) != 0 || CPU_COUNT(&g_cpus) == 0)) {
         CPU_ZERO(&g_cpus);
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         for (long i = 0; i < n && i < THREADS_MAX_CPUS; i++) CPU_SET(i, &g_cpus);

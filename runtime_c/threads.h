@@ -24,7 +24,8 @@ int tl_get_num_threads(void);
 // 1 when the count is automatic.
 int tl_threads_automatic(void);
 
-// The cores this process may run on: its CPU affinity, capped by its cgroup's CPU quota (rounded up).
+// The cores this process may run on: its CPU affinity (OpenMP's places, where threads are pinned), capped by its
+// cgroup's CPU quota (rounded up).
 int tl_threads_limit(void);
 
 // The cores other processes kept busy over the last measured interval (a fraction; -1 before the first).

@@ -70,6 +70,15 @@ def test_busy_cores_are_left_alone():
         assert float(others) >= int(limit) - 1 - 0.3, f"{int(limit) - 1} busy loops measured as {others} cores"
 
 
+def test_pinned_threads_count_every_core_of_the_process():
+    """OMP_PROC_BIND=true: libgomp binds the main thread to one core when it loads; the limit is still every core
+    the process may run on (OpenMP's places), so the automatic count uses them."""
+    cores = len(os.sched_getaffinity(0))
+    code = "from tinyllm._kernels import lib; print(lib.tl_threads_limit(), lib.tl_get_num_threads())"
+    limit, n = run(code, OMP_PROC_BIND="true")
+    assert int(limit) == min(cores, int(run(code)[0])), f"{cores} cores, pinned threads counted {limit}"
+
+
 def test_a_fixed_count_stays():
     limit, n, others, automatic = run(CHILD, TINYLLM_THREADS="3")
     assert (n, automatic) == ("3", "0")

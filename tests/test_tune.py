@@ -1,6 +1,6 @@
-"""The C runtime's autotuning (tinyllm/runtime/c/tune.py): what a choice may change in a product's values, the
-search within its budget, the stored choice applied on the next start, TINYLLM_TUNE=0, and the search a jitted
-step starts by itself."""
+"""The C runtime's autotuning (tinyllm/runtime/c/tune.py): what a choice may change in a product's values (the
+sgemm's and the GEMV's), the search within its budget, the stored choice applied on the next start,
+TINYLLM_TUNE=0, and the search a jitted step starts by itself."""
 import json
 import os
 
@@ -34,6 +34,7 @@ def restored():
     for path in range(3):
         LIB.tl_sgemm_set_blocking(path, 0, 0, 0)
     LIB.tl_cpu_set_path(-1)
+    LIB.tl_gemv_set_grouping(*tune.GEMV_DEFAULT)
 
 
 @given(st.integers(1, 200), st.integers(1, 200), st.integers(1, 700), st.booleans(), st.booleans(),
@@ -70,6 +71,37 @@ def test_every_candidate_computes_the_product(restored):
     assert len(seen) > 1                                # (KC or the path did change the rounding somewhere)
 
 
+@given(st.integers(1, 4), st.integers(1, 300), st.integers(1, 1500), st.booleans(), st.booleans())
+def test_gemv_groupings_compute_the_product_and_page_ahead_leaves_every_bit(m, n, K, ta, tb):
+    """The GEMV's rows of W at once change how each dot product is summed (float32's error of it); asking for the
+    next page ahead changes nothing in the values."""
+    rng = np.random.default_rng(m * 7 + n * 13 + K)
+    a = rng.standard_normal((K, m) if ta else (m, K), dtype=np.float32)
+    b = rng.standard_normal((n, K) if tb else (K, n), dtype=np.float32)
+    op_a, op_b = (a.T if ta else a).astype(np.float64), (b.T if tb else b).astype(np.float64)
+    exact, scale = op_a @ op_b, np.abs(op_a) @ np.abs(op_b)
+    try:
+        for short, long in [(0, 0)] + [(s_, l_) for s_ in (1, 2, 4) for l_ in (2, 4, 8)]:
+            LIB.tl_gemv_set_grouping(short, long, -1)
+            got = product(ta, tb, m, n, K, a, b)
+            assert np.all(np.abs(got - exact) <= 4 * K * 2.0 ** -24 * scale), (short, long)
+            for page in (0, 1):
+                LIB.tl_gemv_set_grouping(short, long, page)
+                assert np.array_equal(product(ta, tb, m, n, K, a, b), got), (short, long, page)
+    finally:
+        LIB.tl_gemv_set_grouping(*tune.GEMV_DEFAULT)
+
+
+def test_decoding_searches_the_gemv_groupings(restored):
+    """With products of one row (decoding), the search also times the GEMV's groupings, on those products alone."""
+    shapes = {(1, 0, 1, 1, 2304, 768): 2, (1, 0, 1, 1, 768, 3072): 2, (1, 0, 0, 64, 768, 768): 1}
+    record = tune.search(LIB, shapes, seconds=2.0, progress=False)
+    assert len(record["timings"]["gemv"]) > 1
+    assert record["choice"] in [c for base in tune.candidates(LIB) for c in [base] + tune.gemv_candidates(base)]
+    tune.apply(LIB, record["default"])
+    assert tune.search(LIB, {(1, 0, 0, 64, 768, 768): 1}, seconds=0.5, progress=False)["timings"]["gemv"] == {}
+
+
 def test_search_stores_a_choice_the_next_start_applies(tmp_path, monkeypatch, restored):
     monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TINYLLM_TUNE", "1")
@@ -80,7 +112,8 @@ def test_search_stores_a_choice_the_next_start_applies(tmp_path, monkeypatch, re
     assert record["speedup"] >= 1.0
     path = tune.store_path(tune.machine(LIB))
     assert os.path.exists(path) and not [f for f in os.listdir(tmp_path / "tune") if f.endswith(".tmp")]
-    chosen = {"path": LIB.tl_cpu_path(), "kc": 192, "mc": 2 * tune._plan(LIB, LIB.tl_cpu_path())[0], "nc": 4096}
+    chosen = {"path": LIB.tl_cpu_path(), "kc": 192, "mc": 2 * tune._plan(LIB, LIB.tl_cpu_path())[0], "nc": 4096,
+              "gemv": [2, 4, 0]}
     with open(path) as f:
         stored = json.load(f)
     stored["choice"] = chosen                           # (a choice that is surely not the default)

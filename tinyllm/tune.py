@@ -3,11 +3,14 @@
     python -m tinyllm.tune                         # a GPT training step's products (config M: 6 x 384, block 256)
     python -m tinyllm.tune --n-layer 4 --n-embd 128 --block-size 64 --batch 16 --budget 5
     python -m tinyllm.tune --steps 20              # then time 20 jitted steps with the default and the choice
+    python -m tinyllm.tune --decode --n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --vocab-size 50257
+                                                   # a KV-cache decode's products (GPT-2-124M's shape), with the GEMV's
 
-The products are those one training step of a GPT of that shape runs on the C runtime (forward, backward, AdamW).
+The products are those one training step of a GPT of that shape runs on the C runtime (forward, backward, AdamW),
+or with --decode those of greedy KV-cache decoding (a 64-token prompt, then one token a step).
 The choice is stored in the kernel cache and applied whenever the C runtime starts on this machine (TINYLLM_TUNE=0:
 never). With --steps, the steps alternate between the default configuration and the choice, and the report says
-how many steps pay the search back.
+how many steps (or with --decode, tokens) pay the search back.
 """
 import argparse
 import json
@@ -17,7 +20,8 @@ import numpy as np
 
 
 def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
-    """The float32 products one eager training step runs on the C runtime, and the jitted step itself."""
+    """The float32 products one eager training step runs on the C runtime, and a function that runs the step
+    jitted."""
     from .factory import manual_seed, tensor
     from .models.gpt import GPT, GPTConfig
     from .optim import AdamW
@@ -38,7 +42,27 @@ def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
     batch_xy = (tensor(x, device="c"), tensor((7 * x + 3) % vocab_size, device="c"))
     rt.shapes.clear()
     step(*batch_xy).item()
-    return dict(rt.shapes), jit(step), batch_xy
+    fn = jit(step)
+    return dict(rt.shapes), lambda: fn(*batch_xy).item()
+
+
+def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, tokens=8):
+    """The float32 products of greedy KV-cache decoding on the C runtime (a 64-token prompt, then `tokens` one at a
+    time), and a function that decodes one more token the same way."""
+    from .factory import manual_seed, tensor
+    from .models.gpt import GPT, GPTConfig
+    manual_seed(0)
+    model = GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
+                          vocab_size=vocab_size, dropout=0.0)).to("c").eval()
+    prompt = tensor(np.random.default_rng(0).integers(0, vocab_size, (batch, 64)), device="c")
+    rt.shapes.clear()
+    searched, rt.tuning = rt.tuning, {}                 # (no search at the decode step's first chained call)
+    model.generate(prompt, tokens, temperature=0).numpy()
+    rt.tuning = searched
+    stream = model.generate(prompt, 1 << 30, temperature=0, stream=True)
+    for _ in range(4):                                  # (recorded, then replayed)
+        next(stream).numpy()
+    return dict(rt.shapes), lambda: next(stream).numpy()
 
 
 def main(argv=None):
@@ -47,48 +71,53 @@ def main(argv=None):
     ap.add_argument("--n-head", type=int, default=6)
     ap.add_argument("--n-embd", type=int, default=384)
     ap.add_argument("--block-size", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=None, help="default 8, or 1 with --decode")
     ap.add_argument("--vocab-size", type=int, default=65)
     ap.add_argument("--budget", type=float, default=None, help="seconds (default: TINYLLM_TUNE_BUDGET or 10)")
     ap.add_argument("--steps", type=int, default=0, help="then time this many steps, default against the choice")
+    ap.add_argument("--decode", action="store_true", help="tune decoding's products (batch 1 unless --batch)")
     args = ap.parse_args(argv)
+    args.batch = args.batch or (1 if args.decode else 8)
     from . import runtime
     from .runtime.c import tune
     rt = runtime.get("c")
     if rt.lib is None:
         raise SystemExit("tinyllm.tune: the C kernels are not built (pip install -e . with a C compiler)")
-    shapes, fn, batch_xy = step_products(rt, args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch,
-                                         args.vocab_size)
+    shape = (args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch, args.vocab_size)
+    shapes, run = decode_products(rt, *shape) if args.decode else step_products(rt, *shape)
     record = tune.tune_and_store(rt.lib, shapes, args.budget)
     names = {0: "portable", 1: "avx2", 2: "avx512"}
-    show = lambda c: f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}"  # noqa: E731
+    show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, GEMV rows "  # noqa: E731
+                      f"{'rule' if c['gemv'] == tune.GEMV_DEFAULT else c['gemv'][:2]} page-ahead "
+                      f"{({-1: 'by size', 0: 'off', 1: 'on'})[c['gemv'][2]]}")
     print(f"machine: {json.dumps(record['machine'])}")
-    print(f"{len(shapes)} distinct products, {sum(shapes.values())} a step; searched {len(record['timings'])} "
+    searched = sum(len(t) for t in record["timings"].values())
+    print(f"{len(shapes)} distinct products, {sum(shapes.values())} a step; searched {searched} "
           f"configurations in {record['seconds']:.1f} s")
     print(f"default: {show(record['default'])}; chosen: {show(record['choice'])}; the step's products "
           f"{record['speedup']:.3f}x the default's speed")
     print(f"stored: {tune.store_path(record['machine'])}")
     if args.steps:
         for _ in range(3):                              # (recorded, then replayed and chained)
-            fn(*batch_xy).item()
+            run()
         times = {"default": [], "chosen": []}
         for i in range(2 * args.steps):
             which = ("default", "chosen")[i % 2]
-            tune.apply(rt.lib, record[which if which == "default" else "choice"])
+            tune.apply(rt.lib, record["default" if which == "default" else "choice"])
             t = time.perf_counter()
-            fn(*batch_xy).item()
+            run()
             times[which].append(time.perf_counter() - t)
         tune.apply(rt.lib, record["choice"])
         d, c = (float(np.median(times[k])) for k in ("default", "chosen"))
-        saved = d - c
+        saved, unit = d - c, "tokens" if args.decode else "steps"
         if record["choice"] == record["default"]:
             pay = f"the default was kept: the search's {record['seconds']:.1f} s, once per machine, buy nothing here"
         elif saved > 0:
-            pay = f"the search pays back after {record['seconds'] / saved:,.0f} steps"
+            pay = f"the search pays back after {record['seconds'] / saved:,.0f} {unit}"
         else:
-            pay = "no step time saved: the search does not pay back"
-        print(f"step (median of {args.steps} each, alternating): default {d * 1e3:.1f} ms, chosen {c * 1e3:.1f} ms; "
-              f"{pay}")
+            pay = "no time saved: the search does not pay back"
+        print(f"{unit[:-1]} (median of {args.steps} each, alternating): default {d * 1e3:.1f} ms, chosen "
+              f"{c * 1e3:.1f} ms; {pay}")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,20 @@ MATMULs the runtime saw, `CRuntime.shapes`), on the threads it runs with:
   * the instruction-set path of the prebuilt kernels (avx2 or avx512: runtime_c/cpu.h). Its default comes from a
     calibration (512-bit FMAs at twice the 256-bit rate); this decision replaces it where TINYLLM_CPU asks for none;
   * the sgemm's cache blocks KC, MC, NC for that path (runtime_c/sgemm.c, tl_sgemm_set_blocking), each at half,
-    once and twice what the cache sizes give.
-Results: MC and NC only split the rows and columns among blocks, so a choice of those gives bit-identical
-products; the path (its micro-tile) and KC change how the sum over K is blocked, so they change the rounding
-(within float32's error of the sum; tests/test_tune.py checks both).
+    once and twice what the cache sizes give;
+  * where the program runs products of at most 4 rows or columns (decoding), the GEMV's grouping
+    (runtime_c/gemv.c, tl_gemv_set_grouping): how many rows of W a kernel reads at once where a row is one stream
+    and where it is not, and whether it asks for the next 4 KiB page ahead. Searched apart, on those products
+    alone, with the path and blocks chosen: they run nothing else.
+Results: MC and NC only split the rows and columns among blocks, and the page-ahead prefetch only asks for memory
+early, so those give bit-identical products; the path (its micro-tile), KC and the GEMV's rows at once change how
+the sum over K is blocked, so they change the rounding (within float32's error of the sum; tests/test_tune.py
+checks both).
 
 The search is successive halving: every candidate times every shape once, the faster half again, and so on, for
-60 % of the budget (TINYLLM_TUNE_BUDGET seconds, default 10); then the best one and the default time in turns, and
-the best wins only if the median of those pairs makes it at least 3 % faster, so noise does not make a worse
-choice. The result is
+60 % of the budget (TINYLLM_TUNE_BUDGET seconds, default 10; shared by the two searches as their candidates);
+then the best one and the default time in turns, and the best wins only if the median of those pairs makes it at
+least 3 % faster, so noise does not make a worse choice. The result is
 stored in the kernel cache (`<cache>/tune/<machine>.json`, the machine named by its CPU's model, flags and cache
 sizes, the thread count and the prebuilt module) and applied when the runtime starts on that machine again.
 The C runtime runs the search once, at a jitted step's first chained call (the program's products are known then)
@@ -33,7 +38,11 @@ from . import compiler
 MARGIN = 0.97  # another configuration replaces the default only when its time is this fraction of it or less
 SEARCH_SHARE = 0.6  # of the budget for the successive halving; the rest for the best against the default
 FACTORS = (1.0, 0.5, 2.0)  # of each cache block, about what plan_blocking derives from the cache sizes
-FORMAT = 1  # of the stored file
+FORMAT = 2  # of the stored file
+# The GEMV's groupings tried (tl_gemv_set_grouping): rows of W at once where a row is one stream, where it is not,
+# and the page-ahead prefetches (-1 by W's size, 0 off, 1 on). [0, 0, -1] is the measured rule, the default.
+GEMV_DEFAULT = [0, 0, -1]
+GEMV_GROUPINGS = [[short, long, page] for short in (1, 2, 4) for long in (2, 4, 8) for page in (-1, 0, 1)]
 
 
 def enabled():
@@ -83,10 +92,11 @@ def load(lib):
 
 
 def apply(lib, choice):
-    """Makes `choice` ({"path", "kc", "mc", "nc"}) the products' configuration."""
+    """Makes `choice` ({"path", "kc", "mc", "nc", "gemv"}) the products' configuration."""
     if lib.tl_cpu_requested_path() < 0:                 # (TINYLLM_CPU names a path: the user's choice wins)
         lib.tl_cpu_set_path(choice["path"])
     lib.tl_sgemm_set_blocking(choice["path"], choice["kc"], choice["mc"], choice["nc"])
+    lib.tl_gemv_set_grouping(*choice["gemv"])
 
 
 def default_choice(lib):
@@ -96,8 +106,9 @@ def default_choice(lib):
         lib.tl_cpu_set_path(-1)
     path = lib.tl_cpu_path()
     lib.tl_sgemm_set_blocking(path, 0, 0, 0)
+    lib.tl_gemv_set_grouping(*GEMV_DEFAULT)
     kc, mc, nc = _plan(lib, path)[2:]
-    return {"path": path, "kc": kc, "mc": mc, "nc": nc}
+    return {"path": path, "kc": kc, "mc": mc, "nc": nc, "gemv": GEMV_DEFAULT}
 
 
 def _plan(lib, path):
@@ -108,7 +119,8 @@ def _plan(lib, path):
 
 
 def candidates(lib):
-    """The default configuration first, then each supported SIMD path's blocks at each factor."""
+    """The default configuration first, then each supported SIMD path's blocks at each factor (the GEMV's default
+    grouping)."""
     first = default_choice(lib)
     found = [first]
     forced = lib.tl_cpu_requested_path()
@@ -119,7 +131,7 @@ def candidates(lib):
         for fk in FACTORS:
             for fm in FACTORS:
                 c = {"path": path, "kc": max(64, int(kc * fk) // 16 * 16), "mc": max(mr, int(mc * fm) // mr * mr),
-                     "nc": nc}
+                     "nc": nc, "gemv": GEMV_DEFAULT}
                 if c not in found:
                     found.append(c)
     return found
@@ -151,51 +163,70 @@ class Products:
         return total
 
 
+def gemv_candidates(choice):
+    """`choice` with each other GEMV grouping."""
+    same = [1, 8, -1]                                   # (what the rule does for one row of x, and caps for more)
+    return [{**choice, "gemv": g} for g in GEMV_GROUPINGS if g != same]
+
+
 def search(lib, shapes, seconds=None, progress=True):
     """The fastest configuration for `shapes` ({(batch, transA, transB, M, N, K): count}) within `seconds`, applied;
-    -> {"choice", "default", "seconds", "speedup", "timings"}. Successive halving over the candidates takes
-    SEARCH_SHARE of the budget; the rest times the best one against the default, alternating, and the best
+    -> {"choice", "default", "seconds", "speedup", "pairs", "timings"}. Successive halving takes SEARCH_SHARE of the
+    budget: over the paths and blocks on every product, then over the GEMV's groupings on the GEMV's products, each
+    search a share of it as its candidates. The rest times the merged best against the default, alternating, and it
     replaces the default only when the median of those pairs says it is MARGIN faster (a neighbour's burst of
     work during one timing cannot decide)."""
     seconds = budget() if seconds is None else seconds
     start = time.perf_counter()
     left = lambda share=1.0: start + seconds * share - time.perf_counter()  # noqa: E731
     products = Products(shapes)
+    gemv_products = Products({s: n for s, n in shapes.items() if lib.tl_gemv_takes(s[3], s[4])})
     pool = candidates(lib)
-    best_times = {}                                     # candidate index -> best weighted time so far
-    bar = progress_bar(len(pool) * 2, "tinyllm: tuning the C products", "config") if progress else None
-    last = [0.0]                                        # how long the last candidate's timing took
+    n_gemv = len(GEMV_GROUPINGS) - 1 if gemv_products.items else 0
+    bar = progress_bar((len(pool) + n_gemv) * 2, "tinyllm: tuning the C products", "config") if progress else None
+    last = [0.0]                                        # how long the last timing took
+    timings = {"all": {}, "gemv": {}}                   # the best time of each candidate on its products
 
-    def timed(i):
+    def timed(choice, on=products):
         t0 = time.perf_counter()
-        apply(lib, pool[i])
-        products.time(lib)                              # (a warm call: packing buffers, the path's first use)
-        t = products.time(lib)
-        best_times[i] = min(best_times.get(i, float("inf")), t)
+        apply(lib, choice)
+        on.time(lib)                                    # (a warm call: packing buffers, the path's first use)
+        t = on.time(lib)
+        seen = timings["all" if on is products else "gemv"]
+        seen[json.dumps(choice)] = min(seen.get(json.dumps(choice), float("inf")), t)
         last[0] = time.perf_counter() - t0
         if bar is not None:
             bar.update(1)
         return t
-    alive = list(range(len(pool)))
-    while len(alive) > 1 and left(SEARCH_SHARE) > last[0]:
-        for i in alive:
-            if left(SEARCH_SHARE) <= last[0]:           # (a timing that would end past the budget is not begun)
-                break
-            timed(i)
-        ranked = sorted((best_times[i], i) for i in alive if i in best_times)
-        alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
-    best = min((i for i in best_times if i != 0), key=best_times.get, default=0)
-    ratios = []
-    while best != 0 and left() > 2 * last[0] and len(ratios) < 9:
-        ratios.append(timed(best) / timed(0))
+
+    def halving(pool, on, share):
+        """The fastest of `pool` on `on` by successive halving until `share` of the budget has passed."""
+        best = {}
+        alive = list(range(len(pool)))
+        while len(alive) > 1 and left(share) > last[0]:
+            for i in alive:
+                if left(share) <= last[0]:              # (a timing that would end past the budget is not begun)
+                    break
+                best[i] = min(best.get(i, float("inf")), timed(pool[i], on))
+            ranked = sorted((best[i], i) for i in alive if i in best)
+            alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
+        return pool[min(best, key=best.get)] if best else pool[0]
+    first_share = SEARCH_SHARE * len(pool) / (len(pool) + n_gemv)
+    choice = halving(pool, products, first_share)
+    if n_gemv:
+        grouped = [choice] + gemv_candidates(choice)
+        choice = halving(grouped, gemv_products, SEARCH_SHARE)
+    default, ratios = pool[0], []
+    while choice != default and left() > 2 * last[0] and len(ratios) < 9:
+        ratios.append(timed(choice) / timed(default))
     if bar is not None:
         bar.close()
     speedup = 1 / float(np.median(ratios)) if ratios else 1.0
     if speedup * MARGIN < 1.0:
-        best, speedup = 0, 1.0
-    apply(lib, pool[best])
-    return {"choice": pool[best], "default": pool[0], "seconds": time.perf_counter() - start, "speedup": speedup,
-            "pairs": len(ratios), "timings": {json.dumps(pool[i]): best_times[i] for i in best_times}}
+        choice, speedup = default, 1.0
+    apply(lib, choice)
+    return {"choice": choice, "default": default, "seconds": time.perf_counter() - start, "speedup": speedup,
+            "pairs": len(ratios), "timings": timings}
 
 
 def tune_and_store(lib, shapes, seconds=None, progress=True):
