@@ -131,7 +131,7 @@ def test_a_stored_value_is_rounded_once(monkeypatch, low):
     dtype = LOW[low][0]
     sources = []
     real = compiler.load
-    monkeypatch.setattr(compiler, "load", lambda s: sources.extend(s.values()) or real(s))
+    monkeypatch.setattr(compiler, "load", lambda s, *cpu: sources.extend(s.values()) or real(s, *cpu))
     x = np.random.default_rng(0).standard_normal(40000).astype(np.float32)
     y = (tl.tensor(x, device="c") * 2.71875).to(dtype)
     y.realize()  # a kernel with a 16-bit output: the product rounded, then stored

@@ -281,9 +281,9 @@ def test_repeated_training_step_compiles_nothing_and_runs_no_pass(monkeypatch, t
     loads, passes = [], []
     original_load, original_pipeline = compiler.load, R.pipeline
 
-    def load(sources):
+    def load(sources, *cpu):
         loads.append(sorted(sources))
-        return original_load(sources)
+        return original_load(sources, *cpu)
 
     def pipeline(roots, stage, *a, **k):
         if stage != "values":  # (runs on every realize, before the cache lookup)
@@ -324,7 +324,7 @@ def test_repeated_training_step_compiles_nothing_and_runs_no_pass(monkeypatch, t
 def test_same_structure_new_data_reuses_the_schedule_small_kernels_serve_every_shape(monkeypatch):
     loads = []
     original_load = compiler.load
-    monkeypatch.setattr(compiler, "load", lambda s: loads.append(len(s)) or original_load(s))
+    monkeypatch.setattr(compiler, "load", lambda s, *cpu: loads.append(len(s)) or original_load(s, *cpu))
 
     def f(a):
         x = tl.tensor(a, device="c")

@@ -35,6 +35,7 @@ def restored():
         LIB.tl_sgemm_set_blocking(path, 0, 0, 0)
     LIB.tl_cpu_set_path(-1)
     LIB.tl_gemv_set_grouping(*tune.GEMV_DEFAULT)
+    tune.compiler.set_kernel_path(None)
 
 
 @given(st.integers(1, 200), st.integers(1, 200), st.integers(1, 700), st.booleans(), st.booleans(),
@@ -158,3 +159,70 @@ def test_a_jitted_step_tunes_once_where_nothing_is_stored(tmp_path, monkeypatch,
     assert runs == [1] and RT.tuning is not None
     assert os.path.exists(tune.store_path(tune.machine(LIB)))
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def _trained(paths):
+    """A tiny GPT's parameters and losses after one jitted SGD step per entry of `paths`, generated kernels
+    compiled for that path (set_kernel_path) at that step. (SGD: AdamW's steps of lr·sign make rounding in a
+    gradient near zero a whole step.)"""
+    from tinyllm.models.gpt import GPT, GPTConfig
+    from tinyllm.runtime.c import compiler
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=37, dropout=0.0)).to("c")
+    opt = tl.optim.SGD(model.parameters(), lr=0.5)
+    fn = tl.jit(gpt_step(model, opt))
+    x = tl.tensor(np.arange(64).reshape(4, 16) * 7 % 37, device="c")
+    losses = []
+    for path in paths:
+        compiler.set_kernel_path(path)
+        losses.append(fn(x).item())
+    params = [p.numpy().copy() for p in model.parameters()]  # (the last update realized on the last path)
+    compiler.set_kernel_path(None)
+    return losses, params
+
+
+@pytest.mark.skipif(not RT.compiles, reason="no C compiler: no generated kernels")
+def test_the_generated_kernels_path_changes_only_the_row_sums_rounding(restored):
+    """The tuner's choice of the generated kernels' path (tune.kernel_path): each element's operations are the
+    same at any vector width (no -ffast-math, no contraction), and a row sum keeps one partial sum per lane
+    (render.py's `omp simd reduction`). So avx2 and avx512-256 (8 float lanes) train bit-identically, even when the
+    choice changes between two steps of a jitted run; avx512 (16 lanes) rounds row sums differently, within
+    float32's error."""
+    from tinyllm.runtime.c import compiler
+    if not compiler.supports("avx2"):
+        pytest.skip("this CPU has one path for generated kernels: nothing to choose")
+    eight = ["avx2"] + ["avx512-256"] * compiler.supports("avx512")
+    losses, params = _trained([eight[0]] * 4)
+    for path_run in ([eight[-1]] * 4, [eight[-1], eight[0], eight[-1], eight[0]]):
+        got_losses, got = _trained(path_run)
+        assert got_losses == losses, path_run
+        assert all(np.array_equal(a, b) for a, b in zip(got, params)), path_run
+    if compiler.supports("avx512"):
+        wide_losses, wide = _trained(["avx512"] * 4)
+        np.testing.assert_allclose(wide_losses, losses, rtol=1e-5)
+        for a, b in zip(wide, params):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not RT.compiles, reason="no C compiler: no generated kernels")
+def test_the_search_times_the_programs_kernels_for_each_path(restored, monkeypatch):
+    """Given the generated kernels a program ran (CRuntime.kernel_runs), the search times the heaviest of them
+    compiled for each path the CPU offers and keeps one, within the budget."""
+    import collections
+    from tinyllm.runtime.c import compiler
+    from tinyllm.models.gpt import GPT, GPTConfig
+    monkeypatch.setattr(RT, "kernel_runs", collections.Counter())
+    RT.shapes.clear()
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=37, dropout=0.0)).to("c")
+    gpt_step(model, tl.optim.SGD(model.parameters(), lr=0.1))(tl.tensor(np.arange(32).reshape(2, 16) % 37,
+                                                                         device="c")).item()
+    assert RT.kernel_runs
+    record = tune.search(LIB, dict(RT.shapes), seconds=4.0, progress=False, runtime=RT)
+    assert record["seconds"] < 4.5
+    timed = record["timings"]["kernels"]
+    if compiler.supports("avx512"):
+        assert set(timed) == {"avx512", "avx512-256", "avx2"} and all(0 < t < 1 for t in timed.values())
+        assert record["choice"]["kernels"] in (None, "avx512-256", "avx2")
+    else:
+        assert timed == {} and record["choice"]["kernels"] is None

@@ -13,6 +13,7 @@ never). With --steps, the steps alternate between the default configuration and 
 how many steps (or with --decode, tokens) pay the search back.
 """
 import argparse
+import collections
 import json
 import time
 
@@ -41,6 +42,7 @@ def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
     x = rng.integers(0, vocab_size, (batch, block_size))
     batch_xy = (tensor(x, device="c"), tensor((7 * x + 3) % vocab_size, device="c"))
     rt.shapes.clear()
+    rt.kernel_runs = collections.Counter()
     step(*batch_xy).item()
     fn = jit(step)
     return dict(rt.shapes), lambda: fn(*batch_xy).item()
@@ -56,6 +58,7 @@ def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, 
                           vocab_size=vocab_size, dropout=0.0)).to("c").eval()
     prompt = tensor(np.random.default_rng(0).integers(0, vocab_size, (batch, 64)), device="c")
     rt.shapes.clear()
+    rt.kernel_runs = collections.Counter()
     searched, rt.tuning = rt.tuning, {}                 # (no search at the decode step's first chained call)
     model.generate(prompt, tokens, temperature=0).numpy()
     rt.tuning = searched
@@ -85,7 +88,9 @@ def main(argv=None):
         raise SystemExit("tinyllm.tune: the C kernels are not built (pip install -e . with a C compiler)")
     shape = (args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch, args.vocab_size)
     shapes, run = decode_products(rt, *shape) if args.decode else step_products(rt, *shape)
-    record = tune.tune_and_store(rt.lib, shapes, args.budget)
+    n_kernels = len(rt.kernel_runs)
+    record = tune.tune_and_store(rt.lib, shapes, args.budget, runtime=rt)
+    rt.kernel_runs = None
     names = {0: "portable", 1: "avx2", 2: "avx512"}
     show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, GEMV rows "  # noqa: E731
                       f"{'rule' if c['gemv'] == tune.GEMV_DEFAULT else c['gemv'][:2]} page-ahead "
@@ -96,6 +101,11 @@ def main(argv=None):
           f"configurations in {record['seconds']:.1f} s")
     print(f"default: {show(record['default'])}; chosen: {show(record['choice'])}; the step's products "
           f"{record['speedup']:.3f}x the default's speed")
+    kernels = record["timings"].get("kernels", {})
+    if kernels:
+        print(f"generated kernels (the heaviest of {n_kernels}, compiled for each path): "
+              + ", ".join(f"{p} {t * 1e3:.2f} ms" for p, t in kernels.items())
+              + f"; chosen: {record['choice']['kernels'] or 'the default'} ({record['kernel_speedup']:.3f}x)")
     print(f"stored: {tune.store_path(record['machine'])}")
     if args.steps:
         for _ in range(3):                              # (recorded, then replayed and chained)

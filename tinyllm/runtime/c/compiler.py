@@ -40,10 +40,15 @@ ISA = {"portable": ["-march=x86-64"], "avx2": ["-march=x86-64", "-mavx2", "-mfma
        "avx512": ["-march=x86-64", "-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
                   "-mprefer-vector-width=512"]} if X86 \
     else {p: [] for p in PATHS}
+# Generated kernels only: AVX-512's instructions in 256-bit vectors, where 512-bit ones cost a core clock speed
+# (tune.py times it against avx512 and avx2 and may choose it: set_kernel_path).
+if X86:
+    ISA["avx512-256"] = ISA["avx512"][:-1] + ["-mprefer-vector-width=256"]
 _lock = threading.Lock()
 _libs = []  # loaded libraries stay alive for the life of the process
 _warned = [False]
 _forced = [None]  # set_path's choice, for when no prebuilt module keeps it
+_tuned = [None]  # set_kernel_path's choice for generated kernels (tune.py), or None
 _prebuilt = []  # [lib or None, default path or None] once looked up (_lib)
 _flags = []  # [the CPU's flags] once read
 
@@ -118,11 +123,24 @@ def path():
     (TINYLLM_CPU, set_path) it is tl_cpu_path(), that one or the best below it this CPU has. Otherwise it is the best
     path this CPU has, even where tl_cpu_path() stays at avx2 because 512-bit FMAs run at the 256-bit rate (Zen 4's
     double-pumped unit): right for the FMA-bound sgemm and attention, but generated kernels are bound by the
-    instructions and loads they issue, half as many at 512 bits."""
+    instructions and loads they issue, half as many at 512 bits. The tuner may choose another (set_kernel_path)."""
     lib = _lib()
     if lib is None:
         return _fallback_path()
-    return PATHS[lib.tl_cpu_path()] if _forced[0] is not None or _prebuilt[1] is None else _prebuilt[1]
+    if _forced[0] is not None or _prebuilt[1] is None:
+        return PATHS[lib.tl_cpu_path()]
+    return _tuned[0] or _prebuilt[1]
+
+
+def set_kernel_path(name):
+    """Generated kernels compiled from now on use `name` (a key of ISA) where no path was asked for (TINYLLM_CPU,
+    set_path), the tuner's choice of their vector width (tune.py); None restores path()'s default. Kernels
+    compiled before keep theirs. Returns path()."""
+    if name is not None and (name not in ISA or not supports(name.split("-")[0])):
+        raise ValueError(f"generated kernels cannot use {name!r} on this CPU: choose one of "
+                         f"{', '.join(p for p in ISA if supports(p.split('-')[0]))}")
+    _tuned[0] = name
+    return path()
 
 
 def set_path(name):
@@ -190,7 +208,7 @@ def _index_dir():
     return path
 
 
-def _indexed(source, cpu):
+def cached(source, cpu):
     """The cached library that holds the kernel of `source` (compiled for `cpu`), or None."""
     entry = os.path.join(_index_dir(), f"{cpu}_{_digest(source, cpu)}")
     return os.path.realpath(entry) if os.path.exists(entry) else None  # (a link to a deleted library: missing)
@@ -226,11 +244,11 @@ def _build(source, library):
                 os.remove(p)
 
 
-def load(sources):
-    """{name: C source} -> {name: callable(bufs)}, compiled for the current CPU path (path()). Compiles the kernels
-    the disk cache lacks, two chunks in parallel."""
-    cpu = path()
-    where = {n: _indexed(sources[n], cpu) for n in sorted(sources)}
+def load(sources, cpu=None):
+    """{name: C source} -> {name: callable(bufs)}, compiled for CPU path `cpu` (a key of ISA; default path()).
+    Compiles the kernels the disk cache lacks, two chunks in parallel."""
+    cpu = cpu or path()
+    where = {n: cached(sources[n], cpu) for n in sorted(sources)}
     todo = [n for n in where if where[n] is None]
     chunks = [todo[i::2] for i in range(2)] if len(todo) > 8 else [todo]
     jobs = []

@@ -33,10 +33,13 @@ import time
 import numpy as np
 
 from ...utils.progress import progress_bar
-from . import compiler
+from . import compiler, record
+from .render import render
+from .views import address
 
 MARGIN = 0.97  # another configuration replaces the default only when its time is this fraction of it or less
-SEARCH_SHARE = 0.6  # of the budget for the successive halving; the rest for the best against the default
+SEARCH_SHARE = 0.6  # of the budget for kernel_path and the successive halving; the rest for the best against the
+#                     default
 FACTORS = (1.0, 0.5, 2.0)  # of each cache block, about what plan_blocking derives from the cache sizes
 FORMAT = 2  # of the stored file
 # The GEMV's groupings tried (tl_gemv_set_grouping): rows of W at once where a row is one stream, where it is not,
@@ -92,11 +95,13 @@ def load(lib):
 
 
 def apply(lib, choice):
-    """Makes `choice` ({"path", "kc", "mc", "nc", "gemv"}) the products' configuration."""
+    """Makes `choice` ({"path", "kc", "mc", "nc", "gemv"}, and "kernels") the products' configuration and the
+    generated kernels' path."""
     if lib.tl_cpu_requested_path() < 0:                 # (TINYLLM_CPU names a path: the user's choice wins)
         lib.tl_cpu_set_path(choice["path"])
     lib.tl_sgemm_set_blocking(choice["path"], choice["kc"], choice["mc"], choice["nc"])
     lib.tl_gemv_set_grouping(*choice["gemv"])
+    compiler.set_kernel_path(choice.get("kernels"))
 
 
 def default_choice(lib):
@@ -108,7 +113,8 @@ def default_choice(lib):
     lib.tl_sgemm_set_blocking(path, 0, 0, 0)
     lib.tl_gemv_set_grouping(*GEMV_DEFAULT)
     kc, mc, nc = _plan(lib, path)[2:]
-    return {"path": path, "kc": kc, "mc": mc, "nc": nc, "gemv": GEMV_DEFAULT}
+    compiler.set_kernel_path(None)
+    return {"path": path, "kc": kc, "mc": mc, "nc": nc, "gemv": GEMV_DEFAULT, "kernels": None}
 
 
 def _plan(lib, path):
@@ -131,7 +137,7 @@ def candidates(lib):
         for fk in FACTORS:
             for fm in FACTORS:
                 c = {"path": path, "kc": max(64, int(kc * fk) // 16 * 16), "mc": max(mr, int(mc * fm) // mr * mr),
-                     "nc": nc, "gemv": GEMV_DEFAULT}
+                     "nc": nc, "gemv": GEMV_DEFAULT, "kernels": None}
                 if c not in found:
                     found.append(c)
     return found
@@ -163,19 +169,131 @@ class Products:
         return total
 
 
+def buffers(arrays):
+    """How a generated kernel's arrays lie, enough to make others like them: for each, the offset of its first
+    element into the bytes its elements span, that span, and its dtype."""
+    out = []
+    for a in arrays:
+        low, high = record._bounds(a)
+        out.append((address(a) - low, high - low, a.dtype.str))
+    return tuple(out)
+
+
+class Kernels:
+    """The generated kernels the program ran (CRuntime.kernel_runs), with arrays of each one's sizes made when it is
+    first timed: 16- and 32-bit floats from a normal distribution (no denormals, no NaN), integers 0."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.items = [(key, count, layout, params) for (key, layout, params), count in runtime.kernel_runs.items()]
+        self.arrays = {}                                # item -> [(bytes, offset of the first element)]
+        block = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)
+        self.block = {np.dtype(np.float32): block, np.dtype(np.float16): block.astype(np.float16),
+                      np.dtype(np.float64): block.astype(np.float64),
+                      np.dtype(np.uint16): (block.view(np.uint32) >> 16).astype(np.uint16)}  # (bfloat16's bits)
+
+    def _arrays(self, i):
+        if i not in self.arrays:
+            made = []
+            for offset, span, kind in self.items[i][2]:
+                raw = np.zeros(max(span, 1), np.uint8)
+                dtype = np.dtype(kind)
+                view = raw[:span // dtype.itemsize * dtype.itemsize].view(dtype)
+                if dtype in self.block:                 # (other kinds, integers and booleans, stay 0)
+                    view[...] = np.resize(self.block[dtype], view.size)
+                made.append((raw, offset))
+            self.arrays[i] = made
+        return self.arrays[i]
+
+    def keep(self, which):
+        """Frees the arrays of the kernels not in `which`."""
+        self.arrays = {i: a for i, a in self.arrays.items() if i in which}
+
+    def time(self, fns, which):
+        """Seconds the kernels `which` (indices) take once each, weighted by how often the program runs each, with
+        fns[i] the compiled (function, params) of item i."""
+        total = 0.0
+        for i in which:
+            bufs = compiler.ffi.new("char *[]", [compiler.ffi.cast("char *", raw.ctypes.data + off)
+                                                 for raw, off in self._arrays(i)] +
+                                    [compiler.ffi.cast("char *", p) for p in self.items[i][3]])
+            fn = fns[i][0]
+            fn(bufs)                                    # (warm: caches, the first call's page faults)
+            t = time.perf_counter()
+            fn(bufs)
+            total += (time.perf_counter() - t) * self.items[i][1]
+        return total
+
+
+KERNEL_SHARE = 0.8  # of the generated kernels' time that the kernels timed for their path cover
+KERNEL_MOST = 12    # kernels compiled for each other path at most
+COMPILE_SECONDS = 0.6  # compiling KERNEL_MOST kernels for another path, cold (two compiler runs at once): 0.3 s on 2
+#                        Zen 4 cores
+KERNEL_SEARCH = 0.25  # of the budget for kernel_path, out of SEARCH_SHARE
+
+
+def kernel_path(kernels, deadline):
+    """The generated kernels' path: where the CPU has AVX-512 and no path was asked for, avx512 (512-bit vectors),
+    avx512-256 (its instructions in 256-bit vectors) or avx2, timed on the kernels that take KERNEL_SHARE of the
+    program's generated-kernel time (at most KERNEL_MOST), compiled for each; another than the default only when
+    the median of alternating timings makes it MARGIN faster. -> (path or None for the default, speedup,
+    {path: seconds})."""
+    default = compiler.path()
+    if default != "avx512" or not kernels.items:
+        return None, 1.0, {}
+    rt = kernels.runtime
+    keys = [key for key, *_ in kernels.items]
+    mine = rt.compiled(keys, default)
+    fns = [mine[k] for k in keys]
+    each = []
+    for i in range(len(keys)):
+        each.append((kernels.time(fns, [i]), i))
+        kernels.keep(())
+    each.sort(reverse=True)
+    top, covered, total = [], 0.0, sum(t for t, _ in each)
+    for t, i in each:
+        if covered >= KERNEL_SHARE * total or len(top) >= KERNEL_MOST:
+            break
+        top.append(i)
+        covered += t
+    options = {default: fns}
+    for other in ("avx512-256", "avx2"):
+        cold = any(compiler.cached(render(*keys[i])[1], other) is None for i in top)
+        if time.perf_counter() + (COMPILE_SECONDS if cold else 0.0) > deadline:
+            break
+        made = rt.compiled([keys[i] for i in top], other)
+        options[other] = {i: made[keys[i]] for i in top}
+    ratios = {p: [] for p in options if p != default}
+    seen = {p: float("inf") for p in options}
+    seen[default] = covered
+    while ratios and time.perf_counter() < deadline and len(next(iter(ratios.values()))) < 9:
+        base = kernels.time(fns, top)
+        seen[default] = min(seen[default], base)
+        for p in ratios:
+            t = kernels.time(options[p], top)
+            seen[p] = min(seen[p], t)
+            ratios[p].append(t / base)
+    medians = {p: float(np.median(r)) for p, r in ratios.items() if r}
+    best = min(medians, key=medians.get, default=None)
+    if best is None or medians[best] > MARGIN:
+        return None, 1.0, seen
+    return best, 1 / medians[best], seen
+
+
 def gemv_candidates(choice):
     """`choice` with each other GEMV grouping."""
     same = [1, 8, -1]                                   # (what the rule does for one row of x, and caps for more)
     return [{**choice, "gemv": g} for g in GEMV_GROUPINGS if g != same]
 
 
-def search(lib, shapes, seconds=None, progress=True):
+def search(lib, shapes, seconds=None, progress=True, runtime=None):
     """The fastest configuration for `shapes` ({(batch, transA, transB, M, N, K): count}) within `seconds`, applied;
-    -> {"choice", "default", "seconds", "speedup", "pairs", "timings"}. Successive halving takes SEARCH_SHARE of the
-    budget: over the paths and blocks on every product, then over the GEMV's groupings on the GEMV's products, each
-    search a share of it as its candidates. The rest times the merged best against the default, alternating, and it
-    replaces the default only when the median of those pairs says it is MARGIN faster (a neighbour's burst of
-    work during one timing cannot decide)."""
+    -> {"choice", "default", "seconds", "speedup", "pairs", "timings", "kernel_speedup"}. Successive halving takes
+    SEARCH_SHARE of the budget: over the paths and blocks on every product, then over the GEMV's groupings on the
+    GEMV's products, each search a share of it as its candidates; with `runtime` (a CRuntime whose kernel_runs
+    holds the program's generated kernels), kernel_path first chooses their path within KERNEL_SEARCH of it. The
+    rest times the merged best against the default, alternating, and it replaces the default only when the median
+    of those pairs says it is MARGIN faster (a neighbour's burst of work during one timing cannot decide)."""
     seconds = budget() if seconds is None else seconds
     start = time.perf_counter()
     left = lambda share=1.0: start + seconds * share - time.perf_counter()  # noqa: E731
@@ -187,10 +305,14 @@ def search(lib, shapes, seconds=None, progress=True):
     last = [0.0]                                        # how long the last timing took
     timings = {"all": {}, "gemv": {}}                   # the best time of each candidate on its products
 
+    warm = set()                                        # (path, products) timed once already
+
     def timed(choice, on=products):
         t0 = time.perf_counter()
         apply(lib, choice)
-        on.time(lib)                                    # (a warm call: packing buffers, the path's first use)
+        if (choice["path"], id(on)) not in warm:        # (a warm call: packing buffers, the path's first use)
+            on.time(lib)
+            warm.add((choice["path"], id(on)))
         t = on.time(lib)
         seen = timings["all" if on is products else "gemv"]
         seen[json.dumps(choice)] = min(seen.get(json.dumps(choice), float("inf")), t)
@@ -211,28 +333,33 @@ def search(lib, shapes, seconds=None, progress=True):
             ranked = sorted((best[i], i) for i in alive if i in best)
             alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
         return pool[min(best, key=best.get)] if best else pool[0]
-    first_share = SEARCH_SHARE * len(pool) / (len(pool) + n_gemv)
-    choice = halving(pool, products, first_share)
+    found, kernel_speedup = None, 1.0
+    if runtime is not None and runtime.kernel_runs:
+        found, kernel_speedup, timings["kernels"] = kernel_path(Kernels(runtime), start + seconds * KERNEL_SEARCH)
+    begun = 1.0 - left() / seconds                      # (the share kernel_path took)
+    share = begun + (SEARCH_SHARE - begun) * len(pool) / (len(pool) + n_gemv)
+    choice = halving(pool, products, share) if shapes else pool[0]
     if n_gemv:
-        grouped = [choice] + gemv_candidates(choice)
-        choice = halving(grouped, gemv_products, SEARCH_SHARE)
+        choice = halving([choice] + gemv_candidates(choice), gemv_products, SEARCH_SHARE)
+    choice = {**choice, "kernels": found}
     default, ratios = pool[0], []
-    while choice != default and left() > 2 * last[0] and len(ratios) < 9:
-        ratios.append(timed(choice) / timed(default))
+    products_part = {**choice, "kernels": None}
+    while shapes and products_part != default and left() > 2 * last[0] and len(ratios) < 9:
+        ratios.append(timed(products_part) / timed(default))
     if bar is not None:
         bar.close()
     speedup = 1 / float(np.median(ratios)) if ratios else 1.0
     if speedup * MARGIN < 1.0:
-        choice, speedup = default, 1.0
+        choice, speedup = {**default, "kernels": choice["kernels"]}, 1.0
     apply(lib, choice)
     return {"choice": choice, "default": default, "seconds": time.perf_counter() - start, "speedup": speedup,
-            "pairs": len(ratios), "timings": timings}
+            "pairs": len(ratios), "timings": timings, "kernel_speedup": kernel_speedup}
 
 
-def tune_and_store(lib, shapes, seconds=None, progress=True):
+def tune_and_store(lib, shapes, seconds=None, progress=True, runtime=None):
     """search, then the result stored for this machine (atomically: written beside, then renamed)."""
     key = machine(lib)
-    result = search(lib, shapes, seconds, progress)
+    result = search(lib, shapes, seconds, progress, runtime)
     path = store_path(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     record = {"format": FORMAT, "machine": key, "shapes": [list(s) + [n] for s, n in sorted(shapes.items())],
