@@ -1,7 +1,7 @@
-"""Autotuning of the C runtime's products on this machine, with a budget, remembered per machine (issue 48).
+"""Autotuning of the C runtime on this machine, with a budget, remembered per machine (issue 48).
 
-What differs between CPUs and is chosen here, by timing the products the program actually ran (the float32
-MATMULs the runtime saw, `CRuntime.shapes`), on the threads it runs with:
+What differs between CPUs and is chosen here, by timing what the program actually ran (the float32 MATMULs the
+runtime saw, `CRuntime.shapes`, and its generated kernels, `CRuntime.kernel_runs`), on the threads it runs with:
   * the instruction-set path of the prebuilt kernels (avx2 or avx512: runtime_c/cpu.h). Its default comes from a
     calibration (512-bit FMAs at twice the 256-bit rate); this decision replaces it where TINYLLM_CPU asks for none;
   * the sgemm's cache blocks KC, MC, NC for that path (runtime_c/sgemm.c, tl_sgemm_set_blocking), each at half,
@@ -9,21 +9,26 @@ MATMULs the runtime saw, `CRuntime.shapes`), on the threads it runs with:
   * where the program runs products of at most 4 rows or columns (decoding), the GEMV's grouping
     (runtime_c/gemv.c, tl_gemv_set_grouping): how many rows of W a kernel reads at once where a row is one stream
     and where it is not, and whether it asks for the next 4 KiB page ahead. Searched apart, on those products
-    alone, with the path and blocks chosen: they run nothing else.
+    alone, with the path and blocks chosen: they run nothing else;
+  * on a CPU with AVX-512, the generated kernels' vector width (compiler.set_kernel_path): avx512 (512-bit
+    vectors, the default), avx512-256 (its instructions in 256-bit vectors, for cores that slow their clock for
+    512-bit ones) or avx2, timed on the program's heaviest kernels compiled for each (kernel_path).
 Results: MC and NC only split the rows and columns among blocks, and the page-ahead prefetch only asks for memory
 early, so those give bit-identical products; the path (its micro-tile), KC and the GEMV's rows at once change how
-the sum over K is blocked, so they change the rounding (within float32's error of the sum; tests/test_tune.py
-checks both).
+the sum over K is blocked, so they change the rounding (within float32's error of the sum). A generated kernel
+computes each element the same way at any width, but keeps one partial row sum per vector lane: avx2 and
+avx512-256 (8 lanes) give the same bits, avx512 (16) rounds row sums differently. tests/test_tune.py checks all
+of it.
 
-The search is successive halving: every candidate times every shape once, the faster half again, and so on, for
-60 % of the budget (TINYLLM_TUNE_BUDGET seconds, default 10; shared by the two searches as their candidates);
-then the best one and the default time in turns, and the best wins only if the median of those pairs makes it at
-least 3 % faster, so noise does not make a worse choice. The result is
-stored in the kernel cache (`<cache>/tune/<machine>.json`, the machine named by its CPU's model, flags and cache
-sizes, the thread count and the prebuilt module) and applied when the runtime starts on that machine again.
-The C runtime runs the search once, at a jitted step's first chained call (the program's products are known then)
-where nothing is stored; `python -m tinyllm.tune` runs it on a GPT training step's products. TINYLLM_TUNE=0 turns
-all of it off (nothing searched, nothing applied).
+The search: kernel_path first, within KERNEL_SEARCH of the budget (TINYLLM_TUNE_BUDGET seconds, default 10);
+then successive halving (every candidate times every shape once, the faster half again, and so on) over the
+paths and blocks, then the GEMV's groupings, until SEARCH_SHARE of it; then the best one and the default time in
+turns, and the best wins only if the median of those pairs makes it at least 3 % faster, so noise does not make
+a worse choice. The result is stored in the kernel cache (`<cache>/tune/<machine>.json`, the machine named by its
+CPU's model, flags and cache sizes, the thread count and the prebuilt module) and applied when the runtime starts
+on that machine again. The C runtime runs the search once, at a jitted step's first chained call (the program's
+products and kernels are known then) where nothing is stored; `python -m tinyllm.tune` runs it on a GPT training
+step's (or with --decode, decoding's). TINYLLM_TUNE=0 turns all of it off (nothing searched, nothing applied).
 """
 import hashlib
 import json
