@@ -5,9 +5,10 @@ one thread; a quiet one keeps its two-thread speed).
 
     python bench/busy.py                         # sample.py, gpt.py and mnist_cnn.py, 3 runs each (median)
     python bench/busy.py --workloads sample --repeats 5 --loads quiet,busy,busy2
+    python bench/busy.py --workloads sample,gpt --loads quiet --bind true   # threads pinned, as the benches pin them
 
 Each run is a fresh process of the example, as a user starts it; the threads are not pinned (OMP_PROC_BIND unset),
-as a user's are not: the scheduler places them. Speeds: sample.py's and gpt.py's tokens/s as they print them,
+as a user's are not: the scheduler places them (--bind sets OMP_PROC_BIND for the examples). Speeds: sample.py's and gpt.py's tokens/s as they print them,
 mnist_cnn.py's 1 / wall time of its training. The ratio columns divide by the one-thread speed measured under the
 same load in the same run."""
 import argparse
@@ -43,8 +44,10 @@ def workloads(tmp):
     }
 
 
-def run(cmd, pattern, speed, threads):
+def run(cmd, pattern, speed, threads, bind=None):
     env = {k: v for k, v in os.environ.items() if k not in ("TINYLLM_THREADS", "OMP_NUM_THREADS", "OMP_PROC_BIND")}
+    if bind:
+        env["OMP_PROC_BIND"] = bind
     if threads:
         env["TINYLLM_THREADS"] = str(threads)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -90,6 +93,7 @@ def main():
     p.add_argument("--workloads", default="sample,gpt,mnist", help="comma-separated: sample, gpt, mnist")
     p.add_argument("--loads", default="quiet,busy", help=f"comma-separated: {', '.join(LOADS)} (busy loops beside)")
     p.add_argument("--repeats", type=int, default=3, help="runs per setting; the table shows the median")
+    p.add_argument("--bind", default=None, help="OMP_PROC_BIND for the examples (default: unset)")
     args = p.parse_args()
     loads = [w.strip() for w in args.loads.split(",")]
     if set(loads) - set(LOADS):
@@ -104,7 +108,7 @@ def main():
         subprocess.run(example("gpt.py", "--ckpt-dir", os.path.join(tmp, "sample-ckpt"), "--max-iters", "20",
                                "--eval-interval", "20", "--eval-iters", "1", "--sample-tokens", "0"),
                        check=True, capture_output=True, cwd=ROOT)
-    print(f"CPU: {describe_cpu()}")
+    print(f"CPU: {describe_cpu()}; OMP_PROC_BIND {args.bind or 'unset'}")
     print(f"{'workload':8} {'load':6} {'default':>10} {'1 thread':>10} {'2 threads':>10} {'default/1':>10} "
           f"{'default/2':>10}  unit")
     for name in names:
@@ -116,7 +120,7 @@ def main():
             for _ in range(args.repeats):  # interleaved, so a drift in the machine's speed hits every setting
                 for t in settings:
                     with BusyLoops(loops):
-                        speeds[t].append(run(cmd, pattern, speed, t))
+                        speeds[t].append(run(cmd, pattern, speed, t, args.bind))
             med = {t: statistics.median(v) for t, v in speeds.items()}
             two = f"{med[2]:10.4g}" if 2 in med else f"{'':10}"
             vs2 = f"{med[0] / med[2]:10.2f}" if 2 in med else f"{'':10}"
