@@ -14,6 +14,7 @@ how many steps (or with --decode, tokens) pay the search back.
 """
 import argparse
 import collections
+import contextlib
 import json
 import time
 
@@ -42,10 +43,23 @@ def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
     x = rng.integers(0, vocab_size, (batch, block_size))
     batch_xy = (tensor(x, device="c"), tensor((7 * x + 3) % vocab_size, device="c"))
     rt.shapes.clear()
-    rt.kernel_runs = collections.Counter()
     step(*batch_xy).item()
-    fn = jit(step)
-    return dict(rt.shapes), lambda: fn(*batch_xy).item()
+    shapes, fn = dict(rt.shapes), jit(step)
+    with _watching(rt):
+        for _ in range(4):                              # (eager, recorded twice, replayed: its generated kernels)
+            fn(*batch_xy).item()
+    return shapes, lambda: fn(*batch_xy).item()
+
+
+@contextlib.contextmanager
+def _watching(rt):
+    """The runtime reports the generated kernels of recorded runs (CRuntime.kernel_runs), and starts no search of
+    its own at a chained call meanwhile: main's follows."""
+    rt.kernel_runs, searched, rt.tuning = collections.Counter(), rt.tuning, {}
+    try:
+        yield
+    finally:
+        rt.tuning = searched
 
 
 def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, tokens=8):
@@ -58,13 +72,11 @@ def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, 
                           vocab_size=vocab_size, dropout=0.0)).to("c").eval()
     prompt = tensor(np.random.default_rng(0).integers(0, vocab_size, (batch, 64)), device="c")
     rt.shapes.clear()
-    rt.kernel_runs = collections.Counter()
-    searched, rt.tuning = rt.tuning, {}                 # (no search at the decode step's first chained call)
-    model.generate(prompt, tokens, temperature=0).numpy()
-    rt.tuning = searched
-    stream = model.generate(prompt, 1 << 30, temperature=0, stream=True)
-    for _ in range(4):                                  # (recorded, then replayed)
-        next(stream).numpy()
+    with _watching(rt):
+        model.generate(prompt, tokens, temperature=0).numpy()
+        stream = model.generate(prompt, 1 << 30, temperature=0, stream=True)
+        for _ in range(4):                              # (recorded, then replayed)
+            next(stream).numpy()
     return dict(rt.shapes), lambda: next(stream).numpy()
 
 

@@ -69,8 +69,8 @@ class CRuntime(NumpyRuntime):
         # the float32 products run, (batch, transA, transB, M, N, K) -> count, and this machine's tuning (tune.py)
         self.shapes = collections.Counter()
         self.tuning = tune.load(self.lib)
-        # the generated kernels run until a search: (kernel key, buffers, params) -> count (tune.Kernels); None: not
-        # watched (a tuning is applied, or tuning is off)
+        # the generated kernels that recorded runs (tinyllm.jit's) ran until a search: (kernel key, buffers,
+        # params) -> count (tune.Kernels); None: not watched (a tuning is applied, or tuning is off)
         self.kernel_runs = collections.Counter() if self.tuning is None and tune.enabled() else None
 
     def execute(self, schedule, feeds=(), donate=()):
@@ -210,7 +210,7 @@ class CRuntime(NumpyRuntime):
             if self.recorder is not None:  # (the output may take the place of an input of its own dtype only)
                 self.recorder.in_step(frozenset(i for i in in_step(kernel, ins) if ins[i - 1].dtype == out.dtype))
             fn, params = compiled
-            if self.kernel_runs is not None:
+            if self.kernel_runs is not None and self.recorder is not None:  # (a jitted step's: the program's)
                 self.kernel_runs[(kernel,) + self._key(node)[1:], tune.buffers([out, *ins]), params] += 1
             self.call(fn, [out, *ins, *params])
         elif out.size:
