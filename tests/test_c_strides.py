@@ -395,7 +395,7 @@ def test_kernels_reading_across_rows_vectorise_along_their_reads_with_the_same_v
     from tinyllm.runtime.c import compiler
     sources = []
     real = compiler.load
-    monkeypatch.setattr(compiler, "load", lambda s: sources.extend(s.values()) or real(s))
+    monkeypatch.setattr(compiler, "load", lambda s, *cpu: sources.extend(s.values()) or real(s, *cpu))
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     want, got = ((tl.tensor(x, device=d).permute(*axes) * 3.0 + 1.0).to(getattr(tl, dtype)).float().numpy()
                  for d in ("numpy", "c"))

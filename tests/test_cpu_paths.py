@@ -184,9 +184,9 @@ def test_switching_path_recompiles_in_process(cpu_path):
     loads = []
     original = compiler.load
 
-    def spy(sources):
+    def spy(sources, *cpu):
         loads.append(compiler.path())
-        return original(sources)
+        return original(sources, *cpu)
     compiler.load = spy
     try:
         # a shape of its own, and too big for shape-generic kernels (runtime/c/render.py): nothing compiled yet

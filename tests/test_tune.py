@@ -206,19 +206,19 @@ def test_the_generated_kernels_path_changes_only_the_row_sums_rounding(restored)
 
 @pytest.mark.skipif(not RT.compiles, reason="no C compiler: no generated kernels")
 def test_the_search_times_the_programs_kernels_for_each_path(restored, monkeypatch):
-    """Given the generated kernels a jitted step ran (CRuntime.kernel_runs), the search times the heaviest of them
+    """Given the generated kernels a jitted step ran (CRuntime.generated_runs), the search times the heaviest of them
     compiled for each path the CPU offers and keeps one, within the budget."""
     import collections
     from tinyllm.runtime.c import compiler
     from tinyllm.models.gpt import GPT, GPTConfig
-    monkeypatch.setattr(RT, "kernel_runs", collections.Counter())
+    monkeypatch.setattr(RT, "generated_runs", collections.Counter())
     RT.shapes.clear()
     tl.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=37, dropout=0.0)).to("c")
     fn = tl.jit(gpt_step(model, tl.optim.SGD(model.parameters(), lr=0.1)))
     for _ in range(4):                                  # (recorded runs report their kernels)
         fn(tl.tensor(np.arange(32).reshape(2, 16) % 37, device="c")).item()
-    assert RT.kernel_runs
+    assert RT.generated_runs
     record = tune.search(LIB, dict(RT.shapes), seconds=4.0, progress=False, runtime=RT)
     assert record["seconds"] < 4.5
     timed = record["timings"]["kernels"]

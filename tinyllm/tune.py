@@ -53,9 +53,9 @@ def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
 
 @contextlib.contextmanager
 def _watching(rt):
-    """The runtime reports the generated kernels of recorded runs (CRuntime.kernel_runs), and starts no search of
+    """The runtime reports the generated kernels of recorded runs (CRuntime.generated_runs), and starts no search of
     its own at a chained call meanwhile: main's follows."""
-    rt.kernel_runs, searched, rt.tuning = collections.Counter(), rt.tuning, {}
+    rt.generated_runs, searched, rt.tuning = collections.Counter(), rt.tuning, {}
     try:
         yield
     finally:
@@ -100,9 +100,9 @@ def main(argv=None):
         raise SystemExit("tinyllm.tune: the C kernels are not built (pip install -e . with a C compiler)")
     shape = (args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch, args.vocab_size)
     shapes, run = decode_products(rt, *shape) if args.decode else step_products(rt, *shape)
-    n_kernels = len(rt.kernel_runs)
+    n_kernels = len(rt.generated_runs)
     record = tune.tune_and_store(rt.lib, shapes, args.budget, runtime=rt)
-    rt.kernel_runs = None
+    rt.generated_runs = None
     names = {0: "portable", 1: "avx2", 2: "avx512"}
     show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, GEMV rows "  # noqa: E731
                       f"{'rule' if c['gemv'] == tune.GEMV_DEFAULT else c['gemv'][:2]} page-ahead "

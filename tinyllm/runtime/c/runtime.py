@@ -71,7 +71,7 @@ class CRuntime(NumpyRuntime):
         self.tuning = tune.load(self.lib)
         # the generated kernels that recorded runs (tinyllm.jit's) ran until a search: (kernel key, buffers,
         # params) -> count (tune.Kernels); None: not watched (a tuning is applied, or tuning is off)
-        self.kernel_runs = collections.Counter() if self.tuning is None and tune.enabled() else None
+        self.generated_runs = collections.Counter() if self.tuning is None and tune.enabled() else None
 
     def execute(self, schedule, feeds=(), donate=()):
         cpu = compiler.path()  # kernels compiled for another CPU path (compiler.set_path) are not these
@@ -93,10 +93,10 @@ class CRuntime(NumpyRuntime):
 
     def chain(self, tape, observed, moved):
         made = None if moved else chain.build(self, tape, observed)  # (a Chain writes every assigned array in place)
-        if made is not None and self.tuning is None and tune.enabled() and (self.shapes or self.kernel_runs):
+        if made is not None and self.tuning is None and tune.enabled() and (self.shapes or self.generated_runs):
             # a jitted step in its steady state: its products and kernels are known, and this machine has no tuning
             self.tuning = tune.tune_and_store(self.lib, dict(self.shapes), runtime=self)
-            self.kernel_runs = None
+            self.generated_runs = None
         return made
 
     def call(self, fn, *args):
@@ -210,8 +210,8 @@ class CRuntime(NumpyRuntime):
             if self.recorder is not None:  # (the output may take the place of an input of its own dtype only)
                 self.recorder.in_step(frozenset(i for i in in_step(kernel, ins) if ins[i - 1].dtype == out.dtype))
             fn, params = compiled
-            if self.kernel_runs is not None and self.recorder is not None:  # (a jitted step's: the program's)
-                self.kernel_runs[(kernel,) + self._key(node)[1:], tune.buffers([out, *ins]), params] += 1
+            if self.generated_runs is not None and self.recorder is not None:  # (a jitted step's: the program's)
+                self.generated_runs[(kernel,) + self._key(node)[1:], tune.buffers([out, *ins]), params] += 1
             self.call(fn, [out, *ins, *params])
         elif out.size:
             self.unrecorded("an empty reduction")

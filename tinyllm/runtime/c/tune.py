@@ -1,7 +1,7 @@
 """Autotuning of the C runtime on this machine, with a budget, remembered per machine (issue 48).
 
 What differs between CPUs and is chosen here, by timing what the program actually ran (the float32 MATMULs the
-runtime saw, `CRuntime.shapes`, and its generated kernels, `CRuntime.kernel_runs`), on the threads it runs with:
+runtime saw, `CRuntime.shapes`, and its generated kernels, `CRuntime.generated_runs`), on the threads it runs with:
   * the instruction-set path of the prebuilt kernels (avx2 or avx512: runtime_c/cpu.h). Its default comes from a
     calibration (512-bit FMAs at twice the 256-bit rate); this decision replaces it where TINYLLM_CPU asks for none;
   * the sgemm's cache blocks KC, MC, NC for that path (runtime_c/sgemm.c, tl_sgemm_set_blocking), each at half,
@@ -185,12 +185,12 @@ def buffers(arrays):
 
 
 class Kernels:
-    """The generated kernels the program ran (CRuntime.kernel_runs), with arrays of each one's sizes made when it is
+    """The generated kernels the program ran (CRuntime.generated_runs), with arrays of each one's sizes made when it is
     first timed: 16- and 32-bit floats from a normal distribution (no denormals, no NaN), integers 0."""
 
     def __init__(self, runtime):
         self.runtime = runtime
-        self.items = [(key, count, layout, params) for (key, layout, params), count in runtime.kernel_runs.items()]
+        self.items = [(key, count, layout, params) for (key, layout, params), count in runtime.generated_runs.items()]
         self.arrays = {}                                # item -> [(bytes, offset of the first element)]
         block = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)
         self.block = {np.dtype(np.float32): block, np.dtype(np.float16): block.astype(np.float16),
@@ -295,7 +295,7 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None):
     """The fastest configuration for `shapes` ({(batch, transA, transB, M, N, K): count}) within `seconds`, applied;
     -> {"choice", "default", "seconds", "speedup", "pairs", "timings", "kernel_speedup"}. Successive halving takes
     SEARCH_SHARE of the budget: over the paths and blocks on every product, then over the GEMV's groupings on the
-    GEMV's products, each search a share of it as its candidates; with `runtime` (a CRuntime whose kernel_runs
+    GEMV's products, each search a share of it as its candidates; with `runtime` (a CRuntime whose generated_runs
     holds the program's generated kernels), kernel_path first chooses their path within KERNEL_SEARCH of it. The
     rest times the merged best against the default, alternating, and it replaces the default only when the median
     of those pairs says it is MARGIN faster (a neighbour's burst of work during one timing cannot decide)."""
@@ -339,7 +339,7 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None):
             alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
         return pool[min(best, key=best.get)] if best else pool[0]
     found, kernel_speedup = None, 1.0
-    if runtime is not None and runtime.kernel_runs:
+    if runtime is not None and runtime.generated_runs:
         found, kernel_speedup, timings["kernels"] = kernel_path(Kernels(runtime), start + seconds * KERNEL_SEARCH)
     begun = 1.0 - left() / seconds                      # (the share kernel_path took)
     share = begun + (SEARCH_SHARE - begun) * len(pool) / (len(pool) + n_gemv)
