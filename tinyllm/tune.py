@@ -1,13 +1,14 @@
-"""Tune the C runtime's products for this machine and remember the choice (tinyllm/runtime/c/tune.py).
+"""Tune the C runtime for this machine and remember the choice (tinyllm/runtime/c/tune.py).
 
-    python -m tinyllm.tune                         # a GPT training step's products (config M: 6 x 384, block 256)
+    python -m tinyllm.tune                         # a GPT training step's (config M: 6 x 384, block 256)
     python -m tinyllm.tune --n-layer 4 --n-embd 128 --block-size 64 --batch 16 --budget 5
     python -m tinyllm.tune --steps 20              # then time 20 jitted steps with the default and the choice
     python -m tinyllm.tune --decode --n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --vocab-size 50257
-                                                   # a KV-cache decode's products (GPT-2-124M's shape), with the GEMV's
+                                                   # KV-cache decoding of GPT-2-124M's shape (the GEMV's too)
 
-The products are those one training step of a GPT of that shape runs on the C runtime (forward, backward, AdamW),
-or with --decode those of greedy KV-cache decoding (a 64-token prompt, then one token a step).
+What is timed is what one jitted training step of a GPT of that shape runs on the C runtime (forward, backward,
+AdamW): its products and its generated kernels; with --decode, what greedy KV-cache decoding runs (a 64-token
+prompt, then one token a step).
 The choice is stored in the kernel cache and applied whenever the C runtime starts on this machine (TINYLLM_TUNE=0:
 never). With --steps, the steps alternate between the default configuration and the choice, and the report says
 how many steps (or with --decode, tokens) pay the search back.

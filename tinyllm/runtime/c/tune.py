@@ -95,7 +95,11 @@ def load(lib):
         return None
     if stored.get("format") != FORMAT:
         return None
-    apply(lib, stored["choice"])
+    try:
+        apply(lib, stored["choice"])
+    except (KeyError, TypeError, ValueError):           # (a file not written by tune_and_store: searched again)
+        default_choice(lib)
+        return None
     return stored
 
 
