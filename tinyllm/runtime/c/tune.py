@@ -23,8 +23,8 @@ of it.
 The search: kernel_path first, within KERNEL_SEARCH of the budget (TINYLLM_TUNE_BUDGET seconds, default 10);
 then successive halving (every candidate times every shape once, the faster half again, and so on) over the
 paths and blocks, then the GEMV's groupings, until SEARCH_SHARE of it; then the best one and the default time in
-turns, and the best wins only if the median of those pairs makes it at least 3 % faster, so noise does not make
-a worse choice. The result is stored in the kernel cache (`<cache>/tune/<machine>.json`, the machine named by its
+turns, and the best wins only if the median of those pairs makes it at least 3 % faster (10 % for the generated
+kernels' path, whose change recompiles them), so noise does not make a worse choice. The result is stored in the kernel cache (`<cache>/tune/<machine>.json`, the machine named by its
 CPU's model, flags and cache sizes, the thread count and the prebuilt module) and applied when the runtime starts
 on that machine again. The C runtime runs the search once, at a jitted step's first chained call (the program's
 products and kernels are known then) where nothing is stored; `python -m tinyllm.tune` runs it on a GPT training
@@ -238,6 +238,10 @@ KERNEL_SHARE = 0.8  # of the generated kernels' time that the kernels timed for 
 KERNEL_MOST = 12    # kernels compiled for each other path at most
 COMPILE_SECONDS = 0.6  # compiling KERNEL_MOST kernels for another path, cold (two compiler runs at once): 0.3 s on 2
 #                        Zen 4 cores
+# Another path for generated kernels only when this fraction of the default's time or less: a change recompiles
+# every kernel of the program at its next start (seconds), and decoding's kernels (0.4 ms a token) moved 4-6 %
+# between two runs of the same search, so MARGIN would let noise choose.
+KERNEL_MARGIN = 0.90
 KERNEL_SEARCH = 0.25  # of the budget for kernel_path, out of SEARCH_SHARE
 
 
@@ -245,7 +249,7 @@ def kernel_path(kernels, deadline):
     """The generated kernels' path: where the CPU has AVX-512 and no path was asked for, avx512 (512-bit vectors),
     avx512-256 (its instructions in 256-bit vectors) or avx2, timed on the kernels that take KERNEL_SHARE of the
     program's generated-kernel time (at most KERNEL_MOST), compiled for each; another than the default only when
-    the median of alternating timings makes it MARGIN faster. -> (path or None for the default, speedup,
+    the median of alternating timings makes it KERNEL_MARGIN faster. -> (path or None for the default, speedup,
     {path: seconds})."""
     default = compiler.path()
     if default != "avx512" or not kernels.items:
@@ -284,7 +288,7 @@ def kernel_path(kernels, deadline):
             ratios[p].append(t / base)
     medians = {p: float(np.median(r)) for p, r in ratios.items() if r}
     best = min(medians, key=medians.get, default=None)
-    if best is None or medians[best] > MARGIN:
+    if best is None or medians[best] > KERNEL_MARGIN:
         return None, 1.0, seen
     return best, 1 / medians[best], seen
 
