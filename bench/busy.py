@@ -8,9 +8,9 @@ one thread; a quiet one keeps its two-thread speed).
     python bench/busy.py --workloads sample,gpt --loads quiet --bind true   # threads pinned, as the benches pin them
 
 Each run is a fresh process of the example, as a user starts it; the threads are not pinned (OMP_PROC_BIND unset),
-as a user's are not: the scheduler places them (--bind sets OMP_PROC_BIND for the examples). Speeds: sample.py's and gpt.py's tokens/s as they print them,
-mnist_cnn.py's 1 / wall time of its training. The ratio columns divide by the one-thread speed measured under the
-same load in the same run."""
+as a user's are not: the scheduler places them (--bind sets OMP_PROC_BIND for the examples). Speeds: sample.py's and
+gpt.py's tokens/s as they print them, mnist_cnn.py's 1 / wall time of its training. The ratio columns divide by the
+one-thread speed measured under the same load in the same run."""
 import argparse
 import os
 import re

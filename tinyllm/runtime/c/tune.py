@@ -20,15 +20,16 @@ computes each element the same way at any width, but keeps one partial row sum p
 avx512-256 (8 lanes) give the same bits, avx512 (16) rounds row sums differently. tests/test_tune.py checks all
 of it.
 
-The search: kernel_path first, within KERNEL_SEARCH of the budget (TINYLLM_TUNE_BUDGET seconds, default 10);
-then successive halving (every candidate times every shape once, the faster half again, and so on) over the
-paths and blocks, then the GEMV's groupings, until SEARCH_SHARE of it; then the best one and the default time in
-turns, and the best wins only if the median of those pairs makes it at least 3 % faster (10 % for the generated
-kernels' path, whose change recompiles them), so noise does not make a worse choice. The result is stored in the kernel cache (`<cache>/tune/<machine>.json`, the machine named by its
-CPU's model, flags and cache sizes, the thread count and the prebuilt module) and applied when the runtime starts
-on that machine again. The C runtime runs the search once, at a jitted step's first chained call (the program's
-products and kernels are known then) where nothing is stored; `python -m tinyllm.tune` runs it on a GPT training
-step's (or with --decode, decoding's). TINYLLM_TUNE=0 turns all of it off (nothing searched, nothing applied).
+The search: kernel_path first, within KERNEL_SEARCH of the budget (TINYLLM_TUNE_BUDGET seconds, default 10); then
+successive halving (every candidate times every shape once, the faster half again, and so on) over the paths and
+blocks, then the GEMV's groupings, until SEARCH_SHARE of it; then the best one and the default time in turns, and
+the best wins only if the median of those pairs makes it at least 3 % faster (10 % for the generated kernels' path,
+whose change recompiles them), so noise does not make a worse choice. The result is stored in the kernel cache
+(`<cache>/tune/<machine>.json`, the machine named by its CPU's model, flags and cache sizes, the thread count and
+the prebuilt module) and applied when the runtime starts on that machine again. The C runtime runs the search once,
+at a jitted step's first chained call (the program's products and kernels are known then) where nothing is stored;
+`python -m tinyllm.tune` runs it on a GPT training step's (or with --decode, decoding's). TINYLLM_TUNE=0 turns all
+of it off (nothing searched, nothing applied).
 """
 import hashlib
 import json
@@ -166,6 +167,12 @@ class Products:
             c = np.empty((batch, M, N), np.float32)
             self.items.append(((batch, ta, tb, M, N, K), count, a, b, c))
 
+    def only(self, keep):
+        """These products whose shape `keep` accepts, sharing their operands."""
+        part = Products({})
+        part.items = [item for item in self.items if keep(item[0])]
+        return part
+
     def time(self, lib):
         """Seconds the products take once each, weighted by how often the program runs each."""
         total = 0.0
@@ -189,8 +196,8 @@ def buffers(arrays):
 
 
 class Kernels:
-    """The generated kernels the program ran (CRuntime.generated_runs), with arrays of each one's sizes made when it is
-    first timed: 16- and 32-bit floats from a normal distribution (no denormals, no NaN), integers 0."""
+    """The generated kernels the program ran (CRuntime.generated_runs), with arrays of each one's sizes made when it
+    is first timed: 16- and 32-bit floats from a normal distribution (no denormals, no NaN), integers 0."""
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -311,13 +318,12 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None):
     start = time.perf_counter()
     left = lambda share=1.0: start + seconds * share - time.perf_counter()  # noqa: E731
     products = Products(shapes)
-    gemv_products = Products({s: n for s, n in shapes.items() if lib.tl_gemv_takes(s[3], s[4])})
+    gemv_products = products.only(lambda s: lib.tl_gemv_takes(s[3], s[4]))
     pool = candidates(lib)
     n_gemv = len(GEMV_GROUPINGS) - 1 if gemv_products.items else 0
     bar = progress_bar((len(pool) + n_gemv) * 2, "tinyllm: tuning the C products", "config") if progress else None
     last = [0.0]                                        # how long the last timing took
     timings = {"all": {}, "gemv": {}}                   # the best time of each candidate on its products
-
     warm = set()                                        # (path, products) timed once already
 
     def timed(choice, on=products):
