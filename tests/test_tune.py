@@ -219,8 +219,8 @@ def test_the_search_times_the_programs_kernels_for_each_path(restored, monkeypat
     for _ in range(4):                                  # (recorded runs report their kernels)
         fn(tl.tensor(np.arange(32).reshape(2, 16) % 37, device="c")).item()
     assert RT.generated_runs
-    record = tune.search(LIB, dict(RT.shapes), seconds=4.0, progress=False, runtime=RT)
-    assert record["seconds"] < 4.5
+    record = tune.search(LIB, dict(RT.shapes), seconds=20.0, progress=False, runtime=RT)  # (room to compile, cold)
+    assert record["seconds"] < 20.5
     timed = record["timings"]["kernels"]
     if compiler.supports("avx512"):
         assert set(timed) == {"avx512", "avx512-256", "avx2"} and all(0 < t < 1 for t in timed.values())
