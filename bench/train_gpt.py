@@ -72,8 +72,9 @@ CONFIGS = {  # name: (model config, batch size)
 # per config: warm-up steps after the first, interleaved rounds, measured steps per framework per round
 SCHEDULE = {"XS": dict(warmup=2, rounds=3, steps=3), "S": dict(warmup=3, rounds=7, steps=5), "M": dict(warmup=2, rounds=3, steps=3)}
 QUICK = dict(warmup=2, rounds=2, steps=2)  # warm-up 2: a +jit runtime measures replays only
-# tokens/s over torch eager that issue 21 asks of the C runtime, per (config, runtime); shown beside the ratios
-TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.6}
+# tokens/s over torch eager that issue 48 asks of the C runtime, per (config, runtime); shown beside the ratios
+# (issue 21 had asked 1.6 of config M)
+TARGETS = {("S", "c"): 1.0, ("S", "c+jit"): 1.8, ("M", "c+jit"): 1.5}
 MFU_TARGETS = {"M": 0.75}  # issue 48: training MFU of config M, every tinyllm runtime
 LOW_SPEEDUP_TARGET = 1.3  # issue 48: a bfloat16-autocast step's tokens/s over float32's (CPUs with AVX512_BF16)
 MEMORY_TARGET = 0.7  # issue 24: a config M step's peak memory under bfloat16 autocast, against float32's
