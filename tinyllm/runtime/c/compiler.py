@@ -132,6 +132,12 @@ def path():
     return _tuned[0] or _prebuilt[1]
 
 
+def kernel_path_tunable():
+    """True when set_kernel_path's choice applies: no path was asked for (TINYLLM_CPU, set_path)."""
+    lib = _lib()
+    return lib is not None and _forced[0] is None and _prebuilt[1] is not None
+
+
 def set_kernel_path(name):
     """Generated kernels compiled from now on use `name` (a key of ISA) where no path was asked for (TINYLLM_CPU,
     set_path), the tuner's choice of their vector width (tune.py); None restores path()'s default. Kernels

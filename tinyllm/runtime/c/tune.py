@@ -259,7 +259,7 @@ def kernel_path(kernels, deadline):
     the median of alternating timings makes it KERNEL_MARGIN faster. -> (path or None for the default, speedup,
     {path: seconds})."""
     default = compiler.path()
-    if default != "avx512" or not kernels.items:
+    if default != "avx512" or not compiler.kernel_path_tunable() or not kernels.items:
         return None, 1.0, {}
     rt = kernels.runtime
     keys = [key for key, *_ in kernels.items]
