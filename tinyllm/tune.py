@@ -22,16 +22,22 @@ import time
 import numpy as np
 
 
+def _gpt(n_layer, n_head, n_embd, block_size, vocab_size):
+    """A GPT of that shape on the C runtime, seeded 0, no dropout."""
+    from .factory import manual_seed
+    from .models.gpt import GPT, GPTConfig
+    manual_seed(0)
+    return GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
+                         vocab_size=vocab_size, dropout=0.0)).to("c")
+
+
 def step_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size):
     """The float32 products one eager training step runs on the C runtime, and a function that runs the step
     jitted."""
-    from .factory import manual_seed, tensor
-    from .models.gpt import GPT, GPTConfig
+    from .factory import tensor
     from .optim import AdamW
     from .replay.jit import jit
-    manual_seed(0)
-    model = GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
-                          vocab_size=vocab_size, dropout=0.0)).to("c")
+    model = _gpt(n_layer, n_head, n_embd, block_size, vocab_size)
     opt = AdamW(model.parameters(), lr=1e-3)
 
     def step(x, y):
@@ -66,11 +72,8 @@ def _watching(rt):
 def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, tokens=8):
     """The float32 products of greedy KV-cache decoding on the C runtime (a 64-token prompt, then `tokens` one at a
     time), and a function that decodes one more token the same way."""
-    from .factory import manual_seed, tensor
-    from .models.gpt import GPT, GPTConfig
-    manual_seed(0)
-    model = GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
-                          vocab_size=vocab_size, dropout=0.0)).to("c").eval()
+    from .factory import tensor
+    model = _gpt(n_layer, n_head, n_embd, block_size, vocab_size).eval()
     prompt = tensor(np.random.default_rng(0).integers(0, vocab_size, (batch, 64)), device="c")
     rt.shapes.clear()
     with _watching(rt):
