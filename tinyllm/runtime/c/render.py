@@ -223,6 +223,8 @@ def _render(kernel, out_dtype, src_dtypes, num):
         update = combine(f"{acc}[{offset(0)}]", value)
         loops, inner, parallel = dims, [*body, update], not dims[0][2]  # threads must own their outputs
     threads = parallel and math.prod(kernel.shape) >= PARALLEL_MIN and loops and loops[0][0] > 1
+    if red_op is None:
+        lines += _where_in_place(kernel, dims, body, iv, offset, out_dtype, src_dtypes, threads, num)
     if red_op is None and math.prod(kernel.shape) >= PARALLEL_MIN and _reads_across(loops):
         return _across(lines, loops, iv, inner, threads, num)
     for k, d in enumerate(loops):
@@ -237,6 +239,79 @@ def _render(kernel, out_dtype, src_dtypes, num):
     lines += ["  " * (len(loops) + 1) + s for s in inner]
     lines += ["  " * (k + 1) + "}" for k in reversed(range(len(loops)))]
     return "\n".join(lines + tail + ["}"]) + "\n"
+
+
+def _where_in_place(kernel, dims, body, iv, offset, out_dtype, src_dtypes, threads, num):
+    """The lines of an elementwise kernel that, run in place, writes only what changes: for WHERE(c, a, b) where
+    b (or a) reads an input at the output's own position, and c is the same along the innermost loop. When the
+    output is that input's memory (a replay's donation: runtime/c/donate.py, as a decode step's cache write), the
+    elements WHERE takes from it already hold their values, so the rows where c keeps them are skipped: c is
+    computed once per row, and b (a) not read at all. A KV cache's write of one slot then costs one slot's rows,
+    not a read and a write of the whole cache (bench/RESULTS.md, issue 48). The values are the plain loop's,
+    element by element; otherwise (or without such a WHERE) no lines."""
+    code = kernel.code
+    if kernel.outs is not None or code[-1][0] != "WHERE":
+        return []
+    cond, *sides = code[-1][2]
+    kept = [k for k, i in enumerate(sides) if _own_position(kernel, code[i], out_dtype, src_dtypes)]
+    if not kept:
+        return []
+    keep = kept[0]  # the side read in place; the other side is written where c selects it
+    write, src = sides[1 - keep], kernel.ins[code[sides[keep]][1]][0]
+    if sum(entry[0] == src for entry in kernel.ins) > 1:  # read at other positions too: not this shape
+        return []
+    on_cond, on_write = _operands_closure(code, cond), _operands_closure(code, write)
+    rows = [k for k, d in enumerate(dims) if any(code[j][0] == "IN" and d[1][code[j][1] + 1] for j in on_cond)]
+    if len(dims) - 1 in rows:  # c varies along the innermost loop: no row to skip
+        return []
+    lines_of = dict(zip((j for j, ins in enumerate(code) if ins[0] != "CONST"), body))
+    names = [C.literal(arg, dtype) if op == "CONST" else f"v{j}" for j, (op, arg, _, dtype) in enumerate(code)]
+    lines = [f"  if ((const void *)out == (const void *)s{src}) {{  /* in place: only the rows WHERE writes */"]
+    depth = 2
+
+    def enter(k, first):
+        nonlocal depth
+        innermost = k == len(dims) - 1
+        pragma = ("parallel for simd" if innermost else "parallel for") if threads and first else \
+            "simd" if innermost else None
+        if pragma:
+            lines.append("  " * depth + f"#pragma omp {pragma}" + " schedule(static)" * pragma.startswith("p"))
+        lines.append("  " * depth + f"for (long {iv[k]} = 0; {iv[k]} < {num(dims[k][0])}; {iv[k]}++) {{")
+        depth += 1
+
+    for n, k in enumerate(rows):
+        enter(k, n == 0)
+    lines += ["  " * depth + lines_of[j] for j in sorted(on_cond) if j in lines_of]
+    skip = f"!({names[cond]})" if keep == 1 else names[cond]  # where WHERE takes the side already there
+    lines.append("  " * depth + f"if ({skip}) {'continue' if rows else 'return'};")
+    for n, k in enumerate(k for k in range(len(dims)) if k not in rows):
+        enter(k, not rows and n == 0)
+    lines += ["  " * depth + lines_of[j] for j in sorted(on_write - on_cond) if j in lines_of]
+    lines.append("  " * depth + f"out[{offset(0)}] = {store(names[write], out_dtype)};")
+    lines += ["  " * d + "}" for d in reversed(range(2, depth))]
+    return lines + ["    return;", "  }"]
+
+
+def _own_position(kernel, instruction, out_dtype, src_dtypes):
+    """Whether an instruction reads an input of the output's dtype at the output's own position."""
+    op, arg = instruction[:2]
+    if op != "IN":
+        return False
+    src, strides, start = kernel.ins[arg]
+    own = output_strides(kernel)
+    return start == 0 and src_dtypes[src] == out_dtype and \
+        all(a == b for a, b, n in zip(strides, own, kernel.shape) if n != 1)
+
+
+def _operands_closure(code, i):
+    """The instructions value i is computed from, itself included (an iterative walk)."""
+    seen, todo = set(), [i]
+    while todo:
+        j = todo.pop()
+        if j not in seen:
+            seen.add(j)
+            todo.extend(code[j][2])
+    return seen
 
 
 def _unrounded_stores(body, values, low):
