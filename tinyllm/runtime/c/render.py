@@ -242,31 +242,40 @@ def _render(kernel, out_dtype, src_dtypes, num):
 
 
 def _where_in_place(kernel, dims, body, iv, offset, out_dtype, src_dtypes, threads, num):
-    """The lines of an elementwise kernel that, run in place, writes only what changes: for WHERE(c, a, b) where
-    b (or a) reads an input at the output's own position, and c is the same along the innermost loop. When the
-    output is that input's memory (a replay's donation: runtime/c/donate.py, as a decode step's cache write), the
-    elements WHERE takes from it already hold their values, so the rows where c keeps them are skipped: c is
-    computed once per row, and b (a) not read at all. A KV cache's write of one slot then costs one slot's rows,
-    not a read and a write of the whole cache (bench/RESULTS.md, issue 48). The values are the plain loop's,
-    element by element; otherwise (or without such a WHERE) no lines."""
-    code = kernel.code
-    if kernel.outs is not None or code[-1][0] != "WHERE":
+    """The lines of an elementwise kernel that, run in place, writes only what changes: for outputs WHERE(c, a, b)
+    (one c for all of them, where there are several: fuse_outputs) where b (or a) reads an input at the output's own
+    position, and c is the same along the innermost loop. When each output is that input's memory (a replay's
+    donation: runtime/c/donate.py, as a decode step's cache writes), the elements WHERE takes from it already hold
+    their values, so the rows where c keeps them are skipped: c is computed once per row, and b (a) not read at
+    all. A KV cache's write of one slot then costs one slot's rows, not a read and a write of the whole cache
+    (bench/RESULTS.md, issue 48). The values are the plain loop's, element by element; otherwise (or without such
+    WHEREs) no lines."""
+    code, size = kernel.code, math.prod(kernel.shape)
+    outs = kernel.outs if kernel.outs is not None else (len(code) - 1,)
+    if any(code[o][0] != "WHERE" for o in outs) or len({code[o][2][0] for o in outs}) != 1:
         return []
-    cond, *sides = code[-1][2]
-    kept = [k for k, i in enumerate(sides) if _own_position(kernel, code[i], out_dtype, src_dtypes)]
-    if not kept:
+    cond, writes, aliased, keeps = code[outs[0]][2][0], [], [], set()
+    for j, o in enumerate(outs):
+        sides = code[o][2][1:]
+        kept = [k for k, i in enumerate(sides) if _own_position(kernel, code[i], out_dtype, src_dtypes)]
+        if not kept:
+            return []
+        keep = kept[0]  # the side read in place; the other side is written where c selects it
+        src = kernel.ins[code[sides[keep]][1]][0]
+        if sum(entry[0] == src for entry in kernel.ins) > 1:  # read at other positions too: not this shape
+            return []
+        keeps.add(keep)
+        writes.append(sides[1 - keep])
+        aliased.append(f"(const void *)(out + {num(j * size)}) == (const void *)s{src}")
+    if len(keeps) > 1:  # one test skips the rows for every output
         return []
-    keep = kept[0]  # the side read in place; the other side is written where c selects it
-    write, src = sides[1 - keep], kernel.ins[code[sides[keep]][1]][0]
-    if sum(entry[0] == src for entry in kernel.ins) > 1:  # read at other positions too: not this shape
-        return []
-    on_cond, on_write = _operands_closure(code, cond), _operands_closure(code, write)
+    on_cond = _operands_closure(code, cond)
     rows = [k for k, d in enumerate(dims) if any(code[j][0] == "IN" and d[1][code[j][1] + 1] for j in on_cond)]
     if len(dims) - 1 in rows:  # c varies along the innermost loop: no row to skip
         return []
     lines_of = dict(zip((j for j, ins in enumerate(code) if ins[0] != "CONST"), body))
     names = [C.literal(arg, dtype) if op == "CONST" else f"v{j}" for j, (op, arg, _, dtype) in enumerate(code)]
-    lines = [f"  if ((const void *)out == (const void *)s{src}) {{  /* in place: only the rows WHERE writes */"]
+    lines = [f"  if ({' && '.join(aliased)}) {{  /* in place: only the rows WHERE writes */"]
     depth = 2
 
     def enter(k, first):
@@ -286,8 +295,10 @@ def _where_in_place(kernel, dims, body, iv, offset, out_dtype, src_dtypes, threa
     lines.append("  " * depth + f"if ({skip}) {'continue' if rows else 'return'};")
     for n, k in enumerate(k for k in range(len(dims)) if k not in rows):
         enter(k, not rows and n == 0)
-    lines += ["  " * depth + lines_of[j] for j in sorted(on_write - on_cond) if j in lines_of]
-    lines.append("  " * depth + f"out[{offset(0)}] = {store(names[write], out_dtype)};")
+    on_writes = set().union(*(_operands_closure(code, w) for w in writes)) - on_cond
+    lines += ["  " * depth + lines_of[j] for j in sorted(on_writes) if j in lines_of]
+    lines += ["  " * depth + f"out[{offset(0, j * size)}] = {store(names[w], out_dtype)};"
+              for j, w in enumerate(writes)]
     lines += ["  " * d + "}" for d in reversed(range(2, depth))]
     return lines + ["    return;", "  }"]
 
