@@ -11,8 +11,8 @@ from ..tensor import Tensor
 
 
 MASKED = -1e30  # an empty cache slot's score bias: finite (WGSL may assume no infinities); exp(MASKED·scale - max) = 0
-# The fewest slots a growing cache has: a decode step reads and rewrites every slot (attend_cached, Decoder._step), so
-# the caches start this small and double as the sequence fills them (Decoder._capacity)
+# The fewest slots a growing cache has: a decode step's attention reads every slot (attend_cached), so the caches start
+# this small and double as the sequence fills them (Decoder._capacity)
 MIN_SLOTS = 64
 
 

@@ -14,7 +14,11 @@ graph's values bit for bit, overflow to inf, underflow to 0 and subnormals inclu
 16-bit float's product, sum and quotient closely enough that rounding the float32 result is rounding the exact
 one). Ops whose result is already a value of the dtype (NEG, MAX, FLOOR, WHERE, COPY of 16-bit values) are not
 rounded again; float32 instructions (autocast's compute) never are. A reduction into a 16-bit output accumulates
-in float32, rounding once at the end."""
+in float32, rounding once at the end.
+
+An elementwise kernel whose outputs are WHEREs that keep an input read at their own position, on rows its condition
+selects, also renders a branch for when it runs over that input's memory (_where_in_place: a decode step's cache
+write), which writes only the other rows."""
 import hashlib
 import math
 import os
