@@ -42,10 +42,11 @@ int tl_cpu_avx512_full_width(void);
 
 // Dot-product instructions, apart from the paths: on a path >= avx2 where the CPU has them (and the OS saves the zmm
 // state), bfloat16 products run on AVX512_BF16's vdpbf16ps (sgemm_formats.c) instead of widening to float32, and
-// int8 products on AVX512_VNNI's vpdpbusd (qmatmul.c).
+// int8 products on AVX512_VNNI's vpdpbusd (qmatmul.c); and where it has AVX-512 the int4 GEMV widens its
+// weights 16 at a time (qmatmul.c's qgemv_q4_avx512).
 // On by default; TINYLLM_NO_DOT=1 in the environment turns them off. The avx2 path keeps them because Zen 4,
 // whose default path is avx2 (its 512-bit FMA is double-pumped), runs a 512-bit vdpbf16ps at twice the rate of
-// the float32 FMAs it replaces.
+// the float32 FMAs it replaces, and the int4 GEMV, bound by its widening, gains there too (bench/RESULTS.md).
 
 // 1 when this CPU and OS can run AVX512_BF16 (with AVX512F/BW/VL).
 int tl_cpu_has_bf16_dot(void);
@@ -59,6 +60,10 @@ int tl_cpu_has_int8_dot(void);
 // 1 when int8 products (qmatmul.c's, with int8 activations) use vpdpbusd now: supported, turned on, and the path is
 // avx2 or avx512; otherwise the AVX2 path multiplies bytes with vpmaddubsw.
 int tl_cpu_int8_dot(void);
+
+// 1 when the int4 GEMV (qmatmul.c) widens in 512-bit vectors now: AVX-512 supported, the dot-product
+// instructions turned on, and the path avx2 or avx512.
+int tl_cpu_wide_qgemv(void);
 
 // on = 0 turns the dot-product instructions off (the widening fallbacks run), 1 on where supported, < 0 restores
 // the default (for tests: not while another thread is inside a kernel).
