@@ -190,20 +190,21 @@ qgemv_avx2_m(const int M, const int F, const int GS, const qgemv_args *v, long j
     }
 }
 
-#define QGEMV_BY_M(F, GS, v, j0, j1)                                    \
+// KERNEL_M(m, F, GS, v, j0, j1) with the row count m of x a compile-time constant, so its loops over rows unroll
+#define QGEMV_BY_M(KERNEL_M, F, GS, v, j0, j1)                          \
     do {                                                                \
         switch ((v)->m) {                                               \
-        case 1: qgemv_avx2_m(1, F, GS, v, j0, j1); break;               \
-        case 2: qgemv_avx2_m(2, F, GS, v, j0, j1); break;               \
-        case 3: qgemv_avx2_m(3, F, GS, v, j0, j1); break;               \
-        default: qgemv_avx2_m(GEMV_M, F, GS, v, j0, j1); break;         \
+        case 1: KERNEL_M(1, F, GS, v, j0, j1); break;                   \
+        case 2: KERNEL_M(2, F, GS, v, j0, j1); break;                   \
+        case 3: KERNEL_M(3, F, GS, v, j0, j1); break;                   \
+        default: KERNEL_M(GEMV_M, F, GS, v, j0, j1); break;             \
         }                                                               \
     } while (0)
 
 #define QGEMV_BY_GROUP(F, v, j0, j1)                                    \
     do {                                                                \
-        if ((v)->group == 32) QGEMV_BY_M(F, 32, v, j0, j1);             \
-        else QGEMV_BY_M(F, 0, v, j0, j1);                               \
+        if ((v)->group == 32) QGEMV_BY_M(qgemv_avx2_m, F, 32, v, j0, j1);       \
+        else QGEMV_BY_M(qgemv_avx2_m, F, 0, v, j0, j1);                         \
     } while (0)
 
 AVX2H static void qgemv_avx2(const qgemv_args *v, long j0, long j1) {
@@ -242,7 +243,8 @@ qgemv_q4_group_avx512(const int M, const int GS, const qgemv_args *v, const uint
 // q4 outputs [j0, j1) for M rows of x, as qgemv_avx2_m: a row's scales widened 16 at a time, even and odd groups
 // into separate totals, a last partial group the portable kernel's.
 AVX512H static inline __attribute__((always_inline)) void
-qgemv_q4_avx512_m(const int M, const int GS, const qgemv_args *v, long j0, long j1) {
+qgemv_q4_avx512_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
+    (void)F;  // TL_Q4
     const long group = GS ? GS : v->group, groups = v->k / group, gbytes = group / 2;
     float sc[16];
     for (long j = j0; j < j1; j++) {
@@ -269,19 +271,9 @@ qgemv_q4_avx512_m(const int M, const int GS, const qgemv_args *v, long j0, long 
     }
 }
 
-#define QGEMV_Q4_512_BY_M(GS, v, j0, j1)                                \
-    do {                                                                \
-        switch ((v)->m) {                                               \
-        case 1: qgemv_q4_avx512_m(1, GS, v, j0, j1); break;             \
-        case 2: qgemv_q4_avx512_m(2, GS, v, j0, j1); break;             \
-        case 3: qgemv_q4_avx512_m(3, GS, v, j0, j1); break;             \
-        default: qgemv_q4_avx512_m(GEMV_M, GS, v, j0, j1); break;       \
-        }                                                               \
-    } while (0)
-
 AVX512H static void qgemv_q4_avx512(const qgemv_args *v, long j0, long j1) {
-    if (v->group == 32) QGEMV_Q4_512_BY_M(32, v, j0, j1);
-    else QGEMV_Q4_512_BY_M(0, v, j0, j1);
+    if (v->group == 32) QGEMV_BY_M(qgemv_q4_avx512_m, TL_Q4, 32, v, j0, j1);
+    else QGEMV_BY_M(qgemv_q4_avx512_m, TL_Q4, 0, v, j0, j1);
 }
 #endif  // __x86_64__
 
