@@ -264,15 +264,16 @@ def _where_in_place(kernel, dims, body, iv, offset, out_dtype, src_dtypes, threa
         kept = [k for k, i in enumerate(sides) if _own_position(kernel, code[i], out_dtype, src_dtypes)]
         if not kept:
             return []
-        keep = kept[0]  # the side read in place; the other side is written where c selects it
-        src = kernel.ins[code[sides[keep]][1]][0]
+        # the side read in place; the other side is written where c selects it
+        src = kernel.ins[code[sides[kept[0]]][1]][0]
         if sum(entry[0] == src for entry in kernel.ins) > 1:  # read at other positions too: not this shape
             return []
-        keeps.add(keep)
-        writes.append(sides[1 - keep])
+        keeps.add(kept[0])
+        writes.append(sides[1 - kept[0]])
         aliased.append(f"(const void *)(out + {num(j * size)}) == (const void *)s{src}")
     if len(keeps) > 1:  # one test skips the rows for every output
         return []
+    keep, = keeps
     on_cond = _operands_closure(code, cond)
     rows = [k for k, d in enumerate(dims) if any(code[j][0] == "IN" and d[1][code[j][1] + 1] for j in on_cond)]
     if len(dims) - 1 in rows:  # c varies along the innermost loop: no row to skip
