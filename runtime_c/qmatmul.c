@@ -203,17 +203,15 @@ qgemv_avx2_m(const int M, const int F, const int GS, const qgemv_args *v, long j
 
 #define QGEMV_BY_GROUP(F, v, j0, j1)                                    \
     do {                                                                \
-        if ((v)->group == 32) QGEMV_BY_M(qgemv_avx2_m, F, 32, v, j0, j1);       \
-        else QGEMV_BY_M(qgemv_avx2_m, F, 0, v, j0, j1);                         \
+        if ((v)->group == 32) QGEMV_BY_M(qgemv_avx2_m, F, 32, v, j0, j1); \
+        else QGEMV_BY_M(qgemv_avx2_m, F, 0, v, j0, j1);                   \
     } while (0)
 
 AVX2H static void qgemv_avx2(const qgemv_args *v, long j0, long j1) {
     if (v->fmt == TL_Q8) QGEMV_BY_GROUP(TL_Q8, v, j0, j1);
     else QGEMV_BY_GROUP(TL_Q4, v, j0, j1);
 }
-#endif  // __x86_64__
 
-#if defined(__x86_64__)
 #define AVX512H __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 
 // One q4 group of a row of W in 512-bit vectors (group % 32 == 0; bytes from qg, activations from column k0 of x):
