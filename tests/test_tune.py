@@ -227,3 +227,57 @@ def test_the_search_times_the_programs_kernels_for_each_path(restored, monkeypat
         assert record["choice"]["kernels"] in (None, "avx512-256", "avx2")
     else:
         assert timed == {} and record["choice"]["kernels"] is None
+
+
+@pytest.mark.parametrize("gain", [0.0, 0.3])
+def test_a_search_bounded_by_its_payback_pays_back_within_the_runs(restored, monkeypatch, gain):
+    """With `payback` (the automatic search's PAYBACK_RUNS), the search stops at what those runs would save: three
+    runs' time (3 % of a hundred, MARGIN) where nothing is faster, and more while a faster configuration found so
+    far would save it back. Products here take a fifth of the time they say a run of them takes (each shape runs
+    five times a run, timed once), by configuration: 10 ms a run for the default, the second candidate `gain`
+    faster, the others 5 % slower."""
+    import time as clock
+    pool = tune.candidates(LIB)
+    current = [pool[0]]
+    real_apply = tune.apply
+    monkeypatch.setattr(tune, "apply", lambda lib, choice: current.__setitem__(0, choice) or real_apply(lib, choice))
+
+    def run_time(products, lib):
+        same = lambda c: {**c, "kernels": None} == {**current[0], "kernels": None}  # noqa: E731
+        t = 0.010 if same(pool[0]) else 0.010 * (1 - gain) if same(pool[1]) else 0.0105
+        clock.sleep(t / 5)
+        return t
+    monkeypatch.setattr(tune.Products, "time", run_time)
+    shapes = {(1, 0, 0, 64, 96, 128): 1}
+    record = tune.search(LIB, shapes, seconds=10.0, progress=False, payback=100)
+    assert record["per_run"] == pytest.approx(0.010)
+    if gain == 0.0:
+        assert record["choice"] == record["default"] and record["allowed"] == pytest.approx(100 * 0.03 * 0.010)
+        assert record["seconds"] < 100 * 0.03 * 0.010 + 0.005   # (the timing under way when it ran out, at most)
+        assert len(record["timings"]["all"]) < len(pool)
+        unbounded = tune.search(LIB, shapes, seconds=1.0, progress=False)  # (no payback: the budget alone)
+        assert unbounded["allowed"] == 1.0 and len(unbounded["timings"]["all"]) == len(pool)
+    else:
+        assert {**record["choice"], "kernels": None} == {**pool[1], "kernels": None}
+        assert record["allowed"] == pytest.approx(100 * gain * 0.010) and record["speedup"] > 1.3
+        assert record["seconds"] <= 100 * gain * 0.010 + 0.005  # saved back within the hundred runs
+        assert record["seconds"] > 100 * 0.03 * 0.010           # (it went on past the floor)
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_the_command_tunes_within_its_payback_and_reports_it(tmp_path, monkeypatch, capsys, restored, decode):
+    """`python -m tinyllm.tune`, without --budget, runs the search a jitted run would (bounded by its payback) on one
+    step's products (one token's, decoding), stores it, and says what it was allowed and what it bought."""
+    from tinyllm import tune as command
+    monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TINYLLM_TUNE", "1")
+    monkeypatch.setattr(RT, "tuning", RT.tuning)
+    command.main(["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "128", "--vocab-size", "37",
+                  "--steps", "2"] + ["--decode"] * decode)
+    out = capsys.readouterr().out
+    unit = "token" if decode else "step"
+    assert f"what {tune.PAYBACK_RUNS} {unit}s would save back" in out and f"\n{unit} (median of 2 each" in out
+    assert os.path.exists(tune.store_path(tune.machine(LIB)))
+    ran = int(out.split(" distinct products, ")[1].split(" a ")[0])
+    # one run's: a token's 4 linear layers, lm_head and the cache attention's 2; a step's 5 forward, 10 backward
+    assert ran == (7 if decode else 15)

@@ -9,9 +9,12 @@
 What is timed is what one jitted training step of a GPT of that shape runs on the C runtime (forward, backward,
 AdamW): its products and its generated kernels; with --decode, what greedy KV-cache decoding runs (a 64-token
 prompt, then one token a step).
-The choice is stored in the kernel cache and applied whenever the C runtime starts on this machine (TINYLLM_TUNE=0:
-never). With --steps, the steps alternate between the default configuration and the choice, and the report says
-how many steps (or with --decode, tokens) pay the search back.
+Without --budget the search is the one a jitted run starts by itself: it may take TINYLLM_TUNE_BUDGET seconds
+(default 10), but no more than a hundred steps (or tokens) would save back (tinyllm/runtime/c/tune.py); with
+--budget it takes that many seconds, whatever the payback. The choice is stored in the kernel cache and applied
+whenever the C runtime starts on this machine (TINYLLM_TUNE=0: never). With --steps, the steps alternate between
+the default configuration and the choice, and the report says how many steps (or with --decode, tokens) pay the
+search back.
 """
 import argparse
 import collections
@@ -70,8 +73,8 @@ def _watching(rt):
 
 
 def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, tokens=8):
-    """The float32 products of greedy KV-cache decoding on the C runtime (a 64-token prompt, then `tokens` one at a
-    time), and a function that decodes one more token the same way."""
+    """The float32 products of one token of greedy KV-cache decoding on the C runtime (after a 64-token prompt and
+    `tokens` one at a time), and a function that decodes one more token the same way."""
     from .factory import tensor
     model = _gpt(n_layer, n_head, n_embd, block_size, vocab_size).eval()
     prompt = tensor(np.random.default_rng(0).integers(0, vocab_size, (batch, 64)), device="c")
@@ -81,6 +84,12 @@ def decode_products(rt, n_layer, n_head, n_embd, block_size, batch, vocab_size, 
         stream = model.generate(prompt, 1 << 30, temperature=0, stream=True)
         for _ in range(4):                              # (recorded, then replayed)
             next(stream).numpy()
+        rt.shapes.clear()
+        rt.replays = False                              # (one token's products counted: a replay counts none)
+        try:
+            next(stream).numpy()
+        finally:
+            rt.replays = True
     return dict(rt.shapes), lambda: next(stream).numpy()
 
 
@@ -92,7 +101,9 @@ def main(argv=None):
     ap.add_argument("--block-size", type=int, default=256)
     ap.add_argument("--batch", type=int, default=None, help="default 8, or 1 with --decode")
     ap.add_argument("--vocab-size", type=int, default=65)
-    ap.add_argument("--budget", type=float, default=None, help="seconds (default: TINYLLM_TUNE_BUDGET or 10)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds, whatever the payback (default: TINYLLM_TUNE_BUDGET or 10, but no more than "
+                         "a hundred steps would save back)")
     ap.add_argument("--steps", type=int, default=0, help="then time this many steps, default against the choice")
     ap.add_argument("--decode", action="store_true", help="tune decoding's products (batch 1 unless --batch)")
     args = ap.parse_args(argv)
@@ -105,16 +116,21 @@ def main(argv=None):
     shape = (args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch, args.vocab_size)
     shapes, run = decode_products(rt, *shape) if args.decode else step_products(rt, *shape)
     n_kernels = len(rt.generated_runs)
-    record = tune.tune_and_store(rt.lib, shapes, args.budget, runtime=rt)
-    rt.generated_runs = None
+    record = tune.tune_and_store(rt.lib, shapes, args.budget, runtime=rt,
+                                 payback=None if args.budget is not None else tune.PAYBACK_RUNS)
+    rt.generated_runs, rt.tuning = None, record        # (searched: the runtime starts no search of its own)
     names = {0: "portable", 1: "avx2", 2: "avx512"}
     show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, GEMV rows "  # noqa: E731
                       f"{'rule' if c['gemv'] == tune.GEMV_DEFAULT else c['gemv'][:2]} page-ahead "
                       f"{({-1: 'by size', 0: 'off', 1: 'on'})[c['gemv'][2]]}")
     print(f"machine: {json.dumps(record['machine'])}")
     searched = sum(len(t) for t in record["timings"].values())
-    print(f"{len(shapes)} distinct products, {sum(shapes.values())} a step; searched {searched} "
-          f"configurations in {record['seconds']:.1f} s")
+    unit = "tokens" if args.decode else "steps"
+    allowed = "" if args.budget is not None else (
+        f" (allowed {record['allowed']:.2f} s: what {tune.PAYBACK_RUNS} {unit} would save back, their products and "
+        f"timed kernels taking {record['per_run'] * 1e3:.1f} ms each)")
+    print(f"{len(shapes)} distinct products, {sum(shapes.values())} a {unit[:-1]}; searched {searched} "
+          f"configurations in {record['seconds']:.2f} s{allowed}")
     print(f"default: {show(record['default'])}; chosen: {show(record['choice'])}; the step's products "
           f"{record['speedup']:.3f}x the default's speed")
     kernels = record["timings"].get("kernels", {})
@@ -135,9 +151,10 @@ def main(argv=None):
             times[which].append(time.perf_counter() - t)
         tune.apply(rt.lib, record["choice"])
         d, c = (float(np.median(times[k])) for k in ("default", "chosen"))
-        saved, unit = d - c, "tokens" if args.decode else "steps"
+        saved = d - c
         if record["choice"] == record["default"]:
-            pay = f"the default was kept: the search's {record['seconds']:.1f} s, once per machine, buy nothing here"
+            pay = (f"the default was kept: the search's {record['seconds']:.2f} s, once per machine, "
+                   f"{record['seconds'] / d:.1f} {unit}' time, buy nothing here")
         elif saved > 0:
             pay = f"the search pays back after {record['seconds'] / saved:,.0f} {unit}"
         else:

@@ -95,9 +95,27 @@ class CRuntime(NumpyRuntime):
         made = None if moved else chain.build(self, tape, observed)  # (a Chain writes every assigned array in place)
         if made is not None and self.tuning is None and tune.enabled() and (self.shapes or self.generated_runs):
             # a jitted step in its steady state: its products and kernels are known, and this machine has no tuning
-            self.tuning = tune.tune_and_store(self.lib, dict(self.shapes), runtime=self)
+            self.tuning = tune.tune_and_store(self.lib, self._one_run(observed), runtime=self,
+                                              payback=tune.PAYBACK_RUNS)
             self.generated_runs = None
         return made
+
+    def _one_run(self, observed):
+        """The float32 products of one run of the step whose replay `observed` saw, from its programs' C calls, and
+        generated_runs scaled to one run: both count every run since the start (the eager step, the recordings),
+        and the search's payback is reckoned in runs."""
+        shapes, generated = collections.Counter(), 0
+        mine = {id(fn) for fn in self.functions.values()}
+        for run, *_ in observed:
+            for fn, args in run.calls:
+                if fn is self.lib.tl_sgemm_batched2:
+                    shapes[args[0] * args[1], args[2], args[3], args[4], args[5], args[6]] += 1
+                generated += id(fn) in mine
+        total = sum(self.generated_runs.values()) if self.generated_runs else 0
+        if total:
+            self.generated_runs = collections.Counter({k: n * generated / total
+                                                       for k, n in self.generated_runs.items()})
+        return dict(shapes)
 
     def call(self, fn, *args):
         """fn(*args) for a C function of the prebuilt module or a generated kernel, arguments converted by

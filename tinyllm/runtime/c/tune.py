@@ -20,11 +20,19 @@ computes each element the same way at any width, but keeps one partial row sum p
 avx512-256 (8 lanes) give the same bits, avx512 (16) rounds row sums differently. tests/test_tune.py checks all
 of it.
 
-The search: kernel_path first, within KERNEL_SEARCH of the budget (TINYLLM_TUNE_BUDGET seconds, default 10); then
-successive halving (every candidate times every shape once, the faster half again, and so on) over the paths and
-blocks, then the GEMV's groupings, until SEARCH_SHARE of it; then the best one and the default time in turns, and
-the best wins only if the median of those pairs makes it at least 3 % faster (10 % for the generated kernels' path,
-whose change recompiles them), so noise does not make a worse choice. The result is stored in the kernel cache
+The search: the default's products timed first, then kernel_path within KERNEL_SEARCH of the budget
+(TINYLLM_TUNE_BUDGET seconds, default 10); then successive halving (every candidate times every shape once, the
+faster half again, and so on) over the paths and blocks, then the GEMV's groupings, until SEARCH_SHARE of it; then
+the best one and the default time in turns, and the best wins only if the median of those pairs makes it at least
+3 % faster (10 % for the generated kernels' path, whose change recompiles them), so noise does not make a worse
+choice.
+
+Payback: a search the runtime starts by itself, and `python -m tinyllm.tune` without --budget, must save its own
+time back within PAYBACK_RUNS runs of the program (training steps, decoded tokens). Its budget is at most what those
+runs would save at the smallest gain it keeps (3 % of their time in products and timed kernels: three runs' time),
+or what the fastest configuration timed so far would save, if that is more, worked out again after every timing.
+So a search that finds nothing costs about three runs' time, not the budget, and one that goes on past that does
+so only while what it has found would pay for it. The result is stored in the kernel cache
 (`<cache>/tune/<machine>.json`, the machine named by its CPU's model, flags and cache sizes, the thread count and
 the prebuilt module) and applied when the runtime starts on that machine again. The C runtime runs the search once,
 at a jitted step's first chained call (the program's products and kernels are known then) where nothing is stored;
@@ -48,6 +56,7 @@ SEARCH_SHARE = 0.6  # of the budget for kernel_path and the successive halving; 
 #                     default
 FACTORS = (1.0, 0.5, 2.0)  # of each cache block, about what plan_blocking derives from the cache sizes
 FORMAT = 2  # of the stored file
+PAYBACK_RUNS = 100  # runs of the program (steps, tokens) that an automatic search's time must be saved back within
 # The GEMV's groupings tried (tl_gemv_set_grouping): rows of W at once where a row is one stream, where it is not,
 # and the page-ahead prefetches (-1 by W's size, 0 off, 1 on). [0, 0, -1] is the measured rule, the default.
 GEMV_DEFAULT = [0, 0, -1]
@@ -135,21 +144,22 @@ def _plan(lib, path):
 
 
 def candidates(lib):
-    """The default configuration first, then each supported SIMD path's blocks at each factor (the GEMV's default
-    grouping)."""
+    """The default configuration first, then each other supported SIMD path with its own blocks (the likeliest to
+    differ most: an early win lets a search bounded by its payback go on), then each path's blocks at each factor
+    (the GEMV's default grouping)."""
     first = default_choice(lib)
     found = [first]
     forced = lib.tl_cpu_requested_path()
     paths = [first["path"]] if forced >= 0 else [p for p in (1, 2) if lib.tl_cpu_supports(p)] or [0]
+    factored = []
     for path in paths:
         lib.tl_sgemm_set_blocking(path, 0, 0, 0)
         mr, nr, kc, mc, nc = _plan(lib, path)
-        for fk in FACTORS:
-            for fm in FACTORS:
-                c = {"path": path, "kc": max(64, int(kc * fk) // 16 * 16), "mc": max(mr, int(mc * fm) // mr * mr),
-                     "nc": nc, "gemv": GEMV_DEFAULT, "kernels": None}
-                if c not in found:
-                    found.append(c)
+        factored += [{"path": path, "kc": max(64, int(kc * fk) // 16 * 16), "mc": max(mr, int(mc * fm) // mr * mr),
+                      "nc": nc, "gemv": GEMV_DEFAULT, "kernels": None} for fk in FACTORS for fm in FACTORS]
+    for c in factored[::len(FACTORS) ** 2] + factored:  # (FACTORS[0] is 1: each path's own blocks first)
+        if c not in found:
+            found.append(c)
     return found
 
 
@@ -203,6 +213,8 @@ class Kernels:
         self.runtime = runtime
         self.items = [(key, count, layout, params) for (key, layout, params), count in runtime.generated_runs.items()]
         self.arrays = {}                                # item -> [(bytes, offset of the first element)]
+        self.per_run = 0.0                              # one run's kernels on the default path, once timed
+        self.saved = 0.0                                # what the fastest other path timed saves of that
         block = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)
         self.block = {np.dtype(np.float32): block, np.dtype(np.float16): block.astype(np.float16),
                       np.dtype(np.float64): block.astype(np.float64),
@@ -255,11 +267,13 @@ KERNEL_SEARCH = 0.25  # of the budget for kernel_path, out of SEARCH_SHARE
 def kernel_path(kernels, deadline):
     """The generated kernels' path: where the CPU has AVX-512 and no path was asked for, avx512 (512-bit vectors),
     avx512-256 (its instructions in 256-bit vectors) or avx2, timed on the kernels that take KERNEL_SHARE of the
-    program's generated-kernel time (at most KERNEL_MOST), compiled for each; another than the default only when
-    the median of alternating timings makes it KERNEL_MARGIN faster. -> (path or None for the default, speedup,
-    {path: seconds})."""
+    program's generated-kernel time (at most KERNEL_MOST), compiled for each, until deadline() (which may move as
+    kernels.per_run and kernels.saved are known); another than the default only when the median of alternating
+    timings makes it KERNEL_MARGIN faster. -> (path or None for the default, speedup, {path: seconds})."""
     default = compiler.path()
     if default != "avx512" or not compiler.kernel_path_tunable() or not kernels.items:
+        return None, 1.0, {}
+    if time.perf_counter() + COMPILE_SECONDS > deadline():  # (no time to compile for another path: none timed)
         return None, 1.0, {}
     rt = kernels.runtime
     keys = [key for key, *_ in kernels.items]
@@ -271,6 +285,7 @@ def kernel_path(kernels, deadline):
         kernels.keep(())
     each.sort(reverse=True)
     top, covered, total = [], 0.0, sum(t for t, _ in each)
+    kernels.per_run = total
     for t, i in each:
         if covered >= KERNEL_SHARE * total or len(top) >= KERNEL_MOST:
             break
@@ -279,20 +294,21 @@ def kernel_path(kernels, deadline):
     options = {default: fns}
     for other in ("avx512-256", "avx2"):
         cold = any(compiler.cached(render(*keys[i])[1], other) is None for i in top)
-        if time.perf_counter() + (COMPILE_SECONDS if cold else 0.0) > deadline:
+        if time.perf_counter() + (COMPILE_SECONDS if cold else 0.0) > deadline():
             break
         made = rt.compiled([keys[i] for i in top], other)
         options[other] = {i: made[keys[i]] for i in top}
     ratios = {p: [] for p in options if p != default}
     seen = {p: float("inf") for p in options}
     seen[default] = covered
-    while ratios and time.perf_counter() < deadline and len(next(iter(ratios.values()))) < 9:
+    while ratios and time.perf_counter() < deadline() and len(next(iter(ratios.values()))) < 9:
         base = kernels.time(fns, top)
         seen[default] = min(seen[default], base)
         for p in ratios:
             t = kernels.time(options[p], top)
             seen[p] = min(seen[p], t)
             ratios[p].append(t / base)
+        kernels.saved = max(0.0, seen[default] - min(seen[p] for p in ratios))
     medians = {p: float(np.median(r)) for p, r in ratios.items() if r}
     best = min(medians, key=medians.get, default=None)
     if best is None or medians[best] > KERNEL_MARGIN:
@@ -306,22 +322,35 @@ def gemv_candidates(choice):
     return [{**choice, "gemv": g} for g in GEMV_GROUPINGS if g != same]
 
 
-def search(lib, shapes, seconds=None, progress=True, runtime=None):
+def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None):
     """The fastest configuration for `shapes` ({(batch, transA, transB, M, N, K): count}) within `seconds`, applied;
-    -> {"choice", "default", "seconds", "speedup", "pairs", "timings", "kernel_speedup"}. Successive halving takes
-    SEARCH_SHARE of the budget: over the paths and blocks on every product, then over the GEMV's groupings on the
-    GEMV's products, each search a share of it as its candidates; with `runtime` (a CRuntime whose generated_runs
-    holds the program's generated kernels), kernel_path first chooses their path within KERNEL_SEARCH of it. The
-    rest times the merged best against the default, alternating, and it replaces the default only when the median
-    of those pairs says it is MARGIN faster (a neighbour's burst of work during one timing cannot decide)."""
-    seconds = budget() if seconds is None else seconds
+    -> {"choice", "default", "seconds", "allowed", "per_run", "speedup", "pairs", "timings", "kernel_speedup"}. The
+    default's products are timed first. Successive halving takes SEARCH_SHARE of the budget: over the paths and
+    blocks on every product, then over the GEMV's groupings on the GEMV's products, each search a share of it as its
+    candidates; with `runtime` (a CRuntime whose generated_runs holds the program's generated kernels), kernel_path
+    first chooses their path within KERNEL_SEARCH of it. The rest times the merged best against the default,
+    alternating, and it replaces the default only when the median of those pairs says it is MARGIN faster (a
+    neighbour's burst of work during one timing cannot decide). With `payback` (runs of the program), the budget is
+    at most what that many runs would save (the top of the file), worked out again after every timing."""
+    cap = budget() if seconds is None else seconds
     start = time.perf_counter()
-    left = lambda share=1.0: start + seconds * share - time.perf_counter()  # noqa: E731
     products = Products(shapes)
     gemv_products = products.only(lambda s: lib.tl_gemv_takes(s[3], s[4]))
+    kernels = Kernels(runtime) if runtime is not None and runtime.generated_runs else None
     pool = candidates(lib)
+    per_run = [0.0]                                     # one run's products, default configuration
+    saved = {}                                          # halving's pool -> what its fastest saves of a run
+
+    def allowance():
+        """The seconds the search may take: the budget, or less where `payback` runs would not save them back."""
+        if payback is None:
+            return cap
+        run = per_run[0] + (kernels.per_run if kernels else 0.0)
+        found = sum(saved.values()) + (kernels.saved if kernels else 0.0)
+        return min(cap, payback * max((1.0 - MARGIN) * run, found))
+    left = lambda share=1.0: start + allowance() * share - time.perf_counter()  # noqa: E731
     n_gemv = len(GEMV_GROUPINGS) - 1 if gemv_products.items else 0
-    bar = progress_bar((len(pool) + n_gemv) * 2, "tinyllm: tuning the C products", "config") if progress else None
+    bar = progress_bar((len(pool) + n_gemv) * 2 + 1, "tinyllm: tuning the C products", "config") if progress else None
     last = [0.0]                                        # how long the last timing took
     timings = {"all": {}, "gemv": {}}                   # the best time of each candidate on its products
     warm = set()                                        # (path, products) timed once already
@@ -349,14 +378,19 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None):
                 if left(share) <= last[0]:              # (a timing that would end past the budget is not begun)
                     break
                 best[i] = min(best.get(i, float("inf")), timed(pool[i], on))
+                seen = timings["all" if on is products else "gemv"]  # (the best of every timing, the first's too)
+                if json.dumps(pool[0]) in seen:         # (pool[0] is what the others would replace)
+                    saved[id(pool)] = seen[json.dumps(pool[0])] - min(seen.values())
             ranked = sorted((best[i], i) for i in alive if i in best)
             alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
         return pool[min(best, key=best.get)] if best else pool[0]
     found, kernel_speedup = None, 1.0
-    if runtime is not None and runtime.generated_runs:
-        found, kernel_speedup, timings["kernels"] = kernel_path(Kernels(runtime), start + seconds * KERNEL_SEARCH)
-    begun = 1.0 - left() / seconds                      # (the share kernel_path took)
-    share = begun + (SEARCH_SHARE - begun) * len(pool) / (len(pool) + n_gemv)
+    if shapes:
+        per_run[0] = timed(pool[0])
+    if kernels is not None:
+        found, kernel_speedup, timings["kernels"] = kernel_path(kernels, lambda: start + allowance() * KERNEL_SEARCH)
+    begun = min(1.0, (time.perf_counter() - start) / max(allowance(), 1e-9))  # (the share taken so far)
+    share = begun + max(0.0, SEARCH_SHARE - begun) * len(pool) / (len(pool) + n_gemv)
     choice = halving(pool, products, share) if shapes else pool[0]
     if n_gemv:
         choice = halving([choice] + gemv_candidates(choice), gemv_products, SEARCH_SHARE)
@@ -371,14 +405,15 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None):
     if speedup * MARGIN < 1.0:
         choice, speedup = {**default, "kernels": choice["kernels"]}, 1.0
     apply(lib, choice)
-    return {"choice": choice, "default": default, "seconds": time.perf_counter() - start, "speedup": speedup,
-            "pairs": len(ratios), "timings": timings, "kernel_speedup": kernel_speedup}
+    return {"choice": choice, "default": default, "seconds": time.perf_counter() - start, "allowed": allowance(),
+            "per_run": per_run[0] + (kernels.per_run if kernels else 0.0), "speedup": speedup, "pairs": len(ratios),
+            "timings": timings, "kernel_speedup": kernel_speedup}
 
 
-def tune_and_store(lib, shapes, seconds=None, progress=True, runtime=None):
+def tune_and_store(lib, shapes, seconds=None, progress=True, runtime=None, payback=None):
     """search, then the result stored for this machine (atomically: written beside, then renamed)."""
     key = machine(lib)
-    result = search(lib, shapes, seconds, progress, runtime)
+    result = search(lib, shapes, seconds, progress, runtime, payback)
     path = store_path(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     record = {"format": FORMAT, "machine": key, "shapes": [list(s) + [n] for s, n in sorted(shapes.items())],
