@@ -93,7 +93,8 @@ class CRuntime(NumpyRuntime):
 
     def chain(self, tape, observed, moved):
         made = None if moved else chain.build(self, tape, observed)  # (a Chain writes every assigned array in place)
-        if made is not None and self.tuning is None and tune.enabled() and (self.shapes or self.generated_runs):
+        if made is not None and self.lib is not None and self.tuning is None and tune.enabled() and \
+                (self.shapes or self.generated_runs):
             # a jitted step in its steady state: its products and kernels are known, and this machine has no tuning
             self.tuning = tune.tune_and_store(self.lib, self._one_run(observed), runtime=self,
                                               payback=tune.PAYBACK_RUNS)

@@ -339,7 +339,7 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None)
     kernels = Kernels(runtime) if runtime is not None and runtime.generated_runs else None
     pool = candidates(lib)
     per_run = [0.0]                                     # one run's products, default configuration
-    saved = {}                                          # halving's pool -> what its fastest saves of a run
+    saved = {}                                          # "all", "gemv" -> what the fastest timed saves of a run
 
     def allowance():
         """The seconds the search may take: the budget, or less where `payback` runs would not save them back."""
@@ -378,9 +378,10 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None)
                 if left(share) <= last[0]:              # (a timing that would end past the budget is not begun)
                     break
                 best[i] = min(best.get(i, float("inf")), timed(pool[i], on))
-                seen = timings["all" if on is products else "gemv"]  # (the best of every timing, the first's too)
+                which = "all" if on is products else "gemv"
+                seen = timings[which]                   # (the best of every timing, the first's too)
                 if json.dumps(pool[0]) in seen:         # (pool[0] is what the others would replace)
-                    saved[id(pool)] = seen[json.dumps(pool[0])] - min(seen.values())
+                    saved[which] = seen[json.dumps(pool[0])] - min(seen.values())
             ranked = sorted((best[i], i) for i in alive if i in best)
             alive = [i for _, i in ranked[:max(1, len(ranked) // 2)]]
         return pool[min(best, key=best.get)] if best else pool[0]
