@@ -267,7 +267,8 @@ def test_a_search_bounded_by_its_payback_pays_back_within_the_runs(restored, mon
 @pytest.mark.parametrize("decode", [False, True])
 def test_the_command_tunes_within_its_payback_and_reports_it(tmp_path, monkeypatch, capsys, restored, decode):
     """`python -m tinyllm.tune`, without --budget, runs the search a jitted run would (bounded by its payback) on one
-    step's products (one token's, decoding), stores it, and says what it was allowed and what it bought."""
+    step's products (one token's, decoding), stores it, and says what it was allowed (or why it began none) and
+    what it bought."""
     from tinyllm import tune as command
     monkeypatch.setenv("TINYLLM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TINYLLM_TUNE", "1")
@@ -276,8 +277,21 @@ def test_the_command_tunes_within_its_payback_and_reports_it(tmp_path, monkeypat
                   "--steps", "2"] + ["--decode"] * decode)
     out = capsys.readouterr().out
     unit = "token" if decode else "step"
-    assert f"what {tune.PAYBACK_RUNS} {unit}s would save back" in out and f"\n{unit} (median of 2 each" in out
+    assert f" {tune.PAYBACK_RUNS} {unit}s " in out and "save back" in out and f"\n{unit} (median of 2 each" in out
     assert os.path.exists(tune.store_path(tune.machine(LIB)))
     ran = int(out.split(" distinct products, ")[1].split(" a ")[0])
     # one run's: a token's 4 linear layers, lm_head and the cache attention's 2; a step's 5 forward, 10 backward
     assert ran == (7 if decode else 15)
+
+
+def test_no_search_begins_whose_operands_cost_more_than_its_payback(restored):
+    """Given how long a run takes, a bounded search whose operands alone would take longer to make than the runs
+    would save back at the smallest kept gain keeps the default untimed (decoding a large model: a token's products
+    are hundreds of MB of weights to copy); one whose operands are cheap begins."""
+    big = {(1, 0, 1, 1, 50257, 768): 1}                 # (a GPT-2 lm_head's GEMV: 154 MB of operands)
+    assert tune.Products.nbytes(big) == 4 * (768 + 768 * 50257 + 50257)
+    record = tune.search(LIB, big, seconds=10.0, progress=False, payback=100, run_seconds=0.015)
+    assert record["seconds"] == 0.0 and record["timings"]["all"] == {} and record["choice"] == record["default"]
+    small = {(1, 0, 0, 64, 96, 128): 1}
+    record = tune.search(LIB, small, seconds=10.0, progress=False, payback=100, run_seconds=0.015)
+    assert record["timings"]["all"] and record["seconds"] > 0.0

@@ -116,8 +116,14 @@ def main(argv=None):
     shape = (args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch, args.vocab_size)
     shapes, run = decode_products(rt, *shape) if args.decode else step_products(rt, *shape)
     n_kernels = len(rt.generated_runs)
+    searched, rt.tuning = rt.tuning, {}                 # (one run timed, as a jitted run knows its own)
+    began = time.perf_counter()
+    run()
+    run_seconds, rt.tuning = time.perf_counter() - began, searched
+    bounded = args.budget is None
     record = tune.tune_and_store(rt.lib, shapes, args.budget, runtime=rt,
-                                 payback=None if args.budget is not None else tune.PAYBACK_RUNS)
+                                 payback=tune.PAYBACK_RUNS if bounded else None,
+                                 run_seconds=run_seconds if bounded else None)
     rt.generated_runs, rt.tuning = None, record        # (searched: the runtime starts no search of its own)
     names = {0: "portable", 1: "avx2", 2: "avx512"}
     show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, GEMV rows "  # noqa: E731
@@ -126,9 +132,11 @@ def main(argv=None):
     print(f"machine: {json.dumps(record['machine'])}")
     searched = sum(len(t) for t in record["timings"].values())
     unit = "tokens" if args.decode else "steps"
-    allowed = "" if args.budget is not None else (
+    allowed = "" if not bounded else (
         f" (allowed {record['allowed']:.2f} s: what {tune.PAYBACK_RUNS} {unit} would save back, their products and "
-        f"timed kernels taking {record['per_run'] * 1e3:.1f} ms each)")
+        f"timed kernels taking {record['per_run'] * 1e3:.1f} ms each)" if record["timings"]["all"] else
+        f" (none begun: making its operands, {tune.Products.nbytes(shapes) / 1e6:.0f} MB, would take longer than "
+        f"{tune.PAYBACK_RUNS} {unit} of {run_seconds * 1e3:.1f} ms would save back)")
     print(f"{len(shapes)} distinct products, {sum(shapes.values())} a {unit[:-1]}; searched {searched} "
           f"configurations in {record['seconds']:.2f} s{allowed}")
     print(f"default: {show(record['default'])}; chosen: {show(record['choice'])}; the step's products "

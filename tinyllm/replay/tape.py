@@ -2,6 +2,7 @@
 import contextlib
 import itertools
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -92,6 +93,7 @@ class Tape:
         self.stale = False  # set when a tensor it reads as a constant is given another value (record.replaced)
         self.gone = False  # set when a tensor it reads as a constant is no more (record.watch)
         self.chain, self.chain_targets = None, []  # see replay
+        self.seconds = None  # how long the last replay took (the C runtime's tuner reckons its payback in it)
         runtimes = {rt for rt, _, _ in self.schedules}
         self.chainable = len(runtimes) == 1 and runtimes.pop().chains and not self.assigns[0] \
             and all(s[0] != "grad" for _, _, srcs in self.schedules for s in srcs) \
@@ -183,6 +185,7 @@ class Tape:
                 if made is not None:
                     return self._finish(made.__getitem__, args)
             self.chain = None  # something else holds a value the step writes over: replay (and chain again later)
+        began = time.perf_counter()
         start = {t: buffer_of(t.node) for t in self.targets}
         grads = {w: (None if t.grad is None else buffer_of(t.grad.node))
                  for w, t in ((w, _tensor(w, args)) for w, _ in self.grads)}
@@ -222,6 +225,7 @@ class Tape:
         finally:
             if runtime is not None:
                 runtime.observed = None
+        self.seconds = time.perf_counter() - began
         if runtime is not None:  # chain the next calls (the runtime says whether it can, e.g. only when `moved` is 0)
             self.chain = runtime.chain(self, observed, moved)
             self.chain_targets = [(t, weakref.ref(t.node), _own_refs(t)) for t in self.targets]

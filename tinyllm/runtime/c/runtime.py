@@ -97,7 +97,7 @@ class CRuntime(NumpyRuntime):
                 (self.shapes or self.generated_runs):
             # a jitted step in its steady state: its products and kernels are known, and this machine has no tuning
             self.tuning = tune.tune_and_store(self.lib, self._one_run(observed), runtime=self,
-                                              payback=tune.PAYBACK_RUNS)
+                                              payback=tune.PAYBACK_RUNS, run_seconds=tape.seconds)
             self.generated_runs = None
         return made
 

@@ -32,7 +32,9 @@ time back within PAYBACK_RUNS runs of the program (training steps, decoded token
 runs would save at the smallest gain it keeps (3 % of their time in products and timed kernels: three runs' time),
 or what the fastest configuration timed so far would save, if that is more, worked out again after every timing.
 So a search that finds nothing costs about three runs' time, not the budget, and one that goes on past that does
-so only while what it has found would pay for it. The result is stored in the kernel cache
+so only while what it has found would pay for it. Where the run's time is known (a jitted run times its replay),
+a search whose operands alone would take longer to make is not begun (decoding a large model: its products are
+the weights, hundreds of MB to copy, for a token of milliseconds). The result is stored in the kernel cache
 (`<cache>/tune/<machine>.json`, the machine named by its CPU's model, flags and cache sizes, the thread count and
 the prebuilt module) and applied when the runtime starts on that machine again. The C runtime runs the search once,
 at a jitted step's first chained call (the program's products and kernels are known then) where nothing is stored;
@@ -57,6 +59,10 @@ SEARCH_SHARE = 0.6  # of the budget for kernel_path and the successive halving; 
 FACTORS = (1.0, 0.5, 2.0)  # of each cache block, about what plan_blocking derives from the cache sizes
 FORMAT = 2  # of the stored file
 PAYBACK_RUNS = 100  # runs of the program (steps, tokens) that an automatic search's time must be saved back within
+# Bytes a second of operands the search makes before it can time anything (fresh pages, filled): measured 0.5 GB/s
+# on a 2-vCPU VM, whose page faults are slow. A search whose operands alone would take longer than a bounded
+# search's floor is not begun.
+MAKE_BYTES_PER_SECOND = 0.5e9
 # The GEMV's groupings tried (tl_gemv_set_grouping): rows of W at once where a row is one stream, where it is not,
 # and the page-ahead prefetches (-1 by W's size, 0 off, 1 on). [0, 0, -1] is the measured rule, the default.
 GEMV_DEFAULT = [0, 0, -1]
@@ -163,6 +169,16 @@ def candidates(lib):
     return found
 
 
+def _filled(shape, block):
+    """A float32 array of `shape` holding `block` over and over."""
+    out = np.empty(shape, np.float32)
+    flat = out.reshape(-1)
+    whole = flat.size // block.size * block.size
+    flat[:whole].reshape(-1, block.size)[...] = block
+    flat[whole:] = block[:flat.size - whole]
+    return out
+
+
 class Products:
     """The float32 products to time: (batch, transA, transB, M, N, K) -> how often the program ran it, with
     operands of each made once."""
@@ -170,12 +186,17 @@ class Products:
     def __init__(self, shapes):
         from ... import _kernels
         self.ffi, self.items = _kernels.ffi, []
-        rng = np.random.default_rng(0)
+        block = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)  # (a fill, not a draw per value)
         for (batch, ta, tb, M, N, K), count in sorted(shapes.items()):
-            a = rng.standard_normal((batch, K, M) if ta else (batch, M, K), dtype=np.float32)
-            b = rng.standard_normal((batch, N, K) if tb else (batch, K, N), dtype=np.float32)
+            a = _filled((batch, K, M) if ta else (batch, M, K), block)
+            b = _filled((batch, N, K) if tb else (batch, K, N), block)
             c = np.empty((batch, M, N), np.float32)
             self.items.append(((batch, ta, tb, M, N, K), count, a, b, c))
+
+    @staticmethod
+    def nbytes(shapes):
+        """The bytes of the operands and results Products(shapes) makes."""
+        return 4 * sum(batch * (M * K + K * N + M * N) for batch, ta, tb, M, N, K in shapes)
 
     def only(self, keep):
         """These products whose shape `keep` accepts, sharing their operands."""
@@ -322,7 +343,7 @@ def gemv_candidates(choice):
     return [{**choice, "gemv": g} for g in GEMV_GROUPINGS if g != same]
 
 
-def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None):
+def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None, run_seconds=None):
     """The fastest configuration for `shapes` ({(batch, transA, transB, M, N, K): count}) within `seconds`, applied;
     -> {"choice", "default", "seconds", "allowed", "per_run", "speedup", "pairs", "timings", "kernel_speedup"}. The
     default's products are timed first. Successive halving takes SEARCH_SHARE of the budget: over the paths and
@@ -331,8 +352,16 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None)
     first chooses their path within KERNEL_SEARCH of it. The rest times the merged best against the default,
     alternating, and it replaces the default only when the median of those pairs says it is MARGIN faster (a
     neighbour's burst of work during one timing cannot decide). With `payback` (runs of the program), the budget is
-    at most what that many runs would save (the top of the file), worked out again after every timing."""
+    at most what that many runs would save (the top of the file), worked out again after every timing; and given
+    how long a run takes (`run_seconds`), no search begins whose operands alone would take longer to make than
+    those runs would save at MARGIN: the default is kept untimed."""
     cap = budget() if seconds is None else seconds
+    if payback is not None and run_seconds is not None and \
+            Products.nbytes(shapes) / MAKE_BYTES_PER_SECOND > payback * (1.0 - MARGIN) * run_seconds:
+        default = candidates(lib)[0]
+        apply(lib, default)
+        return {"choice": default, "default": default, "seconds": 0.0, "allowed": 0.0, "per_run": run_seconds,
+                "speedup": 1.0, "pairs": 0, "timings": {"all": {}, "gemv": {}}, "kernel_speedup": 1.0}
     start = time.perf_counter()
     products = Products(shapes)
     gemv_products = products.only(lambda s: lib.tl_gemv_takes(s[3], s[4]))
@@ -411,10 +440,10 @@ def search(lib, shapes, seconds=None, progress=True, runtime=None, payback=None)
             "timings": timings, "kernel_speedup": kernel_speedup}
 
 
-def tune_and_store(lib, shapes, seconds=None, progress=True, runtime=None, payback=None):
+def tune_and_store(lib, shapes, seconds=None, progress=True, runtime=None, payback=None, run_seconds=None):
     """search, then the result stored for this machine (atomically: written beside, then renamed)."""
     key = machine(lib)
-    result = search(lib, shapes, seconds, progress, runtime, payback)
+    result = search(lib, shapes, seconds, progress, runtime, payback, run_seconds)
     path = store_path(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     record = {"format": FORMAT, "machine": key, "shapes": [list(s) + [n] for s, n in sorted(shapes.items())],
