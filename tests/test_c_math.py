@@ -1,7 +1,9 @@
-"""c_math.h's tl_erff, the erf of generated float32 kernels, compiled as the kernels are (compiler.FLAGS and each
-CPU path's compiler.ISA): within 1.5 ulp and 1.2e-7 of the float64 erf over a sweep of every 509th float, a dense
-grid over [-6, 6] and the edges of its two pieces; odd, exactly; +-1 at +-inf, NaN for NaN, signed zeros and
-subnormals kept; and the vectorised loop (what a kernel runs) equal bit for bit to the scalar code."""
+"""c_math.h's tl_erff, the erf of generated float32 kernels, and tl_erff_given, the erf of a kernel that computes
+e^(-x^2) too (GELU's backward), compiled as the kernels are (compiler.FLAGS and each CPU path's compiler.ISA):
+within 1.5 ulp and 1.2e-7 of the float64 erf over a sweep of every 509th float, a dense grid over [-6, 6] and the
+edges of its two pieces; odd, exactly; +-1 at +-inf, NaN for NaN, signed zeros and subnormals kept; and the
+vectorised loop (what a kernel runs) equal bit for bit to the scalar code. And the renderer hands GELU's backward
+its e^(-x^2)."""
 import ctypes
 import math
 import os
@@ -17,15 +19,16 @@ SOURCE = f"""#include <math.h>
 #include <stdint.h>
 #include "{render_c.HEADER}"
 void erf_n(const float *restrict x, float *restrict y, long n) {{
-    for (long i = 0; i < n; i++) y[i] = tl_erff(x[i]);
+    for (long i = 0; i < n; i++) y[i] = ERF;
 }}
 """
+ERFS = {"tl_erff": "tl_erff(x[i])", "tl_erff_given": "tl_erff_given(x[i], tl_expf(-(x[i] * x[i])))"}
 
 
-def _build(tmp_path, path, vectorise):
-    src = tmp_path / "erf.c"
-    src.write_text(SOURCE)
-    lib = tmp_path / f"erf_{path}_{int(vectorise)}.so"
+def _build(tmp_path, path, vectorise, which="tl_erff"):
+    src = tmp_path / f"{which}.c"
+    src.write_text(SOURCE.replace("ERF;", ERFS[which] + ";"))
+    lib = tmp_path / f"{which}_{path}_{int(vectorise)}.so"
     extra = [] if vectorise else ["-fno-tree-vectorize", "-fno-tree-slp-vectorize"]
     subprocess.run([compiler.compiler(), *compiler.FLAGS, *compiler.ISA[path], *extra, str(src), "-o", str(lib), "-lm"],
                    check=True, capture_output=True)
@@ -59,15 +62,16 @@ def _sweep():
     return np.concatenate([x, -x])
 
 
-@pytest.fixture(scope="module", params=compiler.PATHS)
+@pytest.fixture(scope="module", params=[(path, which) for path in compiler.PATHS for which in ERFS])
 def erf_pair(request, tmp_path_factory):
-    """(vectorised, scalar) builds of tl_erff for one CPU path."""
+    """(vectorised, scalar) builds of tl_erff or tl_erff_given for one CPU path."""
+    path, which = request.param
     if not compiler.available():
         pytest.skip("no C compiler")
-    if compiler.X86 and not compiler.supports(request.param):
-        pytest.skip(f"this CPU has no {request.param} path")
-    tmp = tmp_path_factory.mktemp(f"erf_{request.param}")
-    return _build(tmp, request.param, True), _build(tmp, request.param, False)
+    if compiler.X86 and not compiler.supports(path):
+        pytest.skip(f"this CPU has no {path} path")
+    tmp = tmp_path_factory.mktemp(f"{which}_{path}")
+    return _build(tmp, path, True, which), _build(tmp, path, False, which)
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +110,24 @@ def test_vectorised_erf_equals_the_scalar_code(erf_pair, sweep):
     vector, scalar = erf_pair
     x = np.concatenate([sweep[0], np.float32([np.nan, np.inf, -np.inf])])
     assert np.array_equal(vector(x).view(np.uint32), scalar(x).view(np.uint32))
+
+
+def test_gelus_backward_hands_its_exponential_to_erf():
+    """The kernel of GELU's backward computes e^(-x^2) for the derivative, and its erf reads it (tl_erff_given)
+    instead of taking an exponential of its own; a kernel with erf alone (the forward) keeps tl_erff. The values
+    against NumPy's: within float32's error of a few operations."""
+    import tinyllm as tl
+    import tinyllm.runtime as runtime
+    if runtime.get("c").lib is None or not compiler.available():
+        pytest.skip("no C compiler")
+    x = np.linspace(-5, 5, 4099, dtype=np.float32).reshape(1, -1) + np.zeros((40, 1), np.float32)
+    t = tl.tensor(x, device="c", requires_grad=True)
+    y = tl.nn.functional.gelu(t)
+    y.backward(tl.tensor(np.ones_like(x), device="c"))
+    want = 0.5 * (1 + np.vectorize(math.erf)(x / np.sqrt(2))) + x * np.exp(-x.astype(np.float64) ** 2 / 2) / np.sqrt(
+        2 * np.pi)
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=2e-6, atol=2e-7)
+    tl.nn.functional.gelu(tl.tensor(x[:3], device="c")).numpy()  # (a forward alone: erf and no e^(-x^2))
+    erf_kernels = [key[0] for _, key in runtime.get("c").built if any(i[0] == "ERF" for i in key[0].code)]
+    given = [any(i[:2] == ("ERF", "given") for i in render_c._erf_given_exp(k).code) for k in erf_kernels]
+    assert True in given and False in given             # (the backward's, and the forward's)

@@ -117,6 +117,8 @@ class CLanguage(CStyleLanguage):
             return f"tl_idiv({operands[0]}, {operands[1]})"
         if op == "BITNOT":
             return f"(!{operands[0]})" if dtype == "bool" else f"(~{operands[0]})"
+        if op == "ERF" and arg == "given":  # (_erf_given_exp: the kernel computes e^(-x^2) too)
+            return f"tl_erff_given({operands[0]}, tl_expf(-({operands[0]} * {operands[0]})))"
         if op in FAST_F32 and dtype == "float32":
             return FAST_F32[op].format(*operands)
         if op in UNARY:
@@ -145,12 +147,31 @@ def render(kernel, out_dtype, src_dtypes):
         params.append(int(n))
         return f"p{len(params) - 1}"
 
-    source = _render(kernel, out_dtype, src_dtypes, num)
+    source = _render(_erf_given_exp(kernel), out_dtype, src_dtypes, num)
     first = 1 + len(src_dtypes)
     source = source.replace("  /* params */\n", "".join(f"  const long p{k} = (long)bufs[{first + k}];\n"
                                                          for k in range(len(params))))
     name = "k" + hashlib.sha1(source.encode()).hexdigest()[:20]
     return name, source.replace("void KERNEL(", f"void {name}("), tuple(params)
+
+
+def _erf_given_exp(kernel):
+    """The kernel with each float32 ERF(x) marked "given" where the kernel also computes EXP(-(x * x)): GELU's
+    backward, whose derivative holds e^(-x^2). It renders as c_math.h's tl_erff_given(x, tl_expf(-(x * x))), the
+    same expression as the kernel's own, which gcc computes once: erf then takes no exponential of its own."""
+    code = kernel.code
+    squares = {n for n, (op, _, operands, _) in enumerate(code) if op == "MUL" and operands[0] == operands[1]}
+    negated = {n for n, (op, _, operands, _) in enumerate(code) if op == "NEG" and operands[0] in squares}
+    shared = {code[code[operands[0]][2][0]][2][0] for op, _, operands, dtype in code
+              if op == "EXP" and dtype == "float32" and operands[0] in negated}  # the x of each e^(-x^2)
+    marks = [n for n, (op, _, operands, dtype) in enumerate(code)
+             if op == "ERF" and dtype == "float32" and operands[0] in shared]
+    if not marks:
+        return kernel
+    changed = list(code)
+    for n in marks:
+        changed[n] = (code[n][0], "given", code[n][2], code[n][3])
+    return kernel._replace(code=changed)
 
 
 def _render(kernel, out_dtype, src_dtypes, num):
