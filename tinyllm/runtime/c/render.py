@@ -159,11 +159,13 @@ def _erf_given_exp(kernel):
     """The kernel with each float32 ERF(x) marked "given" where the kernel also computes EXP(-(x * x)): GELU's
     backward, whose derivative holds e^(-x^2). It renders as c_math.h's tl_erff_given(x, tl_expf(-(x * x))), the
     same expression as the kernel's own, which gcc computes once: erf then takes no exponential of its own."""
-    code = kernel.code
-    squares = {n for n, (op, _, operands, _) in enumerate(code) if op == "MUL" and operands[0] == operands[1]}
-    negated = {n for n, (op, _, operands, _) in enumerate(code) if op == "NEG" and operands[0] in squares}
-    shared = {code[code[operands[0]][2][0]][2][0] for op, _, operands, dtype in code
-              if op == "EXP" and dtype == "float32" and operands[0] in negated}  # the x of each e^(-x^2)
+    code = kernel.code  # each map below: an instruction -> the x it is a step of e^(-x^2) from
+    squares = {n: operands[0] for n, (op, _, operands, _) in enumerate(code)
+               if op == "MUL" and operands[0] == operands[1]}
+    negated = {n: squares[operands[0]] for n, (op, _, operands, _) in enumerate(code)
+               if op == "NEG" and operands[0] in squares}
+    shared = {negated[operands[0]] for op, _, operands, dtype in code
+              if op == "EXP" and dtype == "float32" and operands[0] in negated}
     marks = [n for n, (op, _, operands, dtype) in enumerate(code)
              if op == "ERF" and dtype == "float32" and operands[0] in shared]
     if not marks:
