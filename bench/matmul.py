@@ -22,7 +22,12 @@ so they do not steal a core from the next one. Builds the extension in place if 
 The top lines name the CPU (model, family/model, its SIMD flags, cache sizes) and the path tinyllm picked
 (runtime_c/cpu.h). tinyllm gets a column per instruction-set path this CPU supports (portable C, avx2,
 avx512: each forced with tl_cpu_set_path around its calls); the ratios are those of the path it picks by
-itself, which is marked with a '*'.
+itself, which is marked with a '*'. With 2 or more threads, two more columns time the picked path with its threads
+splitting each product another way (tl_sgemm_set_split, a choice the tuner makes): `columns` (each thread a share
+of C's columns: it packs its own B strips and all of A) and `private B` (the rule's split, M, with each thread
+packing the whole B panel it reads, instead of reading the strips the other threads packed). Timed back to back, the
+same product over and over, they can read faster than in a model (where products of different shapes follow each
+other): time a step or a pass (`python -m tinyllm.tune`) before choosing.
 
 The GEMV table times products with M = 1 or 4 rows against a K x N weight (a size n: K = N = n; KxN: the
 shape of a linear layer with K inputs and N outputs, by default those of config M's GPT decoding one token:
@@ -174,6 +179,19 @@ def on_path(lib, path, fn):
     return run
 
 
+# How tinyllm's threads split a product (tl_sgemm_set_split), beside the rule, timed on the picked path with 2+ threads.
+SPLITS = (("columns", 1), ("private B", 2))
+
+
+def with_split(lib, mode, fn):
+    """fn run with the threads splitting products as `mode` says, the rule restored after it."""
+    def run():
+        lib.tl_sgemm_set_split(mode)
+        fn()
+        lib.tl_sgemm_set_split(0)
+    return run
+
+
 def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(None,), gemv_sizes=(),
            gemv_m=(1, 4)):
     import numpy as np
@@ -196,6 +214,7 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
     sgemm = load_sgemm()
     ffi, lib = sgemm.ffi, sgemm.lib
     paths, picked = tinyllm_paths(lib, ffi)
+    splits = [(f"{picked} {name}", mode) for name, mode in SPLITS] if lib.tl_get_num_threads() > 1 else []
 
     def ptr(x):
         return ffi.cast("float *", x.ctypes.data)
@@ -210,6 +229,8 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
         na, nb = (a.T if ta else a), (b.T if tb else b)  # views: the BLAS gets the transpose flag
         fns = {name: on_path(lib, p, lambda: lib.tl_sgemm(ta, tb, n, n, n, pa, n, pb, n, 0.0, pc, n))
                for name, p in paths}
+        for name, mode in splits:
+            fns[name] = with_split(lib, mode, fns[picked])
         fns["numpy"] = lambda: np.matmul(na, nb, out=c)
         if torch is not None:
             tc = torch.from_numpy(c)
@@ -283,11 +304,12 @@ def worker(threads, sizes, rounds, samples, trans_n, wgsl_sizes=(), wgsl_tiles=(
                     gemv.append({"label": f"{m} x {size} {'x W^T' if tb else 'x W'}", "copy": copy,
                                  **measure(fns, nbytes)})  # GB/s: bytes / s / 1e9
     torch_blas = "/".join(re.findall(r"BLAS_INFO=(\w+)", torch.__config__.show())) if torch else ""
-    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked,
+    info = {"blas": blas, "paths": [name for name, _ in paths], "picked": picked, "splits": [n for n, _ in splits],
             "limits": machine_limits(threads),
             "avx512_full_width": bool(lib.tl_cpu_avx512_full_width()),
             "tinyllm_threads": lib.tl_get_num_threads(),
-            "torch": f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch else "no torch"}
+            "torch": (f"torch {torch.__version__} ({torch_blas}), {torch.get_num_threads()} threads" if torch
+                      else "no torch")}
     print(json.dumps({"info": info, "rows": rows, "gemv": gemv, "wgsl": wgsl}))
 
 
@@ -300,7 +322,8 @@ def gemv_shape(size):
 def run_threads(threads, args):
     env = worker_env(threads, args.openblas_coretype)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
-           "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n), "--sizes", *map(str, args.sizes)]
+           "--rounds", str(args.rounds), "--samples", str(args.samples), "--trans-n", str(args.trans_n),
+           "--sizes", *map(str, args.sizes)]
     # always passed, so that `--gemv-sizes` with none reaches the worker as none rather than as its default
     cmd += ["--gemv-sizes", *map(str, args.gemv_sizes), "--gemv-m", *map(str, args.gemv_m)]
     if threads == min(args.threads) and args.wgsl_sizes:  # the GPU does not care about CPU threads: once
@@ -382,7 +405,9 @@ def print_scaling(by_threads):
 
 def library_columns(info, rows):
     """The timed columns of a table: tinyllm's paths (the picked one starred), numpy, torch if there."""
-    cols = [(f"{p}{'*' if p == info['picked'] else ''}", p) for p in info["paths"]] + [("numpy", "numpy")]
+    cols = [(f"{p}{'*' if p == info['picked'] else ''}", p) for p in info["paths"]]
+    cols += [(name.split(" ", 1)[1], name) for name in info.get("splits", []) if name in rows[0]]
+    cols += [("numpy", "numpy")]
     return cols + ([("torch", "torch")] if "torch" in rows[0] else [])
 
 
@@ -441,6 +466,7 @@ def print_wgsl(res, threads):
         print(f"{r['label']:>6} {r['tiles']:>16} {r['wgsl']:>9.1f} {r['kernel']:>9.1f} {t:>9.1f}" +
               (f" {r['torch_tf32']:>9.1f}" if tf32 else "") +
               f" {r['wgsl'] / t:>10.3f} {r['kernel'] / t:>12.3f} {r['err']:>8.1e}")
+
 
 if __name__ == "__main__":
     main()

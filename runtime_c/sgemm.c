@@ -189,16 +189,32 @@ static void kernel_edge(const gemm_plan *pl, kernel_fn kernel, int kc, const flo
     }
 }
 
+// How the threads split a product (tl_sgemm_set_split): the rule below, C's columns among them, or the rule's
+// grid with each thread packing its grid column's whole B panel itself. Which is fastest differs between CPUs (how
+// dear a read of another core's freshly written lines is), so the tuner times them; every element is summed the
+// same way in each, so they give the same bits.
+enum { SPLIT_RULE, SPLIT_COLUMNS, SPLIT_PRIVATE_B };
+static int g_split = SPLIT_RULE;
+
+void tl_sgemm_set_split(int mode) { g_split = mode == SPLIT_COLUMNS || mode == SPLIT_PRIVATE_B ? mode : SPLIT_RULE; }
+int tl_sgemm_split(void) { return g_split; }
+
 // The threads form a tm x tn grid over C: thread rows split M, thread columns
 // split each B panel's strips. Splitting M is kept unless splitting N saves
 // more than 1/16 of the work: the kernels before and after a product split the
 // same rows (a GPT's tokens) the same way, so with M split each thread reads
 // and writes rows its own core wrote and holds in cache, which matters when the
 // two cores share no cache; and threads that split N must each pack the same A.
+// SPLIT_COLUMNS splits N wherever there is a B strip for each thread.
 static void thread_grid(int nt, long m_strips, long n_strips, int *tm, int *tn) {
     long best = -1;
     *tm = nt;
     *tn = 1;
+    if (g_split == SPLIT_COLUMNS && n_strips >= nt) {
+        *tm = 1;
+        *tn = nt;
+        return;
+    }
     for (int d = nt; d >= 1; d--) {
         if (nt % d != 0) continue;
         long work = (m_strips + d - 1) / d * ((n_strips + nt / d - 1) / (nt / d));
@@ -221,10 +237,10 @@ typedef struct {
 } gemm_shared;
 
 // One (jc, pc) round of a thread: the B panel's strips [s0, s1) of its grid column, packed in chunks of `chunk`
-// strips by the column's threads, its own chunk starting at own0.
+// strips by the column's threads, its own chunk starting at own0 (or all of them by itself: not shared).
 typedef struct {
     long jc, pc, round, s0, s1, own0, chunk;
-    int nc, kc, tn, tcol;
+    int nc, kc, tn, tcol, shared;
     float beta;
     const float *bpack;
 } gemm_round;
@@ -251,7 +267,8 @@ static void gemm_block(const gemm_args *g, const gemm_shared *sh, const gemm_rou
     else if (mc > full) sgemm_pack_a(g, ic + full, pc, mc - full, kc, apack + (long)full * len);
     for (long q = 0; q < s1 - s0; q++) {
         long s = s0 + (r->own0 - s0 + q) % (s1 - s0);  // own chunk first
-        tl_flag_wait(&sh->packed[(s - s0) / r->chunk * r->tn + r->tcol], r->round + 1);  // (one load once set)
+        if (r->shared)  // (one load once set)
+            tl_flag_wait(&sh->packed[(s - s0) / r->chunk * r->tn + r->tcol], r->round + 1);
         long jr = s * NRp;
         int nr = (int)tl_min(NRp, r->nc - jr);
         const float *bp = r->bpack + s * NRp * len;
@@ -308,24 +325,27 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     long last = (g->N + NC - 1) / NC * ((g->K + KC - 1) / KC) - 1;
     // 8 floats of slack for the overlapping stores of pack_a_strip_rows_avx2
     float *apack = tl_scratch(SLOT_A, (size_t)MC * KC + 8);
+    const int shared = tm > 1 && g_split != SPLIT_PRIVATE_B;
+    const size_t panel = (size_t)(tl_min(g->K, KC) * tl_round_up(tl_min(g->N, NC), NRp));
+    float *own_panel = shared ? NULL : tl_scratch(SLOT_B, panel);  // (not shared: no second buffer to take turns)
 
-    gemm_round r = {.tn = tn, .tcol = tcol, .round = 0};
+    gemm_round r = {.tn = tn, .tcol = tcol, .round = 0, .shared = shared};
     for (r.jc = 0; r.jc < g->N; r.jc += NC) {
         r.nc = (int)tl_min(NC, g->N - r.jc);
         long n_strips = (r.nc + NRp - 1) / NRp;
         // this thread column's strips, packed in chunks by its tm threads
         r.s0 = n_strips * tcol / tn, r.s1 = n_strips * (tcol + 1) / tn;
-        r.chunk = (r.s1 - r.s0 + tm - 1) / tm;
-        r.own0 = tl_min(r.s1, r.s0 + trow * r.chunk);
+        r.chunk = shared ? (r.s1 - r.s0 + tm - 1) / tm : r.s1 - r.s0;
+        r.own0 = shared ? tl_min(r.s1, r.s0 + trow * r.chunk) : r.s0;
         long own1 = tl_min(r.s1, r.own0 + r.chunk);
         for (r.pc = 0; r.pc < g->K; r.pc += KC, r.round++) {
             r.kc = (int)tl_min(KC, g->K - r.pc);
             r.beta = r.pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
-            float *bpack = sh->bpack[r.round % 2];
+            float *bpack = shared ? sh->bpack[r.round % 2] : own_panel;
             r.bpack = bpack;
-            // Buffer round % 2 was last read in round - 2: wait until every
-            // thread has packed round - 1, and so is done with round - 2.
-            for (int t = 0; t < nt; t++) tl_flag_wait(&sh->packed[t], r.round);
+            // Buffer round % 2 was last read in round - 2, by the threads of this grid column: wait until each
+            // has packed round - 1, and so is done with round - 2.
+            for (int k = 0; shared && k < tm; k++) tl_flag_wait(&sh->packed[k * tn + tcol], r.round);
             sgemm_pack_b(g, r.pc, r.jc, r.nc, r.kc, r.own0, own1, bpack);
             tl_flag_set(&sh->packed[tid], r.round + 1);
             if (r.round < last || tm == 1) {

@@ -64,6 +64,13 @@ void tl_sgemm_plan(int path, int *out);
 // and NR); a value <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
 void tl_sgemm_set_blocking(int path, int kc, int mc, int nc);
 
+// Tuning aid: how the threads split a product: 0 the rule (M, or N where that saves over 1/16 of the work), 1 C's
+// columns (each thread packs its own B strips and all of A), 2 the rule's grid with each thread packing the whole B
+// panel it reads (none read strips another core packed). The same bits in each. Not while another thread is inside
+// tl_sgemm. tl_sgemm_split says which is set.
+void tl_sgemm_set_split(int mode);
+int tl_sgemm_split(void);
+
 // Tuning aid: the GEMV's (gemv.c) rows of W read at once by a kernel that dots rows of W with x, where a row is one
 // stream (x fits in L1, the row under 4 KiB) and where it is not (1, 2, 4 or 8; any other value, the measured
 // rule: 1 and 8 for one row of x), and its page-ahead prefetches (1 on, 0 off, -1 by W's size). Changes the

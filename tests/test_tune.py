@@ -34,6 +34,8 @@ def restored():
     for path in range(3):
         LIB.tl_sgemm_set_blocking(path, 0, 0, 0)
     LIB.tl_cpu_set_path(-1)
+    LIB.tl_sgemm_set_split(0)
+    LIB.tl_set_num_threads(0)
     LIB.tl_gemv_set_grouping(*tune.GEMV_DEFAULT)
     tune.compiler.set_kernel_path(None)
 
@@ -55,6 +57,26 @@ def test_row_and_column_blocks_leave_every_bit(M, N, K, ta, tb, fm, fn):
         LIB.tl_sgemm_set_blocking(path, 0, 0, 0)
 
 
+@given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 700), st.booleans(), st.booleans(),
+       st.sampled_from([2, 3, 4]), st.sampled_from([1, 2]))
+def test_the_threads_split_leaves_every_bit(M, N, K, ta, tb, threads, split):
+    """How the threads split a product (the rule, C's columns, or each thread packing its own B panel) changes which
+    thread computes an element, not how: every split gives one thread's bits, on any number of threads."""
+    rng = np.random.default_rng(M * 7 + N * 13 + K)
+    a = rng.standard_normal((K, M) if ta else (M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32)
+    try:
+        LIB.tl_set_num_threads(1)
+        alone = product(ta, tb, M, N, K, a, b)
+        LIB.tl_set_num_threads(threads)
+        assert np.array_equal(product(ta, tb, M, N, K, a, b), alone)
+        LIB.tl_sgemm_set_split(split)
+        assert np.array_equal(product(ta, tb, M, N, K, a, b), alone)
+    finally:
+        LIB.tl_sgemm_set_split(0)
+        LIB.tl_set_num_threads(0)
+
+
 def test_every_candidate_computes_the_product(restored):
     """The path and KC change how the sum over K is blocked: the rounding, within float32's error of it."""
     rng = np.random.default_rng(0)
@@ -63,6 +85,8 @@ def test_every_candidate_computes_the_product(restored):
     exact = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
     seen = set()
+    LIB.tl_set_num_threads(2)
+    assert {c["split"] for c in tune.candidates(LIB)} == {0, *tune.SPLITS}
     for choice in tune.candidates(LIB):
         tune.apply(LIB, choice)
         got = product(0, 0, M, N, K, a, b)
@@ -114,7 +138,7 @@ def test_search_stores_a_choice_the_next_start_applies(tmp_path, monkeypatch, re
     path = tune.store_path(tune.machine(LIB))
     assert os.path.exists(path) and not [f for f in os.listdir(tmp_path / "tune") if f.endswith(".tmp")]
     chosen = {"path": LIB.tl_cpu_path(), "kc": 192, "mc": 2 * tune._plan(LIB, LIB.tl_cpu_path())[0], "nc": 4096,
-              "gemv": [2, 4, 0]}
+              "split": 2, "gemv": [2, 4, 0]}
     with open(path) as f:
         stored = json.load(f)
     stored["choice"] = chosen                           # (a choice that is surely not the default)
@@ -123,7 +147,9 @@ def test_search_stores_a_choice_the_next_start_applies(tmp_path, monkeypatch, re
     tune.default_choice(LIB)
     assert tune.load(LIB)["choice"] == chosen
     assert tune._plan(LIB, chosen["path"])[2:] == [chosen["kc"], chosen["mc"], chosen["nc"]]
+    assert LIB.tl_sgemm_split() == 2
     tune.default_choice(LIB)
+    assert LIB.tl_sgemm_split() == 0
     monkeypatch.setenv("TINYLLM_TUNE", "0")
     assert tune.load(LIB) is None                       # off: nothing applied
     assert tune._plan(LIB, chosen["path"])[2] != chosen["kc"]

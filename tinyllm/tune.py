@@ -126,7 +126,9 @@ def main(argv=None):
                                  run_seconds=run_seconds if bounded else None)
     rt.generated_runs, rt.tuning = None, record        # (searched: the runtime starts no search of its own)
     names = {0: "portable", 1: "avx2", 2: "avx512"}
-    show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, GEMV rows "  # noqa: E731
+    splits = {0: "the rule", 1: "columns", 2: "rows, each its own B panel"}
+    show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, threads split "  # noqa: E731
+                      f"{splits[c['split']]}, GEMV rows "
                       f"{'rule' if c['gemv'] == tune.GEMV_DEFAULT else c['gemv'][:2]} page-ahead "
                       f"{({-1: 'by size', 0: 'off', 1: 'on'})[c['gemv'][2]]}")
     print(f"machine: {json.dumps(record['machine'])}")

@@ -6,6 +6,10 @@ runtime saw, `CRuntime.shapes`, and its generated kernels, `CRuntime.generated_r
     calibration (512-bit FMAs at twice the 256-bit rate); this decision replaces it where TINYLLM_CPU asks for none;
   * the sgemm's cache blocks KC, MC, NC for that path (runtime_c/sgemm.c, tl_sgemm_set_blocking), each at half,
     once and twice what the cache sizes give;
+  * on more than one thread, how the threads split a product (tl_sgemm_set_split): the rule (M: each thread packs
+    a share of the B panel and reads the others' shares), C's columns (each packs its own B strips and all of A),
+    or M with each thread packing the whole B panel itself. How dear it is to read lines another core has just
+    written differs between CPUs (and between a VM's vCPUs);
   * where the program runs products of at most 4 rows or columns (decoding), the GEMV's grouping
     (runtime_c/gemv.c, tl_gemv_set_grouping): how many rows of W a kernel reads at once where a row is one stream
     and where it is not, and whether it asks for the next 4 KiB page ahead. Searched apart, on those products
@@ -13,12 +17,12 @@ runtime saw, `CRuntime.shapes`, and its generated kernels, `CRuntime.generated_r
   * on a CPU with AVX-512, the generated kernels' vector width (compiler.set_kernel_path): avx512 (512-bit
     vectors, the default), avx512-256 (its instructions in 256-bit vectors, for cores that slow their clock for
     512-bit ones) or avx2, timed on the program's heaviest kernels compiled for each (kernel_path).
-Results: MC and NC only split the rows and columns among blocks, and the page-ahead prefetch only asks for memory
-early, so those give bit-identical products; the path (its micro-tile), KC and the GEMV's rows at once change how
-the sum over K is blocked, so they change the rounding (within float32's error of the sum). A generated kernel
-computes each element the same way at any width, but keeps one partial row sum per vector lane: avx2 and
-avx512-256 (8 lanes) give the same bits, avx512 (16) rounds row sums differently. tests/test_tune.py checks all
-of it.
+Results: MC and NC only split the rows and columns among blocks, the threads' split only which thread computes
+which elements, and the page-ahead prefetch only asks for memory early, so those give bit-identical products; the
+path (its micro-tile), KC and the GEMV's rows at once change how the sum over K is blocked, so they change the
+rounding (within float32's error of the sum). A generated kernel computes each element the same way at any width,
+but keeps one partial row sum per vector lane: avx2 and avx512-256 (8 lanes) give the same bits, avx512 (16) rounds
+row sums differently. tests/test_tune.py checks all of it.
 
 The search: the default's products timed first, then kernel_path within KERNEL_SEARCH of the budget
 (TINYLLM_TUNE_BUDGET seconds, default 10); then successive halving (every candidate times every shape once, the
@@ -57,7 +61,8 @@ MARGIN = 0.97  # another configuration replaces the default only when its time i
 SEARCH_SHARE = 0.6  # of the budget for kernel_path and the successive halving; the rest for the best against the
 #                     default
 FACTORS = (1.0, 0.5, 2.0)  # of each cache block, about what plan_blocking derives from the cache sizes
-FORMAT = 2  # of the stored file
+FORMAT = 3  # of the stored file
+SPLITS = (1, 2)  # tl_sgemm_set_split's other modes than the rule (0), timed on more than one thread
 PAYBACK_RUNS = 100  # runs of the program (steps, tokens) that an automatic search's time must be saved back within
 # Bytes a second of operands the search makes before it can time anything (fresh pages, filled): measured 0.5 GB/s
 # on a 2-vCPU VM, whose page faults are slow. A search whose operands alone would take longer than a bounded
@@ -120,11 +125,12 @@ def load(lib):
 
 
 def apply(lib, choice):
-    """Makes `choice` ({"path", "kc", "mc", "nc", "gemv"}, and "kernels") the products' configuration and the
-    generated kernels' path."""
+    """Makes `choice` ({"path", "kc", "mc", "nc", "split", "gemv"}, and "kernels") the products' configuration and
+    the generated kernels' path."""
     if lib.tl_cpu_requested_path() < 0:                 # (TINYLLM_CPU names a path: the user's choice wins)
         lib.tl_cpu_set_path(choice["path"])
     lib.tl_sgemm_set_blocking(choice["path"], choice["kc"], choice["mc"], choice["nc"])
+    lib.tl_sgemm_set_split(choice["split"])
     lib.tl_gemv_set_grouping(*choice["gemv"])
     compiler.set_kernel_path(choice.get("kernels"))
 
@@ -136,10 +142,11 @@ def default_choice(lib):
         lib.tl_cpu_set_path(-1)
     path = lib.tl_cpu_path()
     lib.tl_sgemm_set_blocking(path, 0, 0, 0)
+    lib.tl_sgemm_set_split(0)
     lib.tl_gemv_set_grouping(*GEMV_DEFAULT)
     kc, mc, nc = _plan(lib, path)[2:]
     compiler.set_kernel_path(None)
-    return {"path": path, "kc": kc, "mc": mc, "nc": nc, "gemv": GEMV_DEFAULT, "kernels": None}
+    return {"path": path, "kc": kc, "mc": mc, "nc": nc, "split": 0, "gemv": GEMV_DEFAULT, "kernels": None}
 
 
 def _plan(lib, path):
@@ -150,9 +157,9 @@ def _plan(lib, path):
 
 
 def candidates(lib):
-    """The default configuration first, then each other supported SIMD path with its own blocks (the likeliest to
-    differ most: an early win lets a search bounded by its payback go on), then each path's blocks at each factor
-    (the GEMV's default grouping)."""
+    """The default configuration first, then each other supported SIMD path with its own blocks and, on more than
+    one thread, the default with the threads' other splits (the likeliest to differ most: an early win lets a
+    search bounded by its payback go on), then each path's blocks at each factor (the GEMV's default grouping)."""
     first = default_choice(lib)
     found = [first]
     forced = lib.tl_cpu_requested_path()
@@ -162,8 +169,9 @@ def candidates(lib):
         lib.tl_sgemm_set_blocking(path, 0, 0, 0)
         mr, nr, kc, mc, nc = _plan(lib, path)
         factored += [{"path": path, "kc": max(64, int(kc * fk) // 16 * 16), "mc": max(mr, int(mc * fm) // mr * mr),
-                      "nc": nc, "gemv": GEMV_DEFAULT, "kernels": None} for fk in FACTORS for fm in FACTORS]
-    for c in factored[::len(FACTORS) ** 2] + factored:  # (FACTORS[0] is 1: each path's own blocks first)
+                      "nc": nc, "split": 0, "gemv": GEMV_DEFAULT, "kernels": None} for fk in FACTORS for fm in FACTORS]
+    splits = [{**first, "split": mode} for mode in SPLITS] if lib.tl_get_num_threads() > 1 else []
+    for c in factored[::len(FACTORS) ** 2] + splits + factored:  # (FACTORS[0] is 1: each path's own blocks first)
         if c not in found:
             found.append(c)
     return found
