@@ -325,9 +325,11 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     long last = (g->N + NC - 1) / NC * ((g->K + KC - 1) / KC) - 1;
     // 8 floats of slack for the overlapping stores of pack_a_strip_rows_avx2
     float *apack = tl_scratch(SLOT_A, (size_t)MC * KC + 8);
+    // Whether the tm threads of a grid column share its B strips, each packing a chunk, or each packs them all into
+    // a panel of its own (no other thread reads it: one buffer, no turns to take).
     const int shared = tm > 1 && g_split != SPLIT_PRIVATE_B;
-    const size_t panel = (size_t)(tl_min(g->K, KC) * tl_round_up(tl_min(g->N, NC), NRp));
-    float *own_panel = shared ? NULL : tl_scratch(SLOT_B, panel);  // (not shared: no second buffer to take turns)
+    float *own_panel = tm > 1 && !shared
+        ? tl_scratch(SLOT_B, (size_t)(tl_min(g->K, KC) * tl_round_up(tl_min(g->N, NC), NRp))) : NULL;
 
     gemm_round r = {.tn = tn, .tcol = tcol, .round = 0, .shared = shared};
     for (r.jc = 0; r.jc < g->N; r.jc += NC) {
@@ -341,7 +343,7 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
         for (r.pc = 0; r.pc < g->K; r.pc += KC, r.round++) {
             r.kc = (int)tl_min(KC, g->K - r.pc);
             r.beta = r.pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
-            float *bpack = shared ? sh->bpack[r.round % 2] : own_panel;
+            float *bpack = own_panel ? own_panel : sh->bpack[r.round % 2];
             r.bpack = bpack;
             // Buffer round % 2 was last read in round - 2, by the threads of this grid column: wait until each
             // has packed round - 1, and so is done with round - 2.
