@@ -77,6 +77,25 @@ def test_the_threads_split_leaves_every_bit(M, N, K, ta, tb, threads, split):
         LIB.tl_set_num_threads(0)
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_the_threads_split_leaves_every_bit_of_16_bit_products(fmt, restored):
+    """The 16-bit products (vdpbf16ps where the CPU has it, else widened while packing) take the same split."""
+    gemm = LIB.tl_gemm_bf16_batched2 if fmt == "bf16" else LIB.tl_gemm_f16_batched2
+    rng = np.random.default_rng(1)
+    LIB.tl_set_num_threads(2)
+    for M, N, K, ta, tb in [(300, 200, 700, 0, 0), (513, 65, 1200, 1, 0), (64, 1000, 300, 0, 1)]:
+        a = (rng.integers(0, 1 << 13, (K, M) if ta else (M, K)) | 0x3000).astype(np.uint16)  # (finite, near 1)
+        b = (rng.integers(0, 1 << 13, (N, K) if tb else (K, N)) | 0x3000).astype(np.uint16)
+        outs = []
+        for split in (0, *tune.SPLITS):
+            LIB.tl_sgemm_set_split(split)
+            c = np.zeros((M, N), np.uint16)
+            gemm(1, 1, ta, tb, M, N, K, FFI.from_buffer("uint16_t[]", a), M if ta else K, 0, 0,
+                 FFI.from_buffer("uint16_t[]", b), K if tb else N, 0, 0, FFI.from_buffer("uint16_t[]", c), N, 0, 0)
+            outs.append(c)
+        assert all(np.array_equal(outs[0], o) for o in outs[1:]), (M, N, K, ta, tb)
+
+
 def test_every_candidate_computes_the_product(restored):
     """The path and KC change how the sum over K is blocked: the rounding, within float32's error of it."""
     rng = np.random.default_rng(0)
