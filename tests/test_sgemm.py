@@ -193,16 +193,17 @@ def test_sgemm_stolen_rows_same_bits_as_one_thread(m, n, k):
 
 # A weight gradient (A^T B, both storing the long K as rows) sums the two halves of K apart, each on the thread
 # that holds its rows, and adds them: in two halves on any number of threads, so the bits do not change with it.
+@pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
 @pytest.mark.parametrize("m,n,k", [(128, 384, 1024), (145, 33, 513), (512, 128, 1024)])
-def test_sgemm_split_k_same_bits_on_any_thread_count(m, n, k):
+def test_sgemm_split_k_same_bits_on_any_thread_count(m, n, k, beta):
     a, b, c0 = seeded_operands(m, n, k, ta=True)
-    ref, tol = reference(1, 0, a, b, 0.5, c0)
+    ref, tol = reference(1, 0, a, b, beta, c0)
     results = []
     try:
         for threads in (1, 2, 3, 4):
             lib.tl_set_num_threads(threads)
             c = c0.copy()
-            lib.tl_sgemm(1, 0, m, n, k, ptr(a), m, ptr(b), n, 0.5, ptr(c), n)
+            lib.tl_sgemm(1, 0, m, n, k, ptr(a), m, ptr(b), n, beta, ptr(c), n)
             assert_close(c, ref, tol)
             results.append(c)
     finally:
