@@ -22,12 +22,13 @@ so they do not steal a core from the next one. Builds the extension in place if 
 The top lines name the CPU (model, family/model, its SIMD flags, cache sizes) and the path tinyllm picked
 (runtime_c/cpu.h). tinyllm gets a column per instruction-set path this CPU supports (portable C, avx2,
 avx512: each forced with tl_cpu_set_path around its calls); the ratios are those of the path it picks by
-itself, which is marked with a '*'. With 2 or more threads, two more columns time the picked path with its threads
-splitting each product another way (tl_sgemm_set_split, a choice the tuner makes): `columns` (each thread a share
-of C's columns: it packs its own B strips and all of A) and `private B` (the rule's split, M, with each thread
-packing the whole B panel it reads, instead of reading the strips the other threads packed). Timed back to back, the
-same product over and over, they can read faster than in a model (where products of different shapes follow each
-other): time a step or a pass (`python -m tinyllm.tune`) before choosing.
+itself, which is marked with a '*'. With 2 or more threads, three more columns time the picked path with its threads
+splitting each product another way than its rules (tl_sgemm_set_split, a choice the tuner makes): `columns` (each
+thread a share of C's columns: it packs its own B strips and all of A), `private B` (the rules' split with each
+thread packing the whole B panel it reads) and `shared B` (the rules' split with the panel always packed in shares
+that the other threads read). Timed back to back, the same product over and over, they can differ more than in a
+model (where products of different shapes follow each other): time a step or a pass (`python -m tinyllm.tune`)
+before choosing.
 
 The GEMV table times products with M = 1 or 4 rows against a K x N weight (a size n: K = N = n; KxN: the
 shape of a linear layer with K inputs and N outputs, by default those of config M's GPT decoding one token:
@@ -180,7 +181,7 @@ def on_path(lib, path, fn):
 
 
 # How tinyllm's threads split a product (tl_sgemm_set_split), beside the rule, timed on the picked path with 2+ threads.
-SPLITS = (("columns", 1), ("private B", 2))
+SPLITS = (("columns", 1), ("private B", 2), ("shared B", 3))
 
 
 def with_split(lib, mode, fn):

@@ -189,14 +189,15 @@ static void kernel_edge(const gemm_plan *pl, kernel_fn kernel, int kc, const flo
     }
 }
 
-// How the threads split a product (tl_sgemm_set_split): the rule below, C's columns among them, or the rule's
-// grid with each thread packing its grid column's whole B panel itself. Which is fastest differs between CPUs (how
-// dear a read of another core's freshly written lines is), so the tuner times them; every element is summed the
-// same way in each, so they give the same bits.
-enum { SPLIT_RULE, SPLIT_COLUMNS, SPLIT_PRIVATE_B };
+// How the threads split a product (tl_sgemm_set_split): the rules below (thread_grid, shares_b), C's columns
+// among them, or the rules' grid with each thread packing its grid column's whole B panel itself, or with the
+// threads always sharing it. Which is fastest differs between CPUs (how dear it is to write lines another core
+// holds, or to read those it has just written), so the tuner times them; every element is summed the same way in
+// each, so they give the same bits.
+enum { SPLIT_RULE, SPLIT_COLUMNS, SPLIT_PRIVATE_B, SPLIT_SHARED_B };
 static int g_split = SPLIT_RULE;
 
-void tl_sgemm_set_split(int mode) { g_split = mode == SPLIT_COLUMNS || mode == SPLIT_PRIVATE_B ? mode : SPLIT_RULE; }
+void tl_sgemm_set_split(int mode) { g_split = mode > SPLIT_RULE && mode <= SPLIT_SHARED_B ? mode : SPLIT_RULE; }
 int tl_sgemm_split(void) { return g_split; }
 
 // The threads form a tm x tn grid over C: thread rows split M, thread columns
@@ -224,6 +225,20 @@ static void thread_grid(int nt, long m_strips, long n_strips, int *tm, int *tn) 
             *tn = nt / d;
         }
     }
+}
+
+// Whether the tm > 1 threads of a grid column share its B strips, each packing a chunk of them, or each packs them
+// all into a panel of its own. Shared, each line a thread packs was read by the others in the last product that
+// used the buffer, and where those lines are still in their caches every write has to take them back: packing a
+// 256 x 256 panel back to back took 7x as long per value as packing it whole into a thread's own (perf, 2 Zen 4
+// vCPUs), and the product 221 us against 184 (bench/RESULTS.md). A panel that fits in half of L2 is cheap to pack
+// twice, so each thread packs its own; a larger one is shared: packing it twice reads B from memory twice.
+static int shares_b(const gemm_plan *p, long N, long K, int tm) {
+    if (tm <= 1 || g_split == SPLIT_PRIVATE_B) return 0;
+    if (g_split == SPLIT_SHARED_B) return 1;
+    long l2 = tl_cpu_cache_size(2);
+    long panel = tl_min(K, p->kc) * tl_round_up(tl_min(N, p->nc), p->nr) * (long)sizeof(float);
+    return panel > (l2 > 0 ? l2 : 512L << 10) / 2;
 }
 
 // What the threads of one product share: two B panel buffers, used in turn by
@@ -325,9 +340,8 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     long last = (g->N + NC - 1) / NC * ((g->K + KC - 1) / KC) - 1;
     // 8 floats of slack for the overlapping stores of pack_a_strip_rows_avx2
     float *apack = tl_scratch(SLOT_A, (size_t)MC * KC + 8);
-    // Whether the tm threads of a grid column share its B strips, each packing a chunk, or each packs them all into
-    // a panel of its own (no other thread reads it: one buffer, no turns to take).
-    const int shared = tm > 1 && g_split != SPLIT_PRIVATE_B;
+    // (a panel of its own: no other thread reads it, so one buffer, no turns to take)
+    const int shared = shares_b(pl, g->N, g->K, tm);
     float *own_panel = tm > 1 && !shared
         ? tl_scratch(SLOT_B, (size_t)(tl_min(g->K, KC) * tl_round_up(tl_min(g->N, NC), NRp))) : NULL;
 

@@ -64,10 +64,11 @@ void tl_sgemm_plan(int path, int *out);
 // and NR); a value <= 0 takes the one derived from the caches. Not while another thread is inside tl_sgemm.
 void tl_sgemm_set_blocking(int path, int kc, int mc, int nc);
 
-// Tuning aid: how the threads split a product: 0 the rule (M, or N where that saves over 1/16 of the work), 1 C's
-// columns (each thread packs its own B strips and all of A), 2 the rule's grid with each thread packing the whole B
-// panel it reads (none read strips another core packed). The same bits in each. Not while another thread is inside
-// tl_sgemm. tl_sgemm_split says which is set.
+// Tuning aid: how the threads split a product: 0 the rules (M, or N where that saves over 1/16 of the work; the B
+// panel packed by each thread whole where it fits in half of L2, else shared), 1 C's columns (each thread packs its
+// own B strips and all of A), 2 the rules' grid with each thread packing the whole B panel it reads (none read
+// strips another core packed), 3 the rules' grid with the panel always shared. The same bits in each. Not while
+// another thread is inside tl_sgemm. tl_sgemm_split says which is set.
 void tl_sgemm_set_split(int mode);
 int tl_sgemm_split(void);
 

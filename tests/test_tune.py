@@ -58,10 +58,11 @@ def test_row_and_column_blocks_leave_every_bit(M, N, K, ta, tb, fm, fn):
 
 
 @given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 700), st.booleans(), st.booleans(),
-       st.sampled_from([2, 3, 4]), st.sampled_from([1, 2]))
+       st.sampled_from([2, 3, 4]), st.sampled_from([1, 2, 3]))
 def test_the_threads_split_leaves_every_bit(M, N, K, ta, tb, threads, split):
-    """How the threads split a product (the rule, C's columns, or each thread packing its own B panel) changes which
-    thread computes an element, not how: every split gives one thread's bits, on any number of threads."""
+    """How the threads split a product (the rules, C's columns, each thread packing its own B panel or the threads
+    sharing one) changes which thread computes an element, not how: every split gives one thread's bits, on any
+    number of threads."""
     rng = np.random.default_rng(M * 7 + N * 13 + K)
     a = rng.standard_normal((K, M) if ta else (M, K), dtype=np.float32)
     b = rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32)

@@ -126,7 +126,7 @@ def main(argv=None):
                                  run_seconds=run_seconds if bounded else None)
     rt.generated_runs, rt.tuning = None, record        # (searched: the runtime starts no search of its own)
     names = {0: "portable", 1: "avx2", 2: "avx512"}
-    splits = {0: "the rule", 1: "columns", 2: "rows, each its own B panel"}
+    splits = {0: "the rules", 1: "columns", 2: "rows, each its own B panel", 3: "rows, one B panel shared"}
     show = lambda c: (f"{names[c['path']]} KC {c['kc']} MC {c['mc']} NC {c['nc']}, threads split "  # noqa: E731
                       f"{splits[c['split']]}, GEMV rows "
                       f"{'rule' if c['gemv'] == tune.GEMV_DEFAULT else c['gemv'][:2]} page-ahead "

@@ -6,10 +6,11 @@ runtime saw, `CRuntime.shapes`, and its generated kernels, `CRuntime.generated_r
     calibration (512-bit FMAs at twice the 256-bit rate); this decision replaces it where TINYLLM_CPU asks for none;
   * the sgemm's cache blocks KC, MC, NC for that path (runtime_c/sgemm.c, tl_sgemm_set_blocking), each at half,
     once and twice what the cache sizes give;
-  * on more than one thread, how the threads split a product (tl_sgemm_set_split): the rule (M: each thread packs
-    a share of the B panel and reads the others' shares), C's columns (each packs its own B strips and all of A),
-    or M with each thread packing the whole B panel itself. How dear it is to read lines another core has just
-    written differs between CPUs (and between a VM's vCPUs);
+  * on more than one thread, how the threads split a product (tl_sgemm_set_split): the rules (M, each thread
+    packing the B panel whole where it fits in half of L2, else a share of it, reading the others' shares), C's
+    columns (each packs its own B strips and all of A), or M with the panel always packed whole by each thread, or
+    always shared. How dear it is to write lines another core holds, or to read those it has just written, differs
+    between CPUs (and between a VM's vCPUs);
   * where the program runs products of at most 4 rows or columns (decoding), the GEMV's grouping
     (runtime_c/gemv.c, tl_gemv_set_grouping): how many rows of W a kernel reads at once where a row is one stream
     and where it is not, and whether it asks for the next 4 KiB page ahead. Searched apart, on those products
@@ -62,7 +63,7 @@ SEARCH_SHARE = 0.6  # of the budget for kernel_path and the successive halving; 
 #                     default
 FACTORS = (1.0, 0.5, 2.0)  # of each cache block, about what plan_blocking derives from the cache sizes
 FORMAT = 3  # of the stored file
-SPLITS = (1, 2)  # tl_sgemm_set_split's other modes than the rule (0), timed on more than one thread
+SPLITS = (1, 2, 3)  # tl_sgemm_set_split's other modes than the rules (0), timed on more than one thread
 PAYBACK_RUNS = 100  # runs of the program (steps, tokens) that an automatic search's time must be saved back within
 # Bytes a second of operands the search makes before it can time anything (fresh pages, filled): measured 0.5 GB/s
 # on a 2-vCPU VM, whose page faults are slow. A search whose operands alone would take longer than a bounded
