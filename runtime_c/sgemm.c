@@ -359,9 +359,10 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
             r.beta = r.pc == 0 ? g->beta : 1.0f;  // later K blocks accumulate
             float *bpack = own_panel ? own_panel : sh->bpack[r.round % 2];
             r.bpack = bpack;
-            // Buffer round % 2 was last read in round - 2, by the threads of this grid column: wait until each
-            // has packed round - 1, and so is done with round - 2.
-            for (int k = 0; shared && k < tm; k++) tl_flag_wait(&sh->packed[k * tn + tcol], r.round);
+            // Buffer round % 2 was last read in round - 2: wait until every thread has packed round - 1, and so
+            // is done with round - 2. Every thread, not only this grid column's: a strip's place in the buffer
+            // depends on the round's kc, so this round's strips may overlap another column's of round - 2.
+            for (int t = 0; !own_panel && t < nt; t++) tl_flag_wait(&sh->packed[t], r.round);
             sgemm_pack_b(g, r.pc, r.jc, r.nc, r.kc, r.own0, own1, bpack);
             tl_flag_set(&sh->packed[tid], r.round + 1);
             if (r.round < last || tm == 1) {

@@ -144,21 +144,26 @@ def test_sgemm_block_edges(config, m, n, k, ta, tb, beta):
 
 
 # Several (jc, pc) rounds with the threads in a row (split M), in a column (split N) or a 2 x 2
-# grid, and more threads than cores (the waits then yield): repeated, to give a race a chance.
+# grid, and more threads than cores (the waits then yield): repeated, to give a race a chance. Split N over three
+# rounds or more (the threads' own strips in buffers taken in turns, whose places move with each round's kc) and C's
+# columns forced (tl_sgemm_set_split) too.
 @pytest.mark.parametrize("threads", [2, 3, 4])
-@pytest.mark.parametrize("m,n,k", [(300, 200, 1100), (12, 4200, 600), (100, 4150, 300)])
-def test_sgemm_threads_many_rounds(threads, m, n, k):
+@pytest.mark.parametrize("m,n,k,split", [(300, 200, 1100, 0), (12, 4200, 600, 0), (100, 4150, 300, 0),
+                                         (12, 2000, 1300, 0), (300, 65, 1300, 1), (97, 200, 1100, 1)])
+def test_sgemm_threads_many_rounds(threads, m, n, k, split):
     rng = np.random.default_rng(threads * m)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     ref, tol = reference(0, 0, a, b, 0.0, np.zeros((m, n), np.float32))
     lib.tl_set_num_threads(threads)
+    lib.tl_sgemm_set_split(split)
     try:
-        for _ in range(5):
+        for _ in range(5 if split == 0 and k < 1200 else 20):
             c = np.full((m, n), np.nan, np.float32)
             lib.tl_sgemm(0, 0, m, n, k, ptr(a), k, ptr(b), n, 0.0, ptr(c), n)
             assert_close(c, ref, tol)
     finally:
+        lib.tl_sgemm_set_split(0)
         lib.tl_set_num_threads(0)
 
 
