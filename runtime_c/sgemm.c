@@ -29,10 +29,11 @@ The kernels (sgemm_kernels.c) follow cpu.h's path (tl_cpu_path), each with its o
 
 The cache blocks (KC, MC, NC) come from the cache sizes the OS reports, per shape (plan_blocking).
 
-Threads (OpenMP) split C into a grid: normally M (each thread packs its own A blocks and a chunk of the shared
-B panel), N where that saves over 1/16 of the work (thread_grid). They hand the B panel over with per-thread
-flags and two panel buffers instead of barriers, and in the last round a thread done with its rows takes over
-units of another's (see gemm_thread). Batched products of small matrices run one matrix per thread instead. A
+Threads (OpenMP) split C into a grid: normally M (each thread packs its own A blocks, and the B panel whole into
+a buffer of its own where the panel fits in half of L2, else a chunk of a shared one: shares_b), N where that
+saves over 1/16 of the work (thread_grid); the tuner may choose another split (tl_sgemm_set_split). They hand a
+shared B panel over with per-thread flags and two panel buffers instead of barriers, and in the last round a
+thread done with its rows takes over units of another's (see gemm_thread). Batched products of small matrices run one matrix per thread instead. A
 long sum over rows that both operands store (a weight gradient X^T dY, summed over the tokens) runs as two halves
 of K instead, each on the thread that holds its rows, added at the end (split_k).
 
