@@ -33,9 +33,10 @@ Threads (OpenMP) split C into a grid: normally M (each thread packs its own A bl
 a buffer of its own where the panel fits in half of L2, else a chunk of a shared one: shares_b), N where that
 saves over 1/16 of the work (thread_grid); the tuner may choose another split (tl_sgemm_set_split). They hand a
 shared B panel over with per-thread flags and two panel buffers instead of barriers, and in the last round a
-thread done with its rows takes over units of another's (see gemm_thread). Batched products of small matrices run one matrix per thread instead. A
-long sum over rows that both operands store (a weight gradient X^T dY, summed over the tokens) runs as two halves
-of K instead, each on the thread that holds its rows, added at the end (split_k).
+thread done with its rows takes over units of another's (see gemm_thread). Batched products of small matrices
+run one matrix per thread instead. A long sum over rows that both operands store (a weight gradient X^T dY,
+summed over the tokens) runs as two halves of K instead, each on the thread that holds its rows, added at the end
+(split_k).
 
 Other element formats (formats.h; sgemm_formats.c) take the same path with float32 micro-kernels: packing widens
 float16 and bfloat16 operands (tl_gemm_f16_batched2, tl_gemm_bf16_batched2) and dequantizes a quantized B
@@ -341,7 +342,8 @@ static void gemm_thread(const gemm_args *g, const gemm_shared *sh, int tid, int 
     long last = (g->N + NC - 1) / NC * ((g->K + KC - 1) / KC) - 1;
     // 8 floats of slack for the overlapping stores of pack_a_strip_rows_avx2
     float *apack = tl_scratch(SLOT_A, (size_t)MC * KC + 8);
-    // (a panel of its own: no other thread reads it, so one buffer, no turns to take)
+    // Where the tm > 1 threads of a grid column do not share its B panel, each packs it into a buffer of its own:
+    // no other thread reads that, so one buffer and no turns to take.
     const int shared = shares_b(pl, g->N, g->K, tm);
     float *own_panel = tm > 1 && !shared
         ? tl_scratch(SLOT_B, (size_t)(tl_min(g->K, KC) * tl_round_up(tl_min(g->N, NC), NRp))) : NULL;
