@@ -102,6 +102,23 @@ def test_the_rewritten_graph_keeps_fp32_ops_in_fp32(dtype):
     assert not any(n.dtype.is_low for n in toposort([pipeline.before_differentiation(loss32.node)]))
 
 
+def test_a_weight_is_cast_where_it_lies():
+    """`x @ W.T`'s weight is cast in its own layout and then transposed (the cast commutes with the view): a cast
+    of W.T would read W strided and store scattered, and would keep the weight's gradient from being computed
+    untransposed (rewrite/layout.py). Every linear layer's product reads PERMUTE(CAST(W)), never CAST(PERMUTE(W))."""
+    cfg = dict(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=65)
+    model, _ = pair(cfg, 0)
+    x, y = batch(cfg, 2, 0)
+    with tl.autocast(dtype=tl.bfloat16):
+        _, loss = model(tl.tensor(x), tl.tensor(y))
+    nodes = toposort([pipeline.before_differentiation(loss.node)])
+    weight_casts = [n for n in nodes if n.op == "CAST" and n.dtype is tl.bfloat16 and n.src[0].op == "CHECKPOINT"]
+    assert len(weight_casts) == 4 * cfg["n_layer"] + 1
+    assert all(not n.src[0].src[0].src for n in weight_casts)  # the stored weight itself, no view between
+    products = [n for n in nodes if n.op == "MATMUL" and n.src[1].op == "PERMUTE"]
+    assert len(products) >= 4 * cfg["n_layer"] + 1 and all(n.src[1].src[0].op == "CAST" for n in products)
+
+
 @pytest.mark.parametrize("dtype", [tl.bfloat16, tl.float16], ids=["bfloat16", "float16"])
 def test_autocast_rounds_against_the_float32_graph(dtype):
     """The rewritten graph against the graph it replaces: close, but not equal (the low dtype was used)."""

@@ -48,8 +48,8 @@ def read_in_place(kernel, arrays):
     offset) reads input i as if row-major: position offset + Σ idx_d·strides_d. That reads the array in place when
     the offset and each nonzero stride name one element and one axis of it (stride_d = the row-major stride of an
     axis of size > 1, the run of idx_d within it): the entry becomes the array's own strides over those axes and
-    its own offset, in elements (the array is passed by its first element's address). A transposed weight, a head
-    split of a projection: what autocast's casts and the optimizer's updates read."""
+    its own offset, in elements (the array is passed by its first element's address). A head split of a
+    projection, a transposed view a kernel casts or updates."""
     views = [i for i, a in enumerate(arrays) if not a.flags.c_contiguous]
     if not views:
         return kernel, arrays
