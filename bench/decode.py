@@ -23,6 +23,9 @@ Speculative (--target and --draft, examples/gpt.py checkpoints on the same token
 with the draft proposing --num-speculative-tokens, sampled at temperature 1 from the same seed, and the draft's
 acceptance rate (accepted / proposed).
 
+16-bit rows (--dtypes bf16 fp16): the runtime's model moved to that dtype whole (weights, activations, KV cache),
+decoded as "cached"; like the quantized rows, their speed is compared with float32's and their tokens are not.
+
 Quantized rows (--dtypes int8 int4): the runtime's model after tinyllm.quantization.quantize_ (one float16 scale
 per --group-size input features; the lm_head tied to the token embedding stays float32 unless --quantize-lm-head);
 int8-dynamic and int4-dynamic quantize the activations to int8 at run time too (dynamic=True: byte dot products),
@@ -57,6 +60,7 @@ CONFIGS = {
     "M": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65),
     "124M": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),  # GPT-2 small's shape
 }
+HALF = {"bf16": "bfloat16", "fp16": "float16"}  # --dtypes of a whole model in 16-bit floats: tinyllm's dtype names
 TARGET = 2.0  # issue 48 (23 asked 1.5): cached decode on the C runtime >= 2 x torch eager with a cache, 2 threads
 ROOFLINE_TARGET, QUANT_TARGET = 0.75, 1.5  # issue 48: of the bandwidth roofline (124M); int8/int4 over fp32
 
@@ -141,7 +145,9 @@ def worker(args, threads):
         for dtype in args.dtypes:
             model = GPT(GPTConfig(**cfg)).to(rt)
             model.load_state_dict(state)
-            if dtype != "fp32":
+            if dtype in HALF:
+                model = model.to(dtype=getattr(tl, HALF[dtype]))
+            elif dtype != "fp32":
                 quantize_(model, dtype.split("-")[0], group_size=args.group_size, embedding=args.quantize_lm_head,
                           dynamic=dtype.endswith("-dynamic"))
             model.eval()
@@ -230,9 +236,10 @@ def main():
     p.add_argument("--draft", help="examples/gpt.py --ckpt-dir of the draft model")
     p.add_argument("--num-speculative-tokens", type=int, default=4)
     p.add_argument("--dtypes", nargs="+", default=["fp32"],
-                   choices=["fp32", "int8", "int4", "int8-dynamic", "int4-dynamic"],
-                   help="weights of the tinyllm rows: fp32, and quantized copies (tinyllm.quantization.quantize_; "
-                   "-dynamic: int8 activations too, quantize_'s dynamic=True)")
+                   choices=["fp32", *HALF, "int8", "int4", "int8-dynamic", "int4-dynamic"],
+                   help="weights of the tinyllm rows: fp32, the whole model in bf16 or fp16 (model.to(dtype=...)), "
+                   "and quantized copies (tinyllm.quantization.quantize_; -dynamic: int8 activations too, quantize_'s "
+                   "dynamic=True)")
     p.add_argument("--group-size", type=int, default=32, help="input features per scale of the quantized rows")
     p.add_argument("--quantize-lm-head", action="store_true",
                    help="quantize the lm_head too (quantize_'s embedding=True); default: it stays float32")
@@ -299,7 +306,8 @@ def table(args, threads, res):
         med = statistics.median(v["tok_s"])
         ratio = med / (base_prefill if name.endswith("prefill") else base)
         quantized = any(f" {d}" in name for d in ("int8", "int4"))
-        same = "" if name.endswith("prefill") else "— (quantized)" if quantized else (
+        rounded = quantized or any(f" {d} " in name for d in HALF)
+        same = "" if name.endswith("prefill") else "— (rounded weights)" if rounded else (
             "yes" if v["tokens"] == [row[:len(v["tokens"][0])] for row in ref] else "FAIL")
         target = f" (target ≥ {TARGET})" if name == "c cached" and threads == 2 else ""
         cells = ["", "", "", ""]
@@ -312,9 +320,9 @@ def table(args, threads, res):
             cells[:3] = [f"{b / 1e6:,.1f}{fits}", f"{b * med / 1e9:,.1f}",
                          f"{frac:.1%}{meets} ({b * med / 1e9 / given_med:.0%})"]
         fp32 = name.split(" ")[0] + " cached"
-        if quantized and fp32 in res and not res[fp32]["error"]:
+        if rounded and fp32 in res and not res[fp32]["error"]:
             q = med / statistics.median(res[fp32]["tok_s"])
-            cells[3] = f"{q:.2f} ({'meets' if q >= QUANT_TARGET else 'below'} {QUANT_TARGET})"
+            cells[3] = f"{q:.2f}" + (f" ({'meets' if q >= QUANT_TARGET else 'below'} {QUANT_TARGET})" * quantized)
         print(f"| {name} | {fmt(v['tok_s'])} | {ratio:.2f}{target} | {same} | " + " | ".join(cells) + " |")
     if "speculative" in res:
         s = res["speculative"]

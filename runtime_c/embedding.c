@@ -17,14 +17,17 @@ static long first_bad_index(const int64_t *idx, long m, long n) {
 
 static inline long row_of(long k, long n) { return k < 0 ? k + n : k; }
 
-long embedding_forward(float *out, const float *table, const int64_t *idx, long outer, long n, long m, long inner) {
+long embedding_forward(void *out, const void *table, const int64_t *idx, long outer, long n, long m, long inner,
+                       long size) {
     long bad = first_bad_index(idx, m, n);
     if (bad >= 0) return bad;
+    const long row = inner * size;  // bytes
     int nt = outer * m * inner >= PARALLEL_MIN ? tl_get_num_threads() : 1;
 #pragma omp parallel for collapse(2) num_threads(nt) schedule(static)
     for (long o = 0; o < outer; o++) {
         for (long j = 0; j < m; j++) {
-            memcpy(out + (o * m + j) * inner, table + (o * n + row_of(idx[j], n)) * inner, inner * sizeof(float));
+            memcpy((char *)out + (o * m + j) * row, (const char *)table + (o * n + row_of(idx[j], n)) * row,
+                   (size_t)row);
         }
     }
     return -1;

@@ -212,3 +212,25 @@ def test_threads_running_one_schedule_at_once_get_their_own_results(rt):
     assert rt.replayed[0] > 0
     for i in range(40):
         np.testing.assert_array_equal(got[i], want[i], err_msg=f"call {i}")
+
+
+@pytest.mark.parametrize("dtype", [tl.bfloat16, tl.float16], ids=["bfloat16", "float16"])
+def test_a_16_bit_model_decodes_from_recordings(rt, dtype, monkeypatch):
+    """A float16 or bfloat16 GPT's decode step is recorded and replayed like a float32 one: every kernel of it
+    (the embedding's gather of 16-bit rows among them) runs in C, so no recording is given up, and the replays
+    give the tokens the uncached model gives."""
+    from tinyllm.models.gpt import GPT, GPTConfig
+    from tinyllm.runtime.c import record
+    given_up = []
+    fail = record.CallRecorder.fail
+    monkeypatch.setattr(record.CallRecorder, "fail", lambda self, why: given_up.append(why) or fail(self, why))
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=50)).to("c").to(dtype=dtype)
+    model.eval()
+    prompt = tl.tensor(np.random.default_rng(3).integers(0, 50, (1, 5)), device="c")
+    want = model.generate(prompt, 10, temperature=0, use_cache=False).numpy()
+    replayed = rt.replayed[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(model.generate(prompt, 10, temperature=0).numpy(), want)
+    assert not given_up, given_up
+    assert rt.replayed[0] > replayed

@@ -216,12 +216,16 @@ def test_embedding_index_out_of_range_names_the_op_on_c():
         table[tl.tensor(np.array([-6]), device="c")].numpy()
 
 
-def test_float64_embedding_falls_back_to_numpy(embedding_spy):
+def test_float64_embedding_gathers_in_c_and_scatters_in_numpy(embedding_spy):
+    """The gather copies rows of any dtype in C; the scatter-add sums float32 only, so float64's runs in NumPy."""
     x_np = rand(5, 3, dtype=np.float64)
     idx = np.array([4, 0, 4])
-    got = tl.tensor(x_np, device="c")[tl.tensor(idx, device="c")].numpy()
-    assert got.dtype == np.float64 and embedding_spy == []
-    np.testing.assert_array_equal(got, x_np[idx])
+    x = tl.tensor(x_np, device="c", requires_grad=True)
+    got = x[tl.tensor(idx, device="c")]
+    got.sum().backward()
+    assert got.numpy().dtype == np.float64 and set(embedding_spy) == {"GATHER"}
+    np.testing.assert_array_equal(got.numpy(), x_np[idx])
+    np.testing.assert_array_equal(x.grad.numpy(), np.bincount(idx, minlength=5)[:, None] * np.ones((1, 3)))
 
 
 # ---- data movement ---------------------------------------------------------------------------------------

@@ -300,22 +300,26 @@ class CRuntime(NumpyRuntime):
     def _gather(self, node, ins):
         x, idx = ins
         axis = node.arg
-        return self._embedding("embedding_forward", node, x, idx, axis, x.shape[axis], x.shape[axis + 1:])
+        return self._embedding("embedding_forward", node, x, idx, axis, x.shape[axis], x.shape[axis + 1:],
+                               x.itemsize)
 
     def _scatter_add(self, node, ins):
         dy, idx = ins
         axis, n = node.arg
+        if dy.dtype != np.float32:
+            return None
         return self._embedding("embedding_backward", node, dy, idx, axis, n, dy.shape[axis + idx.ndim:])
 
-    def _embedding(self, kernel, node, x, idx, axis, n, inner_shape):
-        """GATHER or SCATTER_ADD of float32 `x` along `axis`, through runtime_c/embedding.c: the table side has
-        n rows on that axis, the axes before it are the kernel's `outer`, those after its rows `inner`."""
-        if x.dtype != np.float32 or self.lib is None:
+    def _embedding(self, kernel, node, x, idx, axis, n, inner_shape, *size):
+        """GATHER (rows copied: any dtype, `size` bytes an element) or SCATTER_ADD (float32 sums) of `x` along
+        `axis`, through runtime_c/embedding.c: the table side has n rows on that axis, the axes before it are the
+        kernel's `outer`, those after its rows `inner`."""
+        if self.lib is None:
             return None
         x, idx = self.contiguous(x), self.contiguous(idx)
         out = self.empty(node.shape, x.dtype)
         bad = self.call(getattr(self.lib, kernel), out, x, idx, math.prod(x.shape[:axis]), n, idx.size,
-                        math.prod(inner_shape))
+                        math.prod(inner_shape), *size)
         if bad >= 0:
             check_index(idx, n, node.op, axis, x.shape)  # raises, naming the index and the shapes
         return out
