@@ -33,6 +33,7 @@ attention_mm.c (tl_attn_mm), the rest here.
 #include "attention_internal.h"
 #include "common.h"
 #include "cpu.h"
+#include "formats.h"
 #include "sgemm.h"
 #include "threads.h"
 
@@ -400,9 +401,42 @@ static void transpose(int path, float *dst, long ld, const float *src, long lds,
         for (long j = i < nb ? db : 0; j < d; j++) dst[j * ld + i] = src[i * lds + j];
 }
 
-// The (b0, b1, b2) matrix of a view, bh = (b0 * B1 + b1) * B2 + b2.
+// Where the (b0, b1, b2) matrix of a view starts, in elements, bh = (b0 * B1 + b1) * B2 + b2.
+static inline long head_at(const tl_attn_view *x, long bh, long B1, long B2) {
+    return bh / (B1 * B2) * x->s0 + bh / B2 % B1 * x->s1 + bh % B2 * x->s2;
+}
+
 static inline const float *head(const tl_attn_view *x, long bh, long B1, long B2) {
-    return x->p + bh / (B1 * B2) * x->s0 + bh / B2 % B1 * x->s1 + bh % B2 * x->s2;
+    return (const float *)x->p + head_at(x, bh, B1, B2);
+}
+
+static inline const uint16_t *head16(const tl_attn_view *x, long bh, long B1, long B2) {
+    return (const uint16_t *)x->p + head_at(x, bh, B1, B2);
+}
+
+// dst[r * ld + c] = src[r * st + c] widened to float32 (16-bit floats of format fmt), r < n, c < d. A loop per
+// format, which the compiler vectorises for bfloat16 (a 16-bit shift).
+static void widen_rows(int fmt, float *dst, long ld, const uint16_t *src, long st, long n, long d) {
+    for (long r = 0; r < n; r++) {
+        const uint16_t *s = src + r * st;
+        float *o = dst + r * ld;
+        if (fmt == TL_BF16)
+            for (long c = 0; c < d; c++) o[c] = tl_bf16_to_f32(s[c]);
+        else
+            for (long c = 0; c < d; c++) o[c] = tl_f16_to_f32(s[c]);
+    }
+}
+
+// dst[r * ld + c] = src[r * st + c] rounded to format fmt (to nearest even, as every 16-bit store), r < n, c < d.
+static void round_rows_to(int fmt, uint16_t *dst, long ld, const float *src, long st, long n, long d) {
+    for (long r = 0; r < n; r++) {
+        const float *s = src + r * st;
+        uint16_t *o = dst + r * ld;
+        if (fmt == TL_BF16)
+            for (long c = 0; c < d; c++) o[c] = tl_f32_to_bf16(s[c]);
+        else
+            for (long c = 0; c < d; c++) o[c] = tl_f32_to_f16(s[c]);
+    }
 }
 
 // One product of a tile of queries (from i0) and a tile of keys (from k0), C (+)= A B, where the causal mask
@@ -442,8 +476,10 @@ static void mm_causal(int path, int causal, int cut, long off, long M, long N, l
 // ----------------------------------------------------------------------------
 // Forward.
 
-void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
-                       long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+// The forward on float32 (fmt TL_F32: out is float *) or 16-bit floats (out is uint16_t *): a 16-bit task widens
+// its query tile, and the keys and values it reads, into this thread's scratch, and sums its output tile there.
+static void forward(int fmt, void *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                    long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal) {
     const int path = tl_cpu_path();
     const long BH = B0 * B1 * B2, tiles = (Tq + BR - 1) / BR, ldo = Dv + 1;
     const int nt = threads_for(BH * Tq * Tk * (D + Dv), BH * tiles);
@@ -453,8 +489,23 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long task = 0; task < BH * tiles; task++) {
         const long bh = task / tiles, i0 = task % tiles * BR, br = tl_min(BR, Tq - i0);
-        const float *qt = head(q, bh, B1, B2) + i0 * q->st, *kb = head(k, bh, B1, B2), *vb = head(v, bh, B1, B2);
-        float *o = out + (bh * Tq + i0) * ldo;
+        const long kend = causal ? tl_min(Tk, i0 + br) : Tk;
+        const float *qt, *kb, *vb;
+        long qs = q->st, ks = k->st, vs = v->st;
+        float *o;
+        if (fmt == TL_F32) {
+            qt = head(q, bh, B1, B2) + i0 * qs;
+            kb = head(k, bh, B1, B2);
+            vb = head(v, bh, B1, B2);
+            o = (float *)out + (bh * Tq + i0) * ldo;
+        } else {
+            float *w = tl_scratch(3, (size_t)(br * D + kend * (D + Dv) + br * ldo));
+            widen_rows(fmt, w, D, head16(q, bh, B1, B2) + i0 * qs, qs, br, D);
+            widen_rows(fmt, w + br * D, D, head16(k, bh, B1, B2), ks, kend, D);
+            widen_rows(fmt, w + br * D + kend * D, Dv, head16(v, bh, B1, B2), vs, kend, Dv);
+            qt = w, kb = w + br * D, vb = kb + kend * D, o = (float *)vb + kend * Dv;
+            qs = ks = D, vs = Dv;
+        }
         float *s = tl_scratch(0, BR * BC), *kt = tl_scratch(1, D * BC), *ml = tl_scratch(2, 2 * BR);
         float *mrow = ml, *lrow = ml + BR;
         for (long r = 0; r < br; r++) {
@@ -462,11 +513,10 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
             lrow[r] = 0.0f;
             for (long c = 0; c < Dv; c++) o[r * ldo + c] = 0.0f;
         }
-        const long kend = causal ? tl_min(Tk, i0 + br) : Tk;
         for (long k0 = 0; k0 < kend; k0 += BC) {
             const long bc = tl_min(BC, Tk - k0);
-            transpose(path, kt, BC, kb + k0 * k->st, k->st, bc, D);
-            mm_causal(path, causal, CUT_N, i0 - k0, br, bc, D, qt, q->st, 1, kt, BC, s, BC, 0);
+            transpose(path, kt, BC, kb + k0 * ks, ks, bc, D);
+            mm_causal(path, causal, CUT_N, i0 - k0, br, bc, D, qt, qs, 1, kt, BC, s, BC, 0);
             for (long r = 0; r < br; r++) {
                 float *row = s + r * BC;
                 const long n = visible(i0 + r, k0, bc, causal);
@@ -487,32 +537,62 @@ void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k,
                 }
                 mrow[r] = m_new;
             }
-            mm_causal(path, causal, CUT_K, i0 - k0, br, Dv, bc, s, BC, 1, vb + k0 * v->st, v->st, o, ldo, 1);
+            mm_causal(path, causal, CUT_K, i0 - k0, br, Dv, bc, s, BC, 1, vb + k0 * vs, vs, o, ldo, 1);
         }
         for (long r = 0; r < br; r++) {
             const float inv = 1.0f / lrow[r];
             for (long c = 0; c < Dv; c++) o[r * ldo + c] *= inv;
             o[r * ldo + Dv] = mrow[r] + logf(lrow[r]);
         }
+        if (fmt != TL_F32) round_rows_to(fmt, (uint16_t *)out + (bh * Tq + i0) * ldo, ldo, o, ldo, br, ldo);
     }
+}
+
+void attention_forward(float *out, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                       long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal) {
+    forward(TL_F32, out, q, k, v, B0, B1, B2, Tq, Tk, D, Dv, scale, causal);
+}
+
+void attention_forward_half(int fmt, uint16_t *out, const tl_attn_view *q, const tl_attn_view *k,
+                            const tl_attn_view *v, long B0, long B1, long B2, long Tq, long Tk, long D, long Dv,
+                            float scale, int causal) {
+    forward(fmt, out, q, k, v, B0, B1, B2, Tq, Tk, D, Dv, scale, causal);
 }
 
 // ----------------------------------------------------------------------------
 // Backward.
 
-void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
-                        const tl_attn_view *out, const tl_attn_view *dout,
-                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal,
-                        int dl) {
+// The backward on float32 (fmt TL_F32: dqkv is float *) or 16-bit floats (dqkv is uint16_t *): a 16-bit head's
+// inputs are widened into this thread's scratch once, and its dq, dk, dv summed there, then rounded.
+static void backward(int fmt, void *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                     const tl_attn_view *out, const tl_attn_view *dout, long B0, long B1, long B2, long Tq, long Tk,
+                     long D, long Dv, float scale, int causal, int dl) {
     const int path = tl_cpu_path();
-    const long BH = B0 * B1 * B2, per_head = Tq * D + Tk * D + Tk * Dv, qs = q->st, os = out->st, dos = dout->st;
+    const long BH = B0 * B1 * B2, per_head = Tq * D + Tk * D + Tk * Dv, dov = Dv + (dl != 0);
     const int nt = threads_for(BH * Tq * Tk * (2 * D + 3 * Dv), BH);
     // Static, as in the forward: one task per head, all of equal work.
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long bh = 0; bh < BH; bh++) {
-        const float *qb = head(q, bh, B1, B2), *kb = head(k, bh, B1, B2), *vb = head(v, bh, B1, B2);
-        const float *ob = head(out, bh, B1, B2), *dob = head(dout, bh, B1, B2);
-        float *dq = dqkv + bh * per_head, *dk = dq + Tq * D, *dv = dk + Tk * D;
+        const float *qb, *kb, *vb, *ob, *dob;
+        long qs = q->st, ks = k->st, vs = v->st, os = out->st, dos = dout->st;
+        float *dq;
+        if (fmt == TL_F32) {
+            qb = head(q, bh, B1, B2), kb = head(k, bh, B1, B2), vb = head(v, bh, B1, B2);
+            ob = head(out, bh, B1, B2), dob = head(dout, bh, B1, B2);
+            dq = (float *)dqkv + bh * per_head;
+        } else {
+            float *w = tl_scratch(3, (size_t)(2 * per_head + Tq * (Dv + 1 + dov)));
+            dq = w;  // then q, k, v, out, dout widened
+            float *wq = w + per_head, *wk = wq + Tq * D, *wv = wk + Tk * D, *wo = wv + Tk * Dv, *wd = wo + Tq * (Dv + 1);
+            widen_rows(fmt, wq, D, head16(q, bh, B1, B2), qs, Tq, D);
+            widen_rows(fmt, wk, D, head16(k, bh, B1, B2), ks, Tk, D);
+            widen_rows(fmt, wv, Dv, head16(v, bh, B1, B2), vs, Tk, Dv);
+            widen_rows(fmt, wo, Dv + 1, head16(out, bh, B1, B2), os, Tq, Dv + 1);
+            widen_rows(fmt, wd, dov, head16(dout, bh, B1, B2), dos, Tq, dov);
+            qb = wq, kb = wk, vb = wv, ob = wo, dob = wd;
+            qs = ks = D, vs = Dv, os = Dv + 1, dos = dov;
+        }
+        float *dk = dq + Tq * D, *dv = dk + Tk * D;
         float *p = tl_scratch(0, 2 * BR * BC), *ds = p + BR * BC;
         float *kt = tl_scratch(1, (D + Dv) * BC), *vt = kt + D * BC;
         float *delta = tl_scratch(2, Tq);
@@ -527,8 +607,8 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
                 memset(dv + k0 * Dv, 0, (size_t)(bc * Dv) * sizeof(float));
                 continue;
             }
-            transpose(path, kt, BC, kb + k0 * k->st, k->st, bc, D);
-            transpose(path, vt, BC, vb + k0 * v->st, v->st, bc, Dv);
+            transpose(path, kt, BC, kb + k0 * ks, ks, bc, D);
+            transpose(path, vt, BC, vb + k0 * vs, vs, bc, Dv);
             for (long i0 = i_first; i0 < Tq; i0 += BR) {
                 const long br = tl_min(BR, Tq - i0), off = i0 - k0;
                 const float *qt = qb + i0 * qs, *dot = dob + i0 * dos;
@@ -539,9 +619,23 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
                                      ob[(i0 + r) * os + Dv], delta[i0 + r]);
                 const int more_q = i0 > i_first, more_k = k0 > 0;  // accumulate into what is written already
                 mm_causal(path, causal, SKIP_K, off, bc, Dv, br, p, 1, BC, dot, dos, dv + k0 * Dv, Dv, more_q);  // dV += P^T dO
-                mm_causal(path, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * k->st, k->st, dq + i0 * D, D, more_k);  // dQ += dS K
+                mm_causal(path, causal, CUT_K, off, br, D, bc, ds, BC, 1, kb + k0 * ks, ks, dq + i0 * D, D, more_k);  // dQ += dS K
                 mm_causal(path, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, more_q);  // dK += dS^T Q
             }
         }
+        if (fmt != TL_F32) round_rows_to(fmt, (uint16_t *)dqkv + bh * per_head, per_head, dq, per_head, 1, per_head);
     }
+}
+
+void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *k, const tl_attn_view *v,
+                        const tl_attn_view *out, const tl_attn_view *dout,
+                        long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal,
+                        int dl) {
+    backward(TL_F32, dqkv, q, k, v, out, dout, B0, B1, B2, Tq, Tk, D, Dv, scale, causal, dl);
+}
+
+void attention_backward_half(int fmt, uint16_t *dqkv, const tl_attn_view *q, const tl_attn_view *k,
+                             const tl_attn_view *v, const tl_attn_view *out, const tl_attn_view *dout, long B0,
+                             long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal, int dl) {
+    backward(fmt, dqkv, q, k, v, out, dout, B0, B1, B2, Tq, Tk, D, Dv, scale, causal, dl);
 }

@@ -22,9 +22,12 @@ This header is also the cffi cdef (see runtime_c/build.py): plain declarations o
 #ifndef TINYLLM_ATTENTION_H
 #define TINYLLM_ATTENTION_H
 
-// An input read in place: element (b0, b1, b2, t, d) at p[b0*s0 + b1*s1 + b2*s2 + t*st + d].
+#include <stdint.h>
+
+// An input read in place: element (b0, b1, b2, t, d) at p[b0*s0 + b1*s1 + b2*s2 + t*st + d], p's elements
+// float32, or 16-bit floats for the _half functions.
 typedef struct {
-    const float *p;
+    const void *p;
     long s0, s1, s2, st;
 } tl_attn_view;
 
@@ -35,5 +38,16 @@ void attention_backward(float *dqkv, const tl_attn_view *q, const tl_attn_view *
                         const tl_attn_view *out, const tl_attn_view *dout,
                         long B0, long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal,
                         int dl);
+
+// The same on 16-bit floats of format fmt (formats.h: 1 float16, 2 bfloat16), inputs and outputs: each tile's
+// inputs widened to float32 as the tile is read, the same float32 arithmetic, and each output rounded once to
+// nearest even where it is stored. The bits of widening the inputs, attention_forward / _backward, and rounding.
+void attention_forward_half(int fmt, uint16_t *out, const tl_attn_view *q, const tl_attn_view *k,
+                            const tl_attn_view *v, long B0, long B1, long B2, long Tq, long Tk, long D, long Dv,
+                            float scale, int causal);
+
+void attention_backward_half(int fmt, uint16_t *dqkv, const tl_attn_view *q, const tl_attn_view *k,
+                             const tl_attn_view *v, const tl_attn_view *out, const tl_attn_view *dout, long B0,
+                             long B1, long B2, long Tq, long Tk, long D, long Dv, float scale, int causal, int dl);
 
 #endif  // TINYLLM_ATTENTION_H

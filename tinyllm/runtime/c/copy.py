@@ -1,17 +1,13 @@
 """Data movement on the C runtime: CONTIGUOUS, CAT, PAD and reshapes that must copy, through runtime_c/copy.c
 (memcpy of each innermost run, the outer axes on all threads) into arrays from the runtime's pool; a reshape that
 needs no copy is a NumPy view. Copies move bytes, so they serve every dtype alike (16-bit floats as their uint16
-storage). `convert` changes an array's dtype with a generated kernel (hand-written kernels that compute in float32
-read and write 16-bit floats through it)."""
+storage)."""
 import math
 
 import numpy as np
 
-from ...ops.kernel import Kernel
 from ...views import view_strides
-from . import compiler
 from ..base import kernels
-from .views import read_in_place
 
 KERNELS = kernels("c")
 
@@ -42,29 +38,6 @@ def copy_into(runtime, dst, src):
     axes = [(1, 0, 0)] * (4 - len(axes)) + axes
     runtime.call(runtime.lib.tl_copy, dst.itemsize, *(a[0] for a in axes), dst, *(a[1] for a in axes),
                  src, *(a[2] for a in axes))
-
-
-def convert(runtime, x, src_dtype, dtype):
-    """x, holding tinyllm dtype `src_dtype`, as a new row-major array of `dtype` from the runtime's pool (a 16-bit
-    float rounded to nearest even), converted by a generated kernel (render.py's loads and stores); None where
-    the runtime compiles no kernels."""
-    if not runtime.compiles:
-        return None
-    code = (("IN", 0, (), src_dtype.name), ("CAST", dtype, (0,), dtype.name))
-    kernel = Kernel((x.size,), None, ((0, (1,), 0),), code)
-    if not x.flags.c_contiguous:  # a view (attention's head split of q, k, v) read where it lies, else copied
-        row_major = Kernel(x.shape, None, ((0, tuple(math.prod(x.shape[d + 1:]) for d in range(x.ndim)), 0),), code)
-        in_place, _ = read_in_place(row_major, [x])
-        if in_place is row_major:
-            x = runtime.contiguous(x)
-        else:
-            kernel = in_place
-    key = (kernel, dtype.name, (src_dtype.name,))  # compiled as, and with, the runtime's FUSED kernels
-    fn, params = runtime.compiled([key], compiler.path())[key]
-    out = runtime.empty(x.shape, dtype.np)
-    if out.size:
-        runtime.call(fn, [out, x, *params])
-    return out
 
 
 def _applies(runtime, *arrays):
@@ -142,5 +115,3 @@ def _zero_outside(runtime, out, where):
                 zero = runtime.empty((1,), out.dtype)
                 runtime.call(runtime.lib.tl_zero, zero, zero.nbytes)
             copy_into(runtime, slab, np.lib.stride_tricks.as_strided(zero, slab.shape, (0,) * slab.ndim))
-
-
