@@ -414,29 +414,9 @@ static inline const uint16_t *head16(const tl_attn_view *x, long bh, long B1, lo
     return (const uint16_t *)x->p + head_at(x, bh, B1, B2);
 }
 
-// dst[r * ld + c] = src[r * st + c] widened to float32 (16-bit floats of format fmt), r < n, c < d. A loop per
-// format, which the compiler vectorises for bfloat16 (a 16-bit shift).
+// dst[r * ld + c] = src[r * st + c] widened to float32 (16-bit floats of format fmt), r < n, c < d.
 static void widen_rows(int fmt, float *dst, long ld, const uint16_t *src, long st, long n, long d) {
-    for (long r = 0; r < n; r++) {
-        const uint16_t *s = src + r * st;
-        float *o = dst + r * ld;
-        if (fmt == TL_BF16)
-            for (long c = 0; c < d; c++) o[c] = tl_bf16_to_f32(s[c]);
-        else
-            for (long c = 0; c < d; c++) o[c] = tl_f16_to_f32(s[c]);
-    }
-}
-
-// dst[r * ld + c] = src[r * st + c] rounded to format fmt (to nearest even, as every 16-bit store), r < n, c < d.
-static void round_rows_to(int fmt, uint16_t *dst, long ld, const float *src, long st, long n, long d) {
-    for (long r = 0; r < n; r++) {
-        const float *s = src + r * st;
-        uint16_t *o = dst + r * ld;
-        if (fmt == TL_BF16)
-            for (long c = 0; c < d; c++) o[c] = tl_f32_to_bf16(s[c]);
-        else
-            for (long c = 0; c < d; c++) o[c] = tl_f32_to_f16(s[c]);
-    }
+    for (long r = 0; r < n; r++) tl_widen_half(fmt, src + r * st, d, dst + r * ld);
 }
 
 // One product of a tile of queries (from i0) and a tile of keys (from k0), C (+)= A B, where the causal mask
@@ -544,7 +524,7 @@ static void forward(int fmt, void *out, const tl_attn_view *q, const tl_attn_vie
             for (long c = 0; c < Dv; c++) o[r * ldo + c] *= inv;
             o[r * ldo + Dv] = mrow[r] + logf(lrow[r]);
         }
-        if (fmt != TL_F32) round_rows_to(fmt, (uint16_t *)out + (bh * Tq + i0) * ldo, ldo, o, ldo, br, ldo);
+        if (fmt != TL_F32) tl_round_half(fmt, br, ldo, o, (uint16_t *)out + (bh * Tq + i0) * ldo, ldo, 1);
     }
 }
 
@@ -623,7 +603,7 @@ static void backward(int fmt, void *dqkv, const tl_attn_view *q, const tl_attn_v
                 mm_causal(path, causal, SKIP_K, off, bc, D, br, ds, 1, BC, qt, qs, dk + k0 * D, D, more_q);  // dK += dS^T Q
             }
         }
-        if (fmt != TL_F32) round_rows_to(fmt, (uint16_t *)dqkv + bh * per_head, per_head, dq, per_head, 1, per_head);
+        if (fmt != TL_F32) tl_round_half(fmt, 1, per_head, dq, (uint16_t *)dqkv + bh * per_head, per_head, 1);
     }
 }
 

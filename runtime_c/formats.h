@@ -100,6 +100,13 @@ __attribute__((visibility("hidden"))) void tl_gemm_quantized(int fmt, long M, lo
                                                              const uint16_t *scales, long lds, float *C, long ldc,
                                                              int nt);
 
+// Rows of 16-bit floats of format fmt (sgemm_formats.c, with AVX2 where the CPU has it): tl_widen_half widens n at
+// src into float32 at dst; tl_round_half rounds M rows of N float32 sums (row-major) into c (row stride ldc), on at
+// most nt threads, to nearest even with the bits of tl_f32_to_f16 / tl_f32_to_bf16.
+__attribute__((visibility("hidden"))) void tl_widen_half(int fmt, const uint16_t *src, long n, float *dst);
+__attribute__((visibility("hidden"))) void tl_round_half(int fmt, long M, long N, const float *sums, uint16_t *c,
+                                                         long ldc, int nt);
+
 // Threads the sgemm's entry points use (tl_set_num_threads).
 __attribute__((visibility("hidden"))) int tl_gemm_threads(void);
 

@@ -23,7 +23,7 @@ AVX2H static long widen_half_avx2(int fmt, const uint16_t *src, long n, float *d
     return i;
 }
 
-// round_rows' vector part: c[0..j) = the floats of s[0..j) rounded to format fmt, for the j (a multiple of 8) it
+// tl_round_half's vector part: c[0..j) = the floats of s[0..j) rounded to format fmt, for the j (a multiple of 8) it
 // returns, with the bits of tl_f32_to_f16 / tl_f32_to_bf16: float16 by F16C's vcvtps2ph to nearest even (NaN made
 // quiet, its payload's high bits kept, as there), bfloat16 on the bits as tl_f32_to_bf16 does.
 AVX2H static long round_half_avx2(int fmt, const float *s, long n, uint16_t *c) {
@@ -116,6 +116,10 @@ static void widen_half(int fmt, int vec, const uint16_t *src, long n, float *dst
     for (; i < n; i++) dst[i] = tl_half_to_f32(fmt, src[i]);
 }
 
+void tl_widen_half(int fmt, const uint16_t *src, long n, float *dst) {
+    widen_half(fmt, avx2_packs(sgemm_current_plan(), fmt), src, n, dst);
+}
+
 #define HALF_GEMV_CHUNK (16L << 10)  // floats of W widened at a time (64 KiB, in L2), then read by the GEMV
 
 // C (float32 sums, row-major, ldc) = op(A) op(B) of 16-bit floats for M <= GEMV_M: the rows of op(A) widened
@@ -158,11 +162,10 @@ static void gemv_half(int fmt, int transA, int transB, long M, long N, long K, c
     }
 }
 
-// c (row stride ldc) = the M x N float32 sums rounded to format fmt, on nt threads (rows split as the product's
-// own threads split them). With AVX2, 8 at a time (round_half_avx2: float16's software rounding keeps the plain
+// (formats.h) Rows split among the threads as the product's own threads split them. With AVX2, 8 at a time (round_half_avx2: float16's software rounding keeps the plain
 // loop scalar); else a loop per format, which the compiler vectorises for bfloat16 (one loop on tl_f32_to_half's
 // run-time format does not).
-static void round_rows(int fmt, long M, long N, const float *sums, uint16_t *c, long ldc, int nt) {
+void tl_round_half(int fmt, long M, long N, const float *sums, uint16_t *c, long ldc, int nt) {
     const int vec = avx2_packs(sgemm_current_plan(), fmt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && M * N >= (1L << 14))
     for (long i = 0; i < M; i++) {
@@ -199,7 +202,7 @@ static void gemm_half_one(const gemm_plan *p, int fmt, int batch1, long b, int t
                        dot ? dot : p, fmt, fmt};
         sgemm_gemm(&g, nt);
     }
-    round_rows(fmt, M, N, sums, C + b0 * strideC0 + b1 * strideC1, ldc, nt);
+    tl_round_half(fmt, M, N, sums, C + b0 * strideC0 + b1 * strideC1, ldc, nt);
 }
 
 static void gemm_half_batched2(int fmt, int batch0, int batch1, int transA, int transB, int M, int N, int K,
