@@ -71,6 +71,7 @@ def test_a_bfloat16_attention_step_runs_the_half_kernels(rt, monkeypatch):
     """Under bfloat16 autocast a GPT's attention runs the 16-bit kernels on its bfloat16 q, k, v (head splits of
     one projection), out and dout where they lie, never the float32 ones on widened copies."""
     from tinyllm.models.gpt import GPT, GPTConfig
+    monkeypatch.setattr(rt, "replays", False)  # a recording made by an earlier test would run without rt.call
     called = []
     real = type(rt).call
     monkeypatch.setattr(type(rt), "call", lambda self, fn, *args, **kw: called.append(getattr(fn, "__name__", ""))
