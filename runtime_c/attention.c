@@ -25,7 +25,8 @@ the blocks a causal mask zeroes skipped (mm_causal). Three paths, picked per cal
 CPU's features, TINYLLM_CPU, tl_cpu_set_path): AVX-512 does the products 6 rows x up to 64 columns at a time in
 registers, exp with a vectorised polynomial over 16 lanes, and uses mask registers at ragged edges; AVX2+FMA the
 same over 6 x 16 blocks and 8 lanes, with masked loads; the portable path is plain C. The products are in
-attention_mm.c (tl_attn_mm), the rest here.
+attention_mm.c (tl_attn_mm), the rest here. The _half entry points run the same code on 16-bit inputs widened
+tile by tile (or head by head, backward) into the thread's scratch, rounding each output once (attention.h).
 */
 #include <math.h>
 
@@ -563,7 +564,8 @@ static void backward(int fmt, void *dqkv, const tl_attn_view *q, const tl_attn_v
         } else {
             float *w = tl_scratch(3, (size_t)(2 * per_head + Tq * (Dv + 1 + dov)));
             dq = w;  // then q, k, v, out, dout widened
-            float *wq = w + per_head, *wk = wq + Tq * D, *wv = wk + Tk * D, *wo = wv + Tk * Dv, *wd = wo + Tq * (Dv + 1);
+            float *wq = w + per_head, *wk = wq + Tq * D, *wv = wk + Tk * D, *wo = wv + Tk * Dv;
+            float *wd = wo + Tq * (Dv + 1);
             widen_rows(fmt, wq, D, head16(q, bh, B1, B2), qs, Tq, D);
             widen_rows(fmt, wk, D, head16(k, bh, B1, B2), ks, Tk, D);
             widen_rows(fmt, wv, Dv, head16(v, bh, B1, B2), vs, Tk, Dv);

@@ -162,9 +162,9 @@ static void gemv_half(int fmt, int transA, int transB, long M, long N, long K, c
     }
 }
 
-// (formats.h) Rows split among the threads as the product's own threads split them. With AVX2, 8 at a time (round_half_avx2: float16's software rounding keeps the plain
-// loop scalar); else a loop per format, which the compiler vectorises for bfloat16 (one loop on tl_f32_to_half's
-// run-time format does not).
+// (formats.h) Rows split among the threads as the product's own threads split them. With AVX2, 8 at a time
+// (round_half_avx2: float16's software rounding keeps the plain loop scalar); else a loop per format, which the
+// compiler vectorises for bfloat16 (one loop on tl_f32_to_half's run-time format does not).
 void tl_round_half(int fmt, long M, long N, const float *sums, uint16_t *c, long ldc, int nt) {
     const int vec = avx2_packs(sgemm_current_plan(), fmt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && M * N >= (1L << 14))
