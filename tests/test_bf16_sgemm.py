@@ -13,7 +13,8 @@ sums aside. So for C = op(A) op(B) with M = |op(A)| |op(B)| (float64) and eps = 
 i.e. within bfloat16's own error of torch. Shapes are drawn by hypothesis, with K odd (the zero-padded last
 pair), M and N off the 14 x 32 tile (N down to 1), each operand plain or transposed and with padded rows, on 1
 and 2 threads, and with the bf16 plan's cache blocks shrunk so that products cross several K blocks (an odd KC
-among them) and B panels. Skipped where the CPU has no AVX512_BF16 (the fallback alone is tests/test_c_lowp_matmul.py's)."""
+among them) and B panels. Skipped where the CPU has no AVX512_BF16, or where the runtime's path is forced below avx2
+(TINYLLM_CPU=portable: no dot-product instructions then); the fallback alone is tests/test_c_lowp_matmul.py's."""
 import numpy as np
 import pytest
 import torch
@@ -23,7 +24,8 @@ from tinyllm.runtime import get
 
 rt = get("c")
 lib = rt.lib
-pytestmark = pytest.mark.skipif(lib is None or not lib.tl_cpu_has_bf16_dot(), reason="no AVX512_BF16 here")
+pytestmark = pytest.mark.skipif(lib is None or not lib.tl_cpu_has_bf16_dot() or lib.tl_cpu_path() < 1,
+                                reason="no AVX512_BF16 here, or the path forced below avx2 (TINYLLM_CPU)")
 
 EPS, EPS32 = 2.0 ** -7, float(np.finfo(np.float32).eps)
 BF16_PLAN = 3  # sgemm.h's tl_sgemm_plan: the plan of bfloat16 products on vdpbf16ps
