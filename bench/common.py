@@ -252,6 +252,12 @@ def limits_lines(limits):
              "cores gave while other processes ran (the best over the median: how much they took)",
              f"  memory GB/s: read-only stream {per(limits['read'])}, copy (read + written) {per(limits['copy'])} "
              f"(256 MiB arrays); L3 {limits['l3'] / 2**20:g} MiB"]
+    picked = limits["fma"][limits["path"]]
+    for n in counts[1:]:  # a second thread that adds nothing: say so, as every fraction of that peak depends on it
+        if picked[n] < 0.75 * int(n) * picked["1"]:
+            lines.append(f"  WARNING: {n} threads reached only {picked[n] / picked['1']:.2f}x one thread's FMA peak in "
+                         "this run: the cores were not all free to them (another process or the host held one), or "
+                         "they share a physical core (SMT); fractions of this peak are not comparable to other runs")
     if "avx512" in limits["fma"] and "avx2" in limits["fma"]:
         r = " / ".join(f"{limits['fma']['avx512'][n] / limits['fma']['avx2'][n]:.2f}" for n in counts)
         lines.append(f"  avx512 / avx2 FMA peak {r}; the runtime's own calibration (cpu.c) finds "
