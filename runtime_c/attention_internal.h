@@ -9,12 +9,27 @@ PRIVATE_HEADERS), and hidden from the module's exported symbols.
 #include <immintrin.h>
 #endif
 
+#include <stdint.h>
+
 enum { PATH_PORTABLE, PATH_AVX2, PATH_AVX512 };  // tl_cpu_path()'s numbering (cpu.h)
+// tl_attn_mm's bfloat16 products on vdpbf16ps (where tl_cpu_bf16_dot()): A and B hold pairs of bfloat16 along k,
+// each 32-bit "element" of A(m, k) and B(k, n) a pair (k counts pairs), C float32 as on the other paths
+enum { PATH_PAIRS = 16 };
 
 // C[M x N] (+)= A B, A(m, k) = A[m*ars + k*acs], B(k, n) = B[k*ldb + n], on `path`; accumulate 0 overwrites C.
 __attribute__((visibility("hidden"))) void tl_attn_mm(int path, long M, long N, long K, const float *A, long ars,
                                                       long acs, const float *B, long ldb, float *C, long ldc,
                                                       int accumulate);
+
+#if defined(__x86_64__)
+// PATH_PAIRS' operands: rows of float32 rounded to bfloat16 (A: pairs along a row, zeros from n up to width, a
+// multiple of 32); rows 2i and 2i + 1 of a bfloat16 matrix interleaved (B: pairs down a column, a zero row past
+// an odd n). Both on AVX512_BF16 CPUs only.
+__attribute__((visibility("hidden"))) void tl_attn_round_pairs(uint16_t *dst, long ld, const float *src, long lds,
+                                                               long rows, long n, long width);
+__attribute__((visibility("hidden"))) void tl_attn_pack_pairs(uint32_t *dst, long ld, const uint16_t *src, long lds,
+                                                              long n, long d);
+#endif
 
 #if defined(__x86_64__)
 // Lanes below w are on.

@@ -97,15 +97,17 @@ AVX2 static void mm_avx2(long M, long N, long K, const float *A, long ars, long 
 // never faults past them, so no row may be read or written past its end).
 
 #if defined(__x86_64__)
-#define AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
 // Rows [0, R) x V vectors of 16 columns of C (+)= A B, R in 1..6, V in 1..4: up to 24 accumulators and V B
 // vectors within the 32 zmm registers; the A elements are broadcast from memory inside the FMAs. m[v] are the
 // columns of vector v, all on but at the right edge; `full` (a literal at each call) says there is no edge, and
-// the B rows are then read with plain loads (masked ones in the inner loop cost 10% on Zen 4).
+// the B rows are then read with plain loads (masked ones in the inner loop cost 10% on Zen 4). PAIRS (a literal):
+// the operands are bfloat16 pairs along k (tl_attn_mm_pairs), each "element" 32 bits that vdpbf16ps multiplies as
+// two products, exact in float32, added to the sums.
 AVX512 static inline __attribute__((always_inline)) void
-mm_block512(int R, int V, int full, long K, const float *A, long ars, long acs, const float *B, long ldb, float *C,
-            long ldc, int accumulate, const __mmask16 *m) {
+mm_block512(int R, int V, int full, int PAIRS, long K, const float *A, long ars, long acs, const float *B, long ldb,
+            float *C, long ldc, int accumulate, const __mmask16 *m) {
     __m512 c[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++)
@@ -116,32 +118,38 @@ mm_block512(int R, int V, int full, long K, const float *A, long ars, long acs, 
             b[v] = full ? _mm512_loadu_ps(B + k * ldb + 16 * v) : _mm512_maskz_loadu_ps(m[v], B + k * ldb + 16 * v);
         for (int r = 0; r < R; r++) {
             const __m512 a = _mm512_set1_ps(A[r * ars + k * acs]);
-            for (int v = 0; v < V; v++) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
+            for (int v = 0; v < V; v++)
+                c[r][v] = PAIRS ? _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v])
+                                : _mm512_fmadd_ps(a, b[v], c[r][v]);
         }
     }
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], c[r][v]);
 }
 
-// One strip of V vectors of C, in blocks of 6 rows and one block for the rest (V and full literals at each call).
+// One strip of V vectors of C, in blocks of 6 rows and one block for the rest (V, full and PAIRS literals).
 AVX512 static inline __attribute__((always_inline)) void
-mm_strip512(int V, int full, long M, long K, const float *A, long ars, long acs, const float *b, long ldb, float *C,
-            long ldc, int accumulate, const __mmask16 *mk) {
+mm_strip512(int V, int full, int PAIRS, long M, long K, const float *A, long ars, long acs, const float *b, long ldb,
+            float *C, long ldc, int accumulate, const __mmask16 *mk) {
     long m = 0;
     for (; m + 6 <= M; m += 6)
-        mm_block512(6, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk);
-    switch (M - m) {  // the last rows, in one block
-    case 5: mm_block512(5, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 4: mm_block512(4, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 3: mm_block512(3, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 2: mm_block512(2, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
-    case 1: mm_block512(1, V, full, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk); break;
+        mm_block512(6, V, full, PAIRS, K, A + m * ars, ars, acs, b, ldb, C + m * ldc, ldc, accumulate, mk);
+    const long r = M - m;  // the last rows, in one block
+    const float *a = A + m * ars;
+    float *c = C + m * ldc;
+    switch (r) {
+    case 5: mm_block512(5, V, full, PAIRS, K, a, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+    case 4: mm_block512(4, V, full, PAIRS, K, a, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+    case 3: mm_block512(3, V, full, PAIRS, K, a, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+    case 2: mm_block512(2, V, full, PAIRS, K, a, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+    case 1: mm_block512(1, V, full, PAIRS, K, a, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
     }
 }
 
 // Strips of 64 columns (24 accumulators: 10 loads per 24 FMAs), the last one as narrow as its columns allow.
-AVX512 static void mm_avx512(long M, long N, long K, const float *A, long ars, long acs,
-                             const float *B, long ldb, float *C, long ldc, int accumulate) {
+AVX512 static inline __attribute__((always_inline)) void
+mm_avx512_body(int PAIRS, long M, long N, long K, const float *A, long ars, long acs, const float *B, long ldb,
+               float *C, long ldc, int accumulate) {
     for (long n = 0; n < N; n += 64) {
         const long w = N - n;
         const __mmask16 mk[4] = {lanes16(w), lanes16(w - 16), lanes16(w - 32), lanes16(w - 48)};
@@ -149,14 +157,55 @@ AVX512 static void mm_avx512(long M, long N, long K, const float *A, long ars, l
         float *c = C + n;
         const int v = w >= 64 ? 4 : (int)((w + 15) / 16), full = w >= 16 * v;  // full: no ragged edge
         switch (2 * v + full) {
-        case 9: mm_strip512(4, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 8: mm_strip512(4, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 7: mm_strip512(3, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 6: mm_strip512(3, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 5: mm_strip512(2, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 4: mm_strip512(2, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        case 3: mm_strip512(1, 1, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
-        default: mm_strip512(1, 0, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 9: mm_strip512(4, 1, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 8: mm_strip512(4, 0, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 7: mm_strip512(3, 1, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 6: mm_strip512(3, 0, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 5: mm_strip512(2, 1, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 4: mm_strip512(2, 0, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        case 3: mm_strip512(1, 1, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        default: mm_strip512(1, 0, PAIRS, M, K, A, ars, acs, b, ldb, c, ldc, accumulate, mk); break;
+        }
+    }
+}
+
+AVX512 static void mm_avx512(long M, long N, long K, const float *A, long ars, long acs, const float *B, long ldb,
+                             float *C, long ldc, int accumulate) {
+    mm_avx512_body(0, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+}
+
+AVX512 static void mm_pairs_avx512(long M, long N, long K, const float *A, long ars, long acs, const float *B,
+                                   long ldb, float *C, long ldc, int accumulate) {
+    mm_avx512_body(1, M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+}
+
+// Row i of P (n floats, row stride lds) rounded to bfloat16 into dst + i * ld, to nearest even, then zeros up to
+// `width` (a multiple of 32): the A operand of tl_attn_mm_pairs, pairs along the row.
+AVX512 void tl_attn_round_pairs(uint16_t *dst, long ld, const float *src, long lds, long rows, long n, long width) {
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < width; j += 32) {
+            const __m512 lo = _mm512_maskz_loadu_ps(lanes16(n - j), src + i * lds + j);
+            const __m512 hi = _mm512_maskz_loadu_ps(lanes16(n - j - 16), src + i * lds + j + 16);
+            _mm512_storeu_si512(dst + i * ld + j, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+}
+
+// Rows 2i and 2i + 1 of src (bfloat16, d columns, row stride lds; n rows, a zero row past an odd n) interleaved
+// into dst + i * ld: the 32-bit pair (src[2i][c], src[2i + 1][c]) at column c, the B operand of tl_attn_mm_pairs.
+AVX512 void tl_attn_pack_pairs(uint32_t *dst, long ld, const uint16_t *src, long lds, long n, long d) {
+    const __m512i lo = _mm512_setr_epi32(0 | 32 << 16, 1 | 33 << 16, 2 | 34 << 16, 3 | 35 << 16, 4 | 36 << 16,
+                                         5 | 37 << 16, 6 | 38 << 16, 7 | 39 << 16, 8 | 40 << 16, 9 | 41 << 16,
+                                         10 | 42 << 16, 11 | 43 << 16, 12 | 44 << 16, 13 | 45 << 16, 14 | 46 << 16,
+                                         15 | 47 << 16);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (long i = 0; 2 * i < n; i++) {
+        const uint16_t *r0 = src + 2 * i * lds, *r1 = r0 + lds;
+        for (long c = 0; c < d; c += 32) {
+            const __mmask32 m = (__mmask32)(d - c >= 32 ? 0xFFFFFFFFu : (1u << (d - c)) - 1);
+            const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c);
+            const __m512i b = 2 * i + 1 < n ? _mm512_maskz_loadu_epi16(m, r1 + c) : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dst + i * ld + c, lanes16(d - c), _mm512_permutex2var_epi16(a, lo, b));
+            _mm512_mask_storeu_epi32(dst + i * ld + c + 16, lanes16(d - c - 16), _mm512_permutex2var_epi16(a, hi, b));
         }
     }
 }
@@ -169,6 +218,10 @@ void tl_attn_mm(int path, long M, long N, long K, const float *A, long ars, long
                 const float *B, long ldb, float *C, long ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
 #if defined(__x86_64__)
+    if (path == PATH_PAIRS) {
+        mm_pairs_avx512(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
+        return;
+    }
     if (path >= PATH_AVX512) {
         mm_avx512(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
         return;

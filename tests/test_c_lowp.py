@@ -15,11 +15,14 @@ the error of the large terms); "truth" is the same function in float64 on the sa
   chains, softmax,         values within 2 ulps (layer_norm, computed in float32 and rounded once: 1) of the truth
   log_softmax, layer_norm  beyond the larger of torch's and the NumPy runtime's own errors, gradients within 6 (the
                            backward takes several kernels and reads 16-bit values the forward stored, where
-                           cancellation follows); and within torch's (and the NumPy runtime's) own error plus as
-                           many ulps of theirs, element by element
+                           cancellation follows); and as many ulps of torch's and the NumPy runtime's results
+                           beyond the larger of their own errors, element by element (where one rounds its way far
+                           from the truth, an intermediate that cancels, the C kernel may round as that one does)
   attention                1 ulp of the NumPy runtime's (both round the float32 result once); against torch in
                            float32 on the same 16-bit values 2 ulps, gradients 6 (FLASH_ATTN packs its
-                           log-sum-exp into the 16-bit output, which the backward reads)
+                           log-sum-exp into the 16-bit output, which the backward reads); bfloat16 on
+                           vdpbf16ps, which rounds P and dS as torch's bfloat16 attention does: gradients 8 of
+                           the NumPy runtime's, and 2 / 6 of torch's bfloat16 attention too
   embedding gradients      the NumPy runtime's exactly; 2 ulps of torch's (which rounds after each add)
 """
 import numpy as np
@@ -69,17 +72,21 @@ def close(got, want, dtype, within, what):
 
 def as_exact(got, truth, others, dtype, what, within):
     """`got` within `within` ulps of the float64 `truth` beyond the largest error of `others` ({name: result that
-    rounds after every op}), and each of them within its own error plus `within` ulps, element by element."""
+    rounds after every op}), and each of them within `within` ulps beyond the others' own errors, element by
+    element: where one of them rounds its way far from the truth (an intermediate that cancels) and `got` rounds
+    as that one does, `got` may be as far from the others."""
     t = values(truth).astype(np.float64)
     scale = np.maximum(np.abs(t), max(np.max(np.abs(t), initial=0.0) / 8, tl.finfo(dtype).tiny))
     err = ulps(got, t, dtype, scale)
-    own = max((np.nan_to_num(ulps(o, t, dtype, scale)).max(initial=0.0) for o in others.values()), default=0.0)
+    owns = {name: np.nan_to_num(ulps(o, t, dtype, scale)) for name, o in others.items()}
+    own = max((e.max(initial=0.0) for e in owns.values()), default=0.0)
     assert err.max(initial=0.0) <= within + own, \
         f"{what}: {err.max():.2f} ulps of {dtype.name} from float64 (the others' own: {own:.2f})"
+    largest = np.maximum.reduce(list(owns.values()))
     for name, other in others.items():
-        excess = ulps(got, other, dtype, scale) - ulps(other, t, dtype, scale)
+        excess = ulps(got, other, dtype, scale) - largest
         assert excess.max(initial=0.0) <= within, \
-            f"{what}: {excess.max():.2f} ulps of {dtype.name} from {name} beyond {name}'s own error"
+            f"{what}: {excess.max():.2f} ulps of {dtype.name} from {name} beyond the others' own errors"
 
 
 def bits(t, dtype):
@@ -363,10 +370,23 @@ def test_flash_attention_in_16_bits(low, monkeypatch):
         assert y.dtype is dtype
         results[device] = [y] + [x.grad for x in xs]
     assert {"attention_forward_half", "attention_backward_half"} <= set(called), "the C kernels did not run"
+    # bfloat16 on vdpbf16ps rounds P and dS to bfloat16 before the products that take them, as torch's own bfloat16
+    # flash attention does (runtime_c/attention.c); the NumPy runtime does not, and dQ and dK carry dS's
+    # cancellation, so the gradients may differ from its by more than one rounding: measured 6.23 ulps here (dQ),
+    # and from torch's bfloat16 attention 5.19 (dK, which itself is 3.61 from torch's float32 on the same values).
+    pairs = low == "bfloat16" and rt.lib.tl_cpu_bf16_dot()
+    if pairs:
+        bq, bk, bv = (torch.from_numpy(a).to(tdtype).requires_grad_() for a in (q, k, v))
+        yb = torch.nn.functional.scaled_dot_product_attention(bq, bk, bv, is_causal=True)
+        (yb.float() * torch.from_numpy(w)).sum().backward()
     for i, name in enumerate(["output", "dq", "dk", "dv"]):
-        close(results["c"][i], results["numpy"][i], dtype, 1, f"attention {name} in {low}: c vs numpy")
+        close(results["c"][i], results["numpy"][i], dtype, 8 if pairs and i else 1,
+              f"attention {name} in {low}: c vs numpy")
         close(results["c"][i], [want, tq.grad, tk.grad, tv.grad][i].to(tdtype), dtype, 2 if i == 0 else 6,
               f"attention {name} in {low}: c vs torch")
+        if pairs:
+            close(results["c"][i], [yb, bq.grad, bk.grad, bv.grad][i], dtype, 2 if i == 0 else 6,
+                  f"attention {name} in {low}: c vs torch's bfloat16 attention")
 
 
 @pytest.mark.parametrize("low", LOW)
