@@ -26,7 +26,10 @@ CPU's features, TINYLLM_CPU, tl_cpu_set_path): AVX-512 does the products 6 rows 
 registers, exp with a vectorised polynomial over 16 lanes, and uses mask registers at ragged edges; AVX2+FMA the
 same over 6 x 16 blocks and 8 lanes, with masked loads; the portable path is plain C. The products are in
 attention_mm.c (tl_attn_mm), the rest here. The _half entry points run the same code on 16-bit inputs widened
-tile by tile (or head by head, backward) into the thread's scratch, rounding each output once (attention.h).
+tile by tile (or head by head, backward) into the thread's scratch, rounding each output once (attention.h); on a
+CPU with AVX512_BF16, bfloat16 inputs are not widened: the products run on vdpbf16ps over pairs of bfloat16 read in
+place or packed (tl_attn_mm's PATH_PAIRS), with P and dS rounded to bfloat16 first, as torch's CPU flash attention
+does (pairs_fit says when).
 */
 #include <math.h>
 

@@ -11,6 +11,10 @@ A graph node has one output, so both carry several values packed together:
 and views (SHRINK, RESHAPE) take them apart. dout is [dO | dL], out's gradient, or dO alone, (..., Tq, Dv), for
 dL = 0: the pads pass (rewrite/pads.py) reads the usual gradient, dO padded with a zero column, that way. `arg`
 is (scale, causal); causal keeps key j for query i when j <= i, torch's top-left convention for Tq != Tk.
+
+In 16 bits the kernels compute in float32 and round each result once; the C runtime's bfloat16 kernels on a CPU
+with AVX512_BF16 multiply on vdpbf16ps instead, with P and dS rounded to bfloat16 before the products that take
+them, as torch's CPU flash attention does (runtime_c/attention.c): that rounding apart, the NumPy runtime's values.
 """
 import numpy as np
 
