@@ -1,6 +1,6 @@
 /*
-What attention.c and attention_mm.c share. Private to runtime_c: not part of the cffi interface (build.py's
-PRIVATE_HEADERS), and hidden from the module's exported symbols.
+What attention.c, attention_mm.c and attention_rows.c share. Private to runtime_c: not part of the cffi interface
+(build.py's PRIVATE_HEADERS), and hidden from the module's exported symbols.
 */
 #ifndef TINYLLM_ATTENTION_INTERNAL_H
 #define TINYLLM_ATTENTION_INTERNAL_H
@@ -20,6 +20,20 @@ enum { PATH_PAIRS = 16 };
 __attribute__((visibility("hidden"))) void tl_attn_mm(int path, long M, long N, long K, const float *A, long ars,
                                                       long acs, const float *B, long ldb, float *C, long ldc,
                                                       int accumulate);
+
+// attention_rows.c, each on `path` (its vectors, or portable C):
+//   scale_max: p[j] *= scale for j < n, and the largest result (-inf when n == 0);
+//   exp_sum: p[j] = exp(p[j] - shift) for j < n, zeros up to bc, and the sum of the exponentials;
+//   dot: the sum of a[j] * b[j] for j < n;
+//   softmax_grad_row: a row's P = e^(s scale - lse) and dS = P o (dP - dl) scale over s and dP, zeros from n to bc;
+//   transpose: dst[j*ld + i] = src[i*lds + j] for rows i < n and columns j < d (bits moved, not computed on).
+#define TL_ATTN_HIDDEN __attribute__((visibility("hidden")))
+TL_ATTN_HIDDEN float tl_attn_scale_max(int path, float *p, long n, float scale);
+TL_ATTN_HIDDEN float tl_attn_exp_sum(int path, float *p, long n, long bc, float shift);
+TL_ATTN_HIDDEN float tl_attn_dot(int path, const float *a, const float *b, long n);
+TL_ATTN_HIDDEN void tl_attn_softmax_grad_row(int path, float *s, float *dp, long n, long bc, float scale, float lse,
+                                             float dl);
+TL_ATTN_HIDDEN void tl_attn_transpose(int path, float *dst, long ld, const float *src, long lds, long n, long d);
 
 #if defined(__x86_64__)
 // PATH_PAIRS' operands: rows of float32 rounded to bfloat16 (A: pairs along a row, zeros from n up to width, a
