@@ -57,7 +57,6 @@ static long visible(long row, long k0, long bc, int causal) {
     return tl_max(0, tl_min(bc, row - k0 + 1));
 }
 
-
 // Where the (b0, b1, b2) matrix of a view starts, in elements, bh = (b0 * B1 + b1) * B2 + b2.
 static inline long head_at(const tl_attn_view *x, long bh, long B1, long B2) {
     return bh / (B1 * B2) * x->s0 + bh / B2 % B1 * x->s1 + bh % B2 * x->s2;
