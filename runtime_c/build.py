@@ -26,8 +26,9 @@ import cffi
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # Shared by the sources (macros, inline helpers, declarations of functions hidden from the module), not part of the
-# interface: gemv.c for sgemm.c, and what the files of the sgemm and of attention share.
-PRIVATE_HEADERS = {"common.h", "formats.h", "gemv.h", "sgemm_internal.h", "attention_internal.h"}
+# interface: gemv.c for sgemm.c, and what the files of the sgemm, of attention and of the quantized GEMV share.
+PRIVATE_HEADERS = {"common.h", "formats.h", "gemv.h", "sgemm_internal.h", "attention_internal.h",
+                   "qmatmul_internal.h"}
 
 
 def _names(pattern):

@@ -232,11 +232,6 @@ int tl_cpu_int8_dot(void) {
     return dot_in_use(g_has_vnni);
 }
 
-int tl_cpu_wide_qgemv(void) {
-    pthread_once(&g_once, init);
-    return dot_in_use(g_supported[PATH_AVX512]);
-}
-
 void tl_cpu_set_dot(int on) {
     pthread_once(&g_once, init);
     atomic_store(&g_dot, on < 0 ? g_dot_default : on != 0);

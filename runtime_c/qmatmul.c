@@ -12,9 +12,9 @@ operations per weight fill the SIMD ports), so each operation saved counts:
     sums of x taken once per call for all of W's rows (qgemv's xsum8): two integer operations fewer per 16
     weights, for rounding of order eps 8 sum |x_t| d_G in place of eps sum |w_t x_t| (the float sums' own);
   - a group of 32 (llama.cpp's) adds into two sets of sums, not four: two additions fewer per group;
-  - no software prefetch: the page-ahead of gemv.c measured no better, or worse, on these short quantized rows;
-  - where the CPU has AVX-512 (and the dot-product instructions are on: cpu.h), q4 widens 16 weights at a time and
-    looks each nibble up as a float (qgemv_q4_avx512), even on Zen 4's double-pumped 512-bit units.
+  - no software prefetch: the page-ahead of gemv.c measured no better, or worse, on these short quantized rows.
+Where the CPU has AVX512_VNNI (and the dot-product instructions are on: cpu.h), q4 runs on qmatmul_fixed.c's kernel
+instead: x in fixed point, the products on vpdpbusd, no widening.
 
 M > GEMV_M: the sgemm with B = W^T dequantized while its B panels are packed (sgemm_kernels.c's
 pack_b_strip_cols_body: 8 rows x 8 k widened, scaled and transposed in registers), so the micro-kernels are
@@ -28,6 +28,7 @@ float32's own.
 #include "formats.h"
 #include "gemv.h"
 #include "qmatmul.h"
+#include "qmatmul_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -39,21 +40,6 @@ float32's own.
 // cache.
 #define QGEMV_MIN_PER_THREAD (64L << 10)
 #define QGEMV_CHUNK 64  // weights of a group the portable kernel widens at a time
-
-typedef struct {
-    int fmt;             // TL_Q8 or TL_Q4
-    int m;               // rows of x: 1..GEMV_M
-    long n, k, group;
-    const float *x;      // x[i*ldx + p]
-    long ldx;
-    const uint8_t *q;    // row j of W at q + j*ldq
-    long ldq;
-    const uint16_t *s;   // row j's scales at s + j*lds
-    long lds;
-    float *y;            // y[i*ldy + j]
-    long ldy;
-    const float *xsum8;  // q4 on the SIMD kernel: 8 x the sum of x_i over group G at xsum8[i*groups + G]
-} qgemv_args;
 
 // Weight t of a group (whole number) whose bytes start at qg.
 static inline float qgemv_weight(int fmt, const uint8_t *qg, long half, long t) {
@@ -190,17 +176,6 @@ qgemv_avx2_m(const int M, const int F, const int GS, const qgemv_args *v, long j
     }
 }
 
-// KERNEL_M(m, F, GS, v, j0, j1) with the row count m of x a compile-time constant, so its loops over rows unroll
-#define QGEMV_BY_M(KERNEL_M, F, GS, v, j0, j1)                          \
-    do {                                                                \
-        switch ((v)->m) {                                               \
-        case 1: KERNEL_M(1, F, GS, v, j0, j1); break;                   \
-        case 2: KERNEL_M(2, F, GS, v, j0, j1); break;                   \
-        case 3: KERNEL_M(3, F, GS, v, j0, j1); break;                   \
-        default: KERNEL_M(GEMV_M, F, GS, v, j0, j1); break;             \
-        }                                                               \
-    } while (0)
-
 #define QGEMV_BY_GROUP(F, v, j0, j1)                                    \
     do {                                                                \
         if ((v)->group == 32) QGEMV_BY_M(qgemv_avx2_m, F, 32, v, j0, j1); \
@@ -212,74 +187,12 @@ AVX2H static void qgemv_avx2(const qgemv_args *v, long j0, long j1) {
     else QGEMV_BY_GROUP(TL_Q4, v, j0, j1);
 }
 
-#define AVX512H __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
-
-// One q4 group of a row of W in 512-bit vectors (group % 32 == 0; bytes from qg, activations from column k0 of x):
-// tot[i] += scale * (x_i . whole numbers). 16 bytes give 16 weights in their low nibbles (k0 + t..) and 16 in their
-// high ones (k0 + half + t..), each looked up as the float nibble - 8 by vpermps, which reads an index's low 4 bits:
-// no mask, and no offset left to take off. (q8 stays on AVX2: widening bytes in 512 bits measured no faster.)
-AVX512H static inline __attribute__((always_inline)) void
-qgemv_q4_group_avx512(const int M, const int GS, const qgemv_args *v, const uint8_t *qg, long k0, float scale,
-                      __m512 *tot) {
-    const long half = (GS ? GS : v->group) / 2;
-    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    __m512 a[GEMV_M];
-    for (int i = 0; i < M; i++) a[i] = _mm512_setzero_ps();
-    for (long t = 0; t < half; t += 16) {
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qg + t)));
-        const __m512 lo = _mm512_permutexvar_ps(b, table);
-        const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
-        for (int i = 0; i < M; i++) {
-            const float *x = v->x + i * v->ldx + k0 + t;
-            a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + half), hi, _mm512_fmadd_ps(_mm512_loadu_ps(x), lo, a[i]));
-        }
-    }
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int i = 0; i < M; i++) tot[i] = _mm512_fmadd_ps(s, a[i], tot[i]);
-}
-
-// q4 outputs [j0, j1) for M rows of x, as qgemv_avx2_m: a row's scales widened 16 at a time, even and odd groups
-// into separate totals, a last partial group the portable kernel's.
-AVX512H static inline __attribute__((always_inline)) void
-qgemv_q4_avx512_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
-    (void)F;  // TL_Q4
-    const long group = GS ? GS : v->group, groups = v->k / group, gbytes = group / 2;
-    float sc[16];
-    for (long j = j0; j < j1; j++) {
-        const uint8_t *row = v->q + j * v->ldq;
-        const uint16_t *scales = v->s + j * v->lds;
-        __m512 tot[2][GEMV_M];
-        float total[GEMV_M] = {0};
-        for (int i = 0; i < M; i++) tot[0][i] = tot[1][i] = _mm512_setzero_ps();
-        for (long G0 = 0; G0 < groups; G0 += 16) {
-            const long n = tl_min(16, groups - G0);
-            if (n == 16) _mm512_storeu_ps(sc, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + G0))));
-            else for (long G = 0; G < n; G++) sc[G] = _cvtsh_ss(scales[G0 + G]);
-            long G = 0;
-            for (; G + 2 <= n; G += 2) {  // (each total by name: an index computed at run time keeps it in memory)
-                qgemv_q4_group_avx512(M, GS, v, row + (G0 + G) * gbytes, (G0 + G) * group, sc[G], tot[0]);
-                qgemv_q4_group_avx512(M, GS, v, row + (G0 + G + 1) * gbytes, (G0 + G + 1) * group, sc[G + 1],
-                                      tot[1]);
-            }
-            if (G < n) qgemv_q4_group_avx512(M, GS, v, row + (G0 + G) * gbytes, (G0 + G) * group, sc[G], tot[0]);
-        }
-        if (groups * group < v->k) qgemv_group_portable(v, j, groups, v->k - groups * group, total);
-        for (int i = 0; i < M; i++)
-            v->y[i * v->ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(tot[0][i], tot[1][i])) + total[i];
-    }
-}
-
-AVX512H static void qgemv_q4_avx512(const qgemv_args *v, long j0, long j1) {
-    if (v->group == 32) QGEMV_BY_M(qgemv_q4_avx512_m, TL_Q4, 32, v, j0, j1);
-    else QGEMV_BY_M(qgemv_q4_avx512_m, TL_Q4, 0, v, j0, j1);
-}
 #endif  // __x86_64__
 
 typedef void (*qgemv_fn)(const qgemv_args *v, long j0, long j1);
 
 static qgemv_fn qgemv_kernel(const qgemv_args *v) {
 #if defined(__x86_64__)
-    if (tl_cpu_wide_qgemv() && v->fmt == TL_Q4 && v->group % 32 == 0) return qgemv_q4_avx512;
     if (tl_cpu_path() >= 1 && tl_has_f16c() && v->group % 16 == 0) return qgemv_avx2;
 #endif
     (void)v;
@@ -300,7 +213,9 @@ static int takes_xsum8(qgemv_fn kernel) {
 #define QGEMV_XSUM_STACK 2048
 
 static void qgemv(qgemv_args *v, int nt) {
-    const qgemv_fn kernel = qgemv_kernel(v);
+    qgemv_fixed *fixed = tl_qgemv_fixed_prepare(v);  // int4 on AVX512_VNNI: qmatmul_fixed.c's kernel
+    v->fixed = fixed;
+    const qgemv_fn kernel = fixed ? tl_qgemv_q4_fixed : qgemv_kernel(v);
     float stack[QGEMV_XSUM_STACK], *xsum8 = NULL;
     if (v->fmt == TL_Q4 && takes_xsum8(kernel)) {
         const long groups = v->k / v->group, size = v->m * groups;
@@ -326,6 +241,7 @@ static void qgemv(qgemv_args *v, int nt) {
         }
     }
     if (xsum8 != stack) free(xsum8);
+    tl_qgemv_fixed_free(fixed);
 }
 
 static void qmatmul(int fmt, int M, int N, int K, int group, const float *x, long ldx, const void *q,
@@ -337,7 +253,7 @@ static void qmatmul(int fmt, int M, int N, int K, int group, const float *x, lon
         tl_gemm_quantized(fmt, M, N, K, group, x, ldx, q, ldq, scales, lds, out, ldo, tl_gemm_threads());
         return;
     }
-    qgemv_args v = {fmt, M, N, K, group, x, ldx, (const uint8_t *)q, ldq, scales, lds, out, ldo, NULL};
+    qgemv_args v = {fmt, M, N, K, group, x, ldx, (const uint8_t *)q, ldq, scales, lds, out, ldo, NULL, NULL};
     qgemv(&v, tl_gemm_threads());
 }
 

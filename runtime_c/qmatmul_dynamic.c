@@ -31,6 +31,7 @@ order of the float32 sums.
 #include "formats.h"
 #include "gemv.h"
 #include "qmatmul.h"
+#include "qmatmul_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -213,21 +214,11 @@ static void qdyn_portable(const qdyn_args *v, long j0, long j1) {
     }                                                                                                             \
     __attribute__((target(TARGET))) static void NAME(const qdyn_args *v, long j0, long j1) {                     \
         const int g32 = v->group == 32; /* llama.cpp's group, unrolled whole */                                   \
-        if (v->fmt == TL_Q8 && g32) QDYN_BY_M(NAME##_m, TL_Q8, 32, v, j0, j1);                                    \
-        else if (v->fmt == TL_Q8) QDYN_BY_M(NAME##_m, TL_Q8, 0, v, j0, j1);                                       \
-        else if (g32) QDYN_BY_M(NAME##_m, TL_Q4, 32, v, j0, j1);                                                  \
-        else QDYN_BY_M(NAME##_m, TL_Q4, 0, v, j0, j1);                                                            \
+        if (v->fmt == TL_Q8 && g32) QGEMV_BY_M(NAME##_m, TL_Q8, 32, v, j0, j1);                                  \
+        else if (v->fmt == TL_Q8) QGEMV_BY_M(NAME##_m, TL_Q8, 0, v, j0, j1);                                     \
+        else if (g32) QGEMV_BY_M(NAME##_m, TL_Q4, 32, v, j0, j1);                                                \
+        else QGEMV_BY_M(NAME##_m, TL_Q4, 0, v, j0, j1);                                                          \
     }
-
-#define QDYN_BY_M(kernel, F, GS, v, j0, j1)                 \
-    do {                                                    \
-        switch ((v)->m) {                                   \
-        case 1: kernel(1, F, GS, v, j0, j1); break;         \
-        case 2: kernel(2, F, GS, v, j0, j1); break;         \
-        case 3: kernel(3, F, GS, v, j0, j1); break;         \
-        default: kernel(GEMV_M, F, GS, v, j0, j1); break;   \
-        }                                                   \
-    } while (0)
 
 QDYN_KERNEL(qdyn_avx2, "avx2,fma,f16c", QDYN_DOT_AVX2, 0)
 QDYN_KERNEL(qdyn_vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", QDYN_DOT_VNNI, 1)

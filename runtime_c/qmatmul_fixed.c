@@ -1,0 +1,215 @@
+/*
+QMATMUL's weight-only int4 GEMV on AVX512_VNNI (qmatmul.c hands it M <= GEMV_M rows of finite x where
+tl_cpu_int8_dot() and the group is a multiple of 32): float32 activations against int4 weights, the products on
+vpdpbusd's byte products rather than on each weight widened to float32, which bounds the float kernels
+(bench/qgemv.py: "arithmetic").
+
+Each group G of a row of x becomes fixed point, block floating point as a float32 significand is wide:
+
+    x_t = X_t 2^(e_G - 22),   X_t = rint(x_t 2^(22 - e_G)),   max_G |x| < 2^e_G,   so |X_t| <= 2^22,
+
+written as three balanced base-256 digits X = 2^16 h + 2^8 m + l, each a signed byte (|h| <= 64). A 32-bit lane of
+vpdpbusd holds 4 bytes of W: 8 weights of one group, as stored (the nibbles n = w + 8, unsigned). Over a lane, digit
+by digit with shifts between,
+
+    S = ((sum n h) 2^8 + sum n m) 2^8 + sum n l = sum n X          exact in int32: |S| <= 8 x 15 x 2^22 < 2^31,
+
+and S - 8 sum X (the lane's offset, taken once per call for all of W's rows) = sum w X, exact, |.| <= 2^28, is
+rounded once to float32 and scaled by d_G 2^(e_G - 22) into float32 totals.
+
+What it costs in accuracy: X_t is x_t to within 2^(e_G - 23) <= 2^-22 max_G |x|, where float32 holds x_t itself to
+2^-24 |x_t|; after that the sums are exact but for one rounding per lane and the totals'. So y's error is at most
+sum_G 2^-22 max_G |x| sum_{t in G} |w_t| beyond the float kernels' own rounding: an activation far below its group's
+largest keeps fewer bits (at 1/1000 of it, 12), still far more than the 8 that int8 activations keep (the dynamic
+path, qmatmul_dynamic.c; llama.cpp's Q4_0 x Q8_0). The AVX2 kernel's own offset trick (qmatmul.c) errs by
+eps 8 d_G sum_{t in G} |x_t|, of the same order. tests/test_quantization_fixed.py holds the kernel to its definition
+and to that bound, with activations down to 2^-30 of their group's largest.
+
+What it saves (per 64 bytes of W, 128 weights): 6 vpdpbusd and 2 shifts, the nibbles' 2 masks and a shift, against
+the AVX2 kernel's 8 widenings of bytes, 16 conversions to float32 and 16 FMAs, all on 256-bit vectors; from cache
+about 1.5x its rate on one Zen 4 core (bench/qgemv.py, bench/RESULTS.md). From memory that leaves the loop with
+little slack, so each block asks for the line QFIX_AHEAD bytes ahead (as qmatmul_dynamic.c does): the hardware
+prefetchers stop at each 4 KiB page, and the rows of W are short.
+*/
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu.h"
+#include "formats.h"
+#include "qmatmul_internal.h"
+
+#define QFIX_BLOCK 64         // bytes of a row of W per step: 128 weights, 16 lanes
+#define QFIX_AHEAD 4096       // bytes of W ahead each block asks for (the module's comment)
+#define QFIX_PLANE 128        // a digit's bytes per block: the 64 low nibbles' activations, then the 64 high's
+
+struct qgemv_fixed {
+    long blocks, tail;          // blocks of a row of W (kp / 2 bytes), and the bytes of its last one
+    int8_t *digits;             // row i of x, block b: 3 planes (h, m, l) at digits + (i*blocks + b) * 3*QFIX_PLANE
+    int32_t *offset;            // [(i*blocks + b)*16 + lane]: 8 sum X over the lane's 8 weights
+    float *unit;                // the same index: 2^(e_G - 22) of the lane's group
+    int32_t *lane_group;        // [b*16 + lane]: the lane's group among the 16 of its block's (qgemv_q4_fixed_m)
+};
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define QFIX_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+// 2^p as a float32, for p in [-126, 127]
+static inline float pow2(int p) {
+    const uint32_t bits = (uint32_t)(p + 127) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// Row i's group G (columns [c0, c0 + group) of x, those from k on zero) into its digits, its lanes' offsets and
+// units. Returns 0 when the group holds inf or NaN. Chunks of 16 bytes: the low nibbles' activations c0 + t..
+// and the high nibbles' c0 + half + t.. sit at the same byte positions of their planes.
+QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i, long G) {
+    const long group = v->group, half = group / 2, c0 = G * group, k = v->k;
+    const float *x = v->x + i * v->ldx;
+    const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(INFINITY);
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (long t = 0; t < group; t += 16) {
+        const long c = c0 + t;
+        const __mmask16 in = c + 16 <= k ? 0xFFFF : c < k ? (__mmask16)((1u << (k - c)) - 1) : 0;
+        const __m512 a = _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(in, x + c));
+        bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // inf, or NaN (unordered)
+        amax = _mm512_max_ps(amax, a);
+    }
+    if (bad) return 0;
+    int e;
+    frexpf(_mm512_reduce_max_ps(amax), &e);  // max < 2^e (e = 0 for a group of zeros)
+    e = e < -100 ? -100 : e;                  // 2^(e - 22) stays a normal float32
+    const __m512 up = _mm512_set1_ps(pow2(22 - e));
+    const __m512i bias = _mm512_set1_epi32(128), byte = _mm512_set1_epi32(255);
+    for (long t = 0; t < half; t += 16) {
+        const long byte0 = G * half + t, b = byte0 / QFIX_BLOCK, at = byte0 % QFIX_BLOCK;  // 16 bytes: one block
+        int8_t *planes = f->digits + (i * f->blocks + b) * 3 * QFIX_PLANE + at;
+        __m512i sum = _mm512_setzero_si512();
+        for (int high = 0; high < 2; high++) {
+            const long c = c0 + t + high * half;
+            const __mmask16 in = c + 16 <= k ? 0xFFFF : c < k ? (__mmask16)((1u << (k - c)) - 1) : 0;
+            __m512i X = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + c), up));  // to nearest
+            sum = _mm512_add_epi32(sum, X);
+            for (int d = 2; d >= 0; d--) {  // l, m, then h: balanced digits, X = 2^8 X' + digit
+                const __m512i digit = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, bias), byte), bias);
+                _mm_storeu_si128((__m128i *)(planes + d * QFIX_PLANE + high * 64), _mm512_cvtepi32_epi8(digit));
+                X = _mm512_srai_epi32(_mm512_sub_epi32(X, digit), 8);
+            }
+        }
+        int32_t s[16];
+        _mm512_storeu_si512(s, sum);
+        const long lane0 = (i * f->blocks + b) * 16 + at / 4;
+        for (int l = 0; l < 4; l++) {
+            f->offset[lane0 + l] = 8 * (s[4 * l] + s[4 * l + 1] + s[4 * l + 2] + s[4 * l + 3]);
+            f->unit[lane0 + l] = pow2(e - 22);
+        }
+    }
+    return 1;
+}
+#endif  // __x86_64__
+
+qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
+#if defined(__x86_64__)
+    const long kp = tl_round_up(v->k, v->group), groups = kp / v->group;
+    if (v->fmt != TL_Q4 || !tl_cpu_int8_dot() || v->group % 32) return NULL;
+    const long blocks = (kp / 2 + QFIX_BLOCK - 1) / QFIX_BLOCK, rows = (long)v->m * blocks;
+    // one allocation: the digits (zeros past the last group), the lanes' offsets and units, the block tables
+    const size_t head = tl_round_up(sizeof(qgemv_fixed), 64), digits = (size_t)rows * 3 * QFIX_PLANE,
+                 lanes = (size_t)rows * 16 * (sizeof(int32_t) + sizeof(float)),
+                 tables = (size_t)blocks * 16 * sizeof(int32_t);
+    const size_t bytes = tl_round_up((long)(head + digits + lanes + tables), 64);
+    qgemv_fixed *f = (qgemv_fixed *)aligned_alloc(64, bytes);  // the digits' loads each within one cache line
+    if (f == NULL) tl_oom(bytes);
+    memset(f, 0, bytes);
+    f->blocks = blocks;
+    f->tail = kp / 2 - (blocks - 1) * QFIX_BLOCK;
+    f->digits = (int8_t *)f + head;
+    f->offset = (int32_t *)(void *)(f->digits + digits);
+    f->unit = (float *)(f->offset + rows * 16);
+    f->lane_group = (int32_t *)(f->unit + rows * 16);
+    const long half = v->group / 2, per16 = v->group / 8;  // blocks per 16 groups: 8 x group bytes, whole blocks
+    for (long b = 0; b < blocks; b++)
+        for (int l = 0; l < 16; l++)
+            f->lane_group[b * 16 + l] = (int32_t)((b * QFIX_BLOCK + 4 * l) / half - b / per16 * 16);
+    for (int i = 0; i < v->m; i++)
+        for (long G = 0; G < groups; G++)
+            if (!prepare_group(v, f, i, G)) {
+                free(f);
+                return NULL;
+            }
+    return f;
+#else
+    (void)v;
+    return NULL;
+#endif
+}
+
+void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
+
+#if defined(__x86_64__)
+// Block b of a row of W (bytes from p, the last block's `tail` only) for M rows of x: its low and high nibbles as two
+// vectors of unsigned bytes, then per row of x the lanes' sums digit by digit (the module's S), less the offsets, in
+// float32 times the lanes' d_G 2^(e_G - 22) (d_G from s16, the 16 scales of the block's groups) into tot.
+QFIX_TARGET static inline __attribute__((always_inline)) void
+block_q4_fixed(const int M, const qgemv_fixed *f, const uint8_t *p, __m512 s16, long b, __mmask64 last, __m512 *tot) {
+    const __m512i low = _mm512_set1_epi8(15);
+    __builtin_prefetch((const char *)p + QFIX_AHEAD, 0, 3);  // (W from memory: the module's comment)
+    const __m512i w = b + 1 < f->blocks ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(last, p);
+    const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+    const __m512 d = _mm512_permutexvar_ps(_mm512_loadu_si512(f->lane_group + b * 16), s16);
+    for (int i = 0; i < M; i++) {
+        const long at = i * f->blocks + b;
+        const int8_t *x = f->digits + at * 3 * QFIX_PLANE;
+        __m512i s = _mm512_setzero_si512();
+        for (int digit = 0; digit < 3; digit++) {
+            if (digit) s = _mm512_slli_epi32(s, 8);
+            s = _mm512_dpbusd_epi32(s, lo, _mm512_loadu_si512(x + digit * QFIX_PLANE));
+            s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(x + digit * QFIX_PLANE + 64));
+        }
+        const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_loadu_si512(f->offset + at * 16)));
+        tot[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_loadu_ps(f->unit + at * 16)), sum, tot[i]);
+    }
+}
+
+// Outputs [j0, j1) for M rows of x (qgemv_args.fixed): a row's scales widened 16 at a time in a register (16 groups
+// are 8 x group bytes of W: whole blocks, as the group is a multiple of 32), then the blocks they cover, even and odd
+// ones into separate totals (two chains of FMA latency, not one).
+QFIX_TARGET static inline __attribute__((always_inline)) void
+qgemv_q4_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
+    (void)F, (void)GS;  // TL_Q4, any group (the block tables)
+    const qgemv_fixed *f = v->fixed;
+    const long groups = tl_round_up(v->k, v->group) / v->group, blocks = f->blocks, per16 = v->group / 8;
+    const __mmask64 last = f->tail == QFIX_BLOCK ? ~(__mmask64)0 : (((__mmask64)1 << f->tail) - 1);
+    for (long j = j0; j < j1; j++) {
+        const uint8_t *row = v->q + j * v->ldq;
+        const uint16_t *scales = v->s + j * v->lds;
+        __m512 even[GEMV_M], odd[GEMV_M];
+        for (int i = 0; i < M; i++) even[i] = odd[i] = _mm512_setzero_ps();
+        for (long b0 = 0, G = 0; b0 < blocks; b0 += per16, G += 16) {
+            const __mmask16 in = G + 16 <= groups ? 0xFFFF : (__mmask16)((1u << (groups - G)) - 1);
+            const __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, scales + G));
+            const long b1 = tl_min(blocks, b0 + per16);
+            long b = b0;
+            for (; b + 2 <= b1; b += 2) {
+                block_q4_fixed(M, f, row + b * QFIX_BLOCK, s16, b, last, even);
+                block_q4_fixed(M, f, row + (b + 1) * QFIX_BLOCK, s16, b + 1, last, odd);
+            }
+            if (b < b1) block_q4_fixed(M, f, row + b * QFIX_BLOCK, s16, b, last, even);
+        }
+        for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[i], odd[i]));
+    }
+}
+
+QFIX_TARGET void tl_qgemv_q4_fixed(const qgemv_args *v, long j0, long j1) {
+    QGEMV_BY_M(qgemv_q4_fixed_m, TL_Q4, 0, v, j0, j1);
+}
+#else
+void tl_qgemv_q4_fixed(const qgemv_args *v, long j0, long j1) { (void)v, (void)j0, (void)j1; }
+#endif  // __x86_64__
