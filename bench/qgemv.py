@@ -18,9 +18,8 @@ float32 activations; tl_qmatmul_q8 / tl_qmatmul_q4) two ways, in weights per sec
 Per path: for int4 where the CPU has AVX512_VNNI (cpu.h's tl_cpu_int8_dot), the fixed-point kernel (x in 23-bit
 fixed point per group, the products on vpdpbusd: runtime_c/qmatmul_fixed.c), and the AVX2 kernel that widens every
 weight to float32 (tl_cpu_set_dot(0)); int8 runs the AVX2 kernel either way. The float32 GEMV (tl_sgemm) of the same
-shape for comparison. Each thread
-count runs in its own subprocess with pinned threads (bench/common.py's worker_env); best of --rounds interleaved
-rounds.
+shape for comparison. Each thread count runs in its own subprocess with pinned threads (bench/common.py's worker_env);
+best of --rounds interleaved rounds.
 """
 import argparse
 import json
