@@ -25,11 +25,12 @@ path, qmatmul_dynamic.c; llama.cpp's Q4_0 x Q8_0). The AVX2 kernel's own offset 
 eps 8 d_G sum_{t in G} |x_t|, of the same order. tests/test_quantization_fixed.py holds the kernel to its definition
 and to that bound, with activations down to 2^-30 of their group's largest.
 
-What it saves (per 64 bytes of W, 128 weights): 6 vpdpbusd and 2 shifts, the nibbles' 2 masks and a shift, against
-the AVX2 kernel's 8 widenings of bytes, 16 conversions to float32 and 16 FMAs, all on 256-bit vectors; from cache
-about 1.5x its rate on one Zen 4 core (bench/qgemv.py, bench/RESULTS.md). From memory that leaves the loop with
-little slack, so each block asks for the line QFIX_AHEAD bytes ahead (as qmatmul_dynamic.c does): the hardware
-prefetchers stop at each 4 KiB page, and the rows of W are short.
+What it saves (per 64 bytes of W, 128 weights): 6 vpdpbusd, 2 shifts, 3 operations on the nibbles and 5 to finish
+the lanes (offset, conversion, scales, FMA), all on 512-bit vectors, against the AVX2 kernel's 56 on 256-bit ones (8
+widenings of bytes, 8 masks, 8 shifts, 16 conversions to float32, 16 FMAs); from cache about 1.5x its rate on one
+Zen 4 core (bench/qgemv.py, bench/RESULTS.md). From memory that leaves the loop with little slack, so each block
+asks for the line QFIX_AHEAD bytes ahead (as qmatmul_dynamic.c does): the hardware prefetchers stop at each 4 KiB
+page, and the rows of W are short.
 */
 
 #include <math.h>
