@@ -67,6 +67,11 @@ static inline float pow2(int p) {
     return f;
 }
 
+// The lanes of 16 from index c that lie before `end` (none when c >= end)
+static inline __mmask16 lanes_before(long c, long end) {
+    return c + 16 <= end ? 0xFFFF : c < end ? (__mmask16)((1u << (end - c)) - 1) : 0;
+}
+
 // Row i's group G (columns [c0, c0 + group) of x, those from k on zero) into its digits, its lanes' offsets and
 // units. Returns 0 when the group holds inf or NaN. Chunks of 16 bytes: the low nibbles' activations c0 + t..
 // and the high nibbles' c0 + half + t.. sit at the same byte positions of their planes.
@@ -78,7 +83,7 @@ QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i,
     __mmask16 bad = 0;
     for (long t = 0; t < group; t += 16) {
         const long c = c0 + t;
-        const __mmask16 in = c + 16 <= k ? 0xFFFF : c < k ? (__mmask16)((1u << (k - c)) - 1) : 0;
+        const __mmask16 in = lanes_before(c, k);
         const __m512 a = _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(in, x + c));
         bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // inf, or NaN (unordered)
         amax = _mm512_max_ps(amax, a);
@@ -95,7 +100,7 @@ QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i,
         __m512i sum = _mm512_setzero_si512();
         for (int high = 0; high < 2; high++) {
             const long c = c0 + t + high * half;
-            const __mmask16 in = c + 16 <= k ? 0xFFFF : c < k ? (__mmask16)((1u << (k - c)) - 1) : 0;
+            const __mmask16 in = lanes_before(c, k);
             __m512i X = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + c), up));  // to nearest
             sum = _mm512_add_epi32(sum, X);
             for (int d = 2; d >= 0; d--) {  // l, m, then h: balanced digits, X = 2^8 X' + digit
@@ -194,8 +199,7 @@ qgemv_q4_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, lo
         __m512 even[GEMV_M], odd[GEMV_M];
         for (int i = 0; i < M; i++) even[i] = odd[i] = _mm512_setzero_ps();
         for (long b0 = 0, G = 0; b0 < blocks; b0 += per16, G += 16) {
-            const __mmask16 in = G + 16 <= groups ? 0xFFFF : (__mmask16)((1u << (groups - G)) - 1);
-            const __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, scales + G));
+            const __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_before(G, groups), scales + G));
             const long b1 = tl_min(blocks, b0 + per16);
             long b = b0;
             for (; b + 2 <= b1; b += 2) {
