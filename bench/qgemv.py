@@ -15,9 +15,9 @@ float32 activations; tl_qmatmul_q8 / tl_qmatmul_q4) two ways, in weights per sec
     needed   the weights per second the read-only stream carries: a kernel that is to reach the roofline must
              compute at least that fast ("arithmetic" in the bound column when even from cache it does not)
 
-Per path: for int4 where the CPU has AVX512_VNNI (cpu.h's tl_cpu_int8_dot), the fixed-point kernel (x in 23-bit
+Per path: where the CPU has AVX512_VNNI (cpu.h's tl_cpu_int8_dot), the fixed-point kernel (x in 22- or 23-bit
 fixed point per group, the products on vpdpbusd: runtime_c/qmatmul_fixed.c), and the AVX2 kernel that widens every
-weight to float32 (tl_cpu_set_dot(0)); int8 runs the AVX2 kernel either way. The float32 GEMV (tl_sgemm) of the same
+weight to float32 (tl_cpu_set_dot(0)); elsewhere the AVX2 kernel alone. The float32 GEMV (tl_sgemm) of the same
 shape for comparison. Each thread count runs in its own subprocess with pinned threads (bench/common.py's worker_env);
 best of --rounds interleaved rounds.
 """
@@ -43,7 +43,7 @@ def worker(threads, shapes, formats, group, rounds):
     l3 = lib.tl_cpu_cache_size(3)
     ptr = lambda a, t="float *": ffi.cast(t, a.ctypes.data)  # noqa: E731
     rng = np.random.default_rng(0)
-    int4_paths = [("vnni", -1), ("avx2", 0)] if lib.tl_cpu_int8_dot() else [("avx2", -1)]
+    paths = [("vnni", -1), ("avx2", 0)] if lib.tl_cpu_int8_dot() else [("avx2", -1)]
     rows = []
     for shape in shapes:
         k, n = map(int, shape.split("x"))
@@ -66,7 +66,7 @@ def worker(threads, shapes, formats, group, rounds):
                     fn = lib.tl_qmatmul_q8 if fmt == "int8" else lib.tl_qmatmul_q4
                     fn(1, n, k, group, ptr(x), k, ws[0], ws[1], ptr(y), n)
             row = {"shape": shape, "fmt": fmt, "bytes_per_weight": nbytes / (n * k), "paths": {}}
-            for name, dot in {"fp32": [("", -1)], "int8": [("avx2", -1)], "int4": int4_paths}[fmt]:
+            for name, dot in [("", -1)] if fmt == "fp32" else paths:
                 best = {"memory": float("inf"), "cache": float("inf")}
                 for _ in range(rounds):
                     lib.tl_cpu_set_dot(dot)

@@ -42,11 +42,11 @@ int tl_cpu_avx512_full_width(void);
 
 // Dot-product instructions, apart from the paths: on a path >= avx2 where the CPU has them (and the OS saves the zmm
 // state), bfloat16 products run on AVX512_BF16's vdpbf16ps (sgemm_formats.c) instead of widening to float32, and
-// int8 products on AVX512_VNNI's vpdpbusd (qmatmul_dynamic.c), as do the int4 GEMV's with float32 activations, these
-// in fixed point (qmatmul_fixed.c).
+// int8 products on AVX512_VNNI's vpdpbusd (qmatmul_dynamic.c), as do the int8 and int4 GEMV's with float32
+// activations, these in fixed point (qmatmul_fixed.c).
 // On by default; TINYLLM_NO_DOT=1 in the environment turns them off. The avx2 path keeps them because Zen 4,
 // whose default path is avx2 (its 512-bit FMA is double-pumped), runs a 512-bit vdpbf16ps at twice the rate of
-// the float32 FMAs it replaces, and the int4 GEMV, bound by its widening, gains there too (bench/RESULTS.md).
+// the float32 FMAs it replaces, and the int8 and int4 GEMV, bound by their widening, gain there too (bench/RESULTS.md).
 
 // 1 when this CPU and OS can run AVX512_BF16 (with AVX512F/BW/VL).
 int tl_cpu_has_bf16_dot(void);
@@ -57,9 +57,9 @@ int tl_cpu_bf16_dot(void);
 // 1 when this CPU and OS can run AVX512_VNNI's vpdpbusd on ymm and zmm registers (with AVX512F/BW/VL).
 int tl_cpu_has_int8_dot(void);
 
-// 1 when byte products use vpdpbusd now (qmatmul_dynamic.c's, with int8 activations; qmatmul_fixed.c's int4 GEMV):
-// supported, turned on, and the path is avx2 or avx512; otherwise the AVX2 path multiplies bytes with vpmaddubsw, and
-// the int4 GEMV widens its weights to float32 (qmatmul.c).
+// 1 when byte products use vpdpbusd now (qmatmul_dynamic.c's, with int8 activations; qmatmul_fixed.c's weight-only
+// GEMV): supported, turned on, and the path is avx2 or avx512; otherwise the AVX2 path multiplies bytes with
+// vpmaddubsw, and the weight-only GEMV widens its weights to float32 (qmatmul.c).
 int tl_cpu_int8_dot(void);
 
 // on = 0 turns the dot-product instructions off (the widening fallbacks run), 1 on where supported, < 0 restores

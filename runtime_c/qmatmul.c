@@ -13,8 +13,8 @@ operations per weight fill the SIMD ports), so each operation saved counts:
     weights, for rounding of order eps 8 sum |x_t| d_G in place of eps sum |w_t x_t| (the float sums' own);
   - a group of 32 (llama.cpp's) adds into two sets of sums, not four: two additions fewer per group;
   - no software prefetch: the page-ahead of gemv.c measured no better, or worse, on these short quantized rows.
-Where the CPU has AVX512_VNNI (and the dot-product instructions are on: cpu.h), q4 runs on qmatmul_fixed.c's kernel
-instead: x in fixed point, the products on vpdpbusd, no widening.
+Where the CPU has AVX512_VNNI (and the dot-product instructions are on: cpu.h), groups of a multiple of 32 run on
+qmatmul_fixed.c's kernel instead: x in fixed point, the products on vpdpbusd, no widening.
 
 M > GEMV_M: the sgemm with B = W^T dequantized while its B panels are packed (sgemm_kernels.c's
 pack_b_strip_cols_body: 8 rows x 8 k widened, scaled and transposed in registers), so the micro-kernels are
@@ -213,9 +213,9 @@ static int takes_xsum8(qgemv_fn kernel) {
 #define QGEMV_XSUM_STACK 2048
 
 static void qgemv(qgemv_args *v, int nt) {
-    qgemv_fixed *fixed = tl_qgemv_fixed_prepare(v);  // int4 on AVX512_VNNI: qmatmul_fixed.c's kernel
+    qgemv_fixed *fixed = tl_qgemv_fixed_prepare(v);  // on AVX512_VNNI: qmatmul_fixed.c's kernel
     v->fixed = fixed;
-    const qgemv_fn kernel = fixed ? tl_qgemv_q4_fixed : qgemv_kernel(v);
+    const qgemv_fn kernel = fixed ? tl_qgemv_fixed : qgemv_kernel(v);
     float stack[QGEMV_XSUM_STACK], *xsum8 = NULL;
     if (v->fmt == TL_Q4 && takes_xsum8(kernel)) {
         const long groups = v->k / v->group, size = v->m * groups;

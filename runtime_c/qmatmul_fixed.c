@@ -1,36 +1,41 @@
 /*
-QMATMUL's weight-only int4 GEMV on AVX512_VNNI (qmatmul.c hands it M <= GEMV_M rows of finite x where
-tl_cpu_int8_dot() and the group is a multiple of 32): float32 activations against int4 weights, the products on
-vpdpbusd's byte products rather than on each weight widened to float32, which bounds the float kernels
+QMATMUL's weight-only GEMV on AVX512_VNNI, int8 and int4 weights (qmatmul.c hands it M <= GEMV_M rows of finite x
+where tl_cpu_int8_dot() and the group is a multiple of 32): float32 activations against the stored bytes, the
+products on vpdpbusd's byte products rather than on each weight widened to float32, which bounds the float kernels
 (bench/qgemv.py: "arithmetic").
 
 Each group G of a row of x becomes fixed point, block floating point as a float32 significand is wide:
 
-    x_t = X_t 2^(e_G - 22),   X_t = rint(x_t 2^(22 - e_G)),   max_G |x| < 2^e_G,   so |X_t| <= 2^22,
+    x_t = X_t 2^(e_G - B),   X_t = rint(x_t 2^(B - e_G)),   max_G |x| < 2^e_G,   so |X_t| <= 2^B,
 
-written as three balanced base-256 digits X = 2^16 h + 2^8 m + l, each a signed byte (|h| <= 64). A 32-bit lane of
-vpdpbusd holds 4 bytes of W: 8 weights of one group, as stored (the nibbles n = w + 8, unsigned). Over a lane, digit
-by digit with shifts between,
+B = 22 for int4 and 21 for int8 (QFIX_BITS), written as three balanced base-256 digits X = 2^16 h + 2^8 m + l, each a
+signed byte (|h| <= 64). A 32-bit lane of vpdpbusd holds 4 bytes of W as unsigned bytes n: int4's 8 weights of one
+group as stored (nibbles n = w + 8), int8's 4 (n = w + 128, the sign bit flipped). Over a lane, digit by digit with
+shifts between,
 
-    S = ((sum n h) 2^8 + sum n m) 2^8 + sum n l = sum n X          exact in int32: |S| <= 8 x 15 x 2^22 < 2^31,
+    S = ((sum n h) 2^8 + sum n m) 2^8 + sum n l = sum n X      (int32, modulo 2^32),
 
-and S - 8 sum X (the lane's offset, taken once per call for all of W's rows) = sum w X, exact, |.| <= 2^28, is
-rounded once to float32 and scaled by d_G 2^(e_G - 22) into float32 totals.
+and S - o sum X (o = 8 or 128: the lane's offset, taken once per call for all of W's rows) = sum w X, exact: |.| <=
+8 x 8 x 2^22 = 2^28 (int4), 4 x 128 x 2^21 = 2^30 (int8, the reason for its B), so the wrap-around cancels. It is
+rounded once to float32 and scaled by d_G 2^(e_G - B) (one product per 16 groups) into float32 totals.
 
-What it costs in accuracy: X_t is x_t to within 2^(e_G - 23) <= 2^-22 max_G |x|, where float32 holds x_t itself to
+What it costs in accuracy: X_t is x_t to within 2^(e_G - B - 1) <= 2^-B max_G |x|, where float32 holds x_t itself to
 2^-24 |x_t|; after that the sums are exact but for one rounding per lane and the totals'. So y's error is at most
-sum_G 2^-22 max_G |x| sum_{t in G} |w_t| beyond the float kernels' own rounding: an activation far below its group's
-largest keeps fewer bits (at 1/1000 of it, 12), still far more than the 8 that int8 activations keep (the dynamic
-path, qmatmul_dynamic.c; llama.cpp's Q4_0 x Q8_0). The AVX2 kernel's own offset trick (qmatmul.c) errs by
+sum_G 2^-B max_G |x| sum_{t in G} |w_t| beyond the float kernels' own rounding: an activation far below its group's
+largest keeps fewer bits (at 1/1000 of it, 11 or 12), still far more than the 8 that int8 activations keep (the
+dynamic path, qmatmul_dynamic.c; llama.cpp's Q4_0 x Q8_0). The AVX2 kernel's own offset trick (qmatmul.c) errs by
 eps 8 d_G sum_{t in G} |x_t|, of the same order. tests/test_quantization_fixed.py holds the kernel to its definition
 and to that bound, with activations down to 2^-30 of their group's largest.
 
-What it saves (per 64 bytes of W, 128 weights): 6 vpdpbusd, 2 shifts, 3 operations on the nibbles and 5 to finish
-the lanes (offset, conversion, scales, FMA), all on 512-bit vectors, against the AVX2 kernel's 56 on 256-bit ones (8
-widenings of bytes, 8 masks, 8 shifts, 16 conversions to float32, 16 FMAs); from cache about 1.5x its rate on one
-Zen 4 core (bench/qgemv.py, bench/RESULTS.md). From memory that leaves the loop with little slack, so each block
-asks for the line QFIX_AHEAD bytes ahead (as qmatmul_dynamic.c does): the hardware prefetchers stop at each 4 KiB
-page, and the rows of W are short.
+What it saves, per 64 bytes of W on 512-bit vectors: int4 (128 weights) 6 vpdpbusd, 2 shifts, 3 operations on the
+nibbles and 4 to finish the lanes (offset, conversion, the lanes' scales, FMA), against the AVX2 kernel's 56 on
+256-bit ones (8 widenings of bytes, 8 masks, 8 shifts, 16 conversions to float32, 16 FMAs); int8 (64 weights) 3
+vpdpbusd, 2 shifts, 1 flip and the same 4, against 24 (8 widenings, 8 conversions, 8 FMAs). From memory that leaves
+the loop little slack, so each block asks for a line ahead (as qmatmul_dynamic.c does): the hardware prefetchers
+stop at each 4 KiB page, and the rows of W are short. int4 asks 4 KiB ahead into L1, int8, which takes a block in
+fewer operations, 8 KiB ahead into L2: one thread from memory (768 x 3072, Zen 4) streamed int8 at 16-21 G weights/s
+against 12-13 with int4's choice or none, and int4 at 28 against 22-26 with int8's. Measured in bench/RESULTS.md
+(bench/qgemv.py).
 */
 
 #include <math.h>
@@ -43,16 +48,20 @@ page, and the rows of W are short.
 #include "formats.h"
 #include "qmatmul_internal.h"
 
-#define QFIX_BLOCK 64         // bytes of a row of W per step: 128 weights, 16 lanes
-#define QFIX_AHEAD 4096       // bytes of W ahead each block asks for (the module's comment)
-#define QFIX_PLANE 128        // a digit's bytes per block: the 64 low nibbles' activations, then the 64 high's
+#define QFIX_BLOCK 64                              // bytes of a row of W per step: 16 lanes
+#define QFIX_BITS(fmt) ((fmt) == TL_Q8 ? 21 : 22)  // B: the fixed point's bits below each group's top
+// a digit's bytes per block: int8 its 64 weights' activations, int4 the 64 low nibbles' then the 64 high ones'
+#define QFIX_PLANE(fmt) ((fmt) == TL_Q8 ? 64 : 128)
 
 struct qgemv_fixed {
-    long blocks, tail;          // blocks of a row of W (kp / 2 bytes), and the bytes of its last one
+    int bits;                   // QFIX_BITS
+    long blocks, tail;          // blocks of a row of W, and the bytes of its last one
+    long groups16;              // a row of x's groups, rounded up to 16 (the stride of unit)
+    long per16;                 // blocks per 16 groups: whole blocks, as the group is a multiple of 32
     int8_t *digits;             // row i of x, block b: 3 planes (h, m, l) at digits + (i*blocks + b) * 3*QFIX_PLANE
-    int32_t *offset;            // [(i*blocks + b)*16 + lane]: 8 sum X over the lane's 8 weights
-    float *unit;                // the same index: 2^(e_G - 22) of the lane's group
-    int32_t *lane_group;        // [b*16 + lane]: the lane's group among the 16 of its block's (qgemv_q4_fixed_m)
+    int32_t *offset;            // [(i*blocks + b)*16 + lane]: o sum X over the lane's weights
+    float *unit;                // [i*groups16 + G]: 2^(e_G - B) of row i's group G (0 past the last)
+    int32_t *lane_group;        // [b*16 + lane]: the lane's group among the 16 of its block's (qgemv_fixed_m)
 };
 
 #if defined(__x86_64__)
@@ -72,11 +81,13 @@ static inline __mmask16 lanes_before(long c, long end) {
     return c + 16 <= end ? 0xFFFF : c < end ? (__mmask16)((1u << (end - c)) - 1) : 0;
 }
 
-// Row i's group G (columns [c0, c0 + group) of x, those from k on zero) into its digits, its lanes' offsets and
-// units. Returns 0 when the group holds inf or NaN. Chunks of 16 bytes: the low nibbles' activations c0 + t..
-// and the high nibbles' c0 + half + t.. sit at the same byte positions of their planes.
+// Row i's group G (columns [c0, c0 + group) of x, those from k on zero) into its digits, its lanes' offsets and its
+// unit. Returns 0 when the group holds inf or NaN. The group's bytes of W (span: group for int8, group / 2 for
+// int4) 16 at a time: int8's activations c0 + t.., int4's low nibbles' c0 + t.. and high nibbles' c0 + span + t..,
+// at the same byte positions of their planes.
 QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i, long G) {
-    const long group = v->group, half = group / 2, c0 = G * group, k = v->k;
+    const int q8 = v->fmt == TL_Q8, offset = q8 ? 128 : 8;  // n = w + offset (the module's comment)
+    const long group = v->group, span = q8 ? group : group / 2, plane = QFIX_PLANE(v->fmt), c0 = G * group, k = v->k;
     const float *x = v->x + i * v->ldx;
     const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(INFINITY);
     __m512 amax = _mm512_setzero_ps();
@@ -91,59 +102,61 @@ QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i,
     if (bad) return 0;
     int e;
     frexpf(_mm512_reduce_max_ps(amax), &e);  // max < 2^e (e = 0 for a group of zeros)
-    e = e < -100 ? -100 : e;                  // 2^(e - 22) stays a normal float32
-    const __m512 up = _mm512_set1_ps(pow2(22 - e));
+    e = e < -100 ? -100 : e;                  // 2^(e - B) stays a normal float32
+    const __m512 up = _mm512_set1_ps(pow2(f->bits - e));
     const __m512i bias = _mm512_set1_epi32(128), byte = _mm512_set1_epi32(255);
-    for (long t = 0; t < half; t += 16) {
-        const long byte0 = G * half + t, b = byte0 / QFIX_BLOCK, at = byte0 % QFIX_BLOCK;  // 16 bytes: one block
-        int8_t *planes = f->digits + (i * f->blocks + b) * 3 * QFIX_PLANE + at;
+    for (long t = 0; t < span; t += 16) {
+        const long byte0 = G * span + t, b = byte0 / QFIX_BLOCK, at = byte0 % QFIX_BLOCK;  // 16 bytes: one block
+        int8_t *planes = f->digits + (i * f->blocks + b) * 3 * plane + at;
         __m512i sum = _mm512_setzero_si512();
-        for (int high = 0; high < 2; high++) {
-            const long c = c0 + t + high * half;
+        for (int high = 0; high < 2 - q8; high++) {
+            const long c = c0 + t + high * span;
             const __mmask16 in = lanes_before(c, k);
             __m512i X = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + c), up));  // to nearest
             sum = _mm512_add_epi32(sum, X);
             for (int d = 2; d >= 0; d--) {  // l, m, then h: balanced digits, X = 2^8 X' + digit
                 const __m512i digit = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, bias), byte), bias);
-                _mm_storeu_si128((__m128i *)(planes + d * QFIX_PLANE + high * 64), _mm512_cvtepi32_epi8(digit));
+                _mm_storeu_si128((__m128i *)(planes + d * plane + high * 64), _mm512_cvtepi32_epi8(digit));
                 X = _mm512_srai_epi32(_mm512_sub_epi32(X, digit), 8);
             }
         }
         int32_t s[16];
         _mm512_storeu_si512(s, sum);
-        const long lane0 = (i * f->blocks + b) * 16 + at / 4;
-        for (int l = 0; l < 4; l++) {
-            f->offset[lane0 + l] = 8 * (s[4 * l] + s[4 * l + 1] + s[4 * l + 2] + s[4 * l + 3]);
-            f->unit[lane0 + l] = pow2(e - 22);
-        }
+        int32_t *lanes = f->offset + (i * f->blocks + b) * 16 + at / 4;
+        for (int l = 0; l < 4; l++) lanes[l] = offset * (s[4 * l] + s[4 * l + 1] + s[4 * l + 2] + s[4 * l + 3]);
     }
+    f->unit[i * f->groups16 + G] = pow2(e - f->bits);
     return 1;
 }
 #endif  // __x86_64__
 
 qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
 #if defined(__x86_64__)
-    const long kp = tl_round_up(v->k, v->group), groups = kp / v->group;
-    if (v->fmt != TL_Q4 || !tl_cpu_int8_dot() || v->group % 32) return NULL;
-    const long blocks = (kp / 2 + QFIX_BLOCK - 1) / QFIX_BLOCK, rows = (long)v->m * blocks;
-    // one allocation: the digits (zeros past the last group), the lanes' offsets and units, the block tables
-    const size_t head = tl_round_up(sizeof(qgemv_fixed), 64), digits = (size_t)rows * 3 * QFIX_PLANE,
-                 lanes = (size_t)rows * 16 * (sizeof(int32_t) + sizeof(float)),
+    if (!tl_cpu_int8_dot() || v->group % 32) return NULL;
+    const int q8 = v->fmt == TL_Q8;
+    const long kp = tl_round_up(v->k, v->group), groups = kp / v->group, groups16 = tl_round_up(groups, 16);
+    const long span = q8 ? v->group : v->group / 2, row_bytes = groups * span;
+    const long blocks = (row_bytes + QFIX_BLOCK - 1) / QFIX_BLOCK, rows = (long)v->m * blocks;
+    // one allocation: the digits (zeros past the last group), the lanes' offsets, the units, the block tables
+    const size_t head = tl_round_up(sizeof(qgemv_fixed), 64), digits = (size_t)rows * 3 * QFIX_PLANE(v->fmt),
+                 lanes = (size_t)rows * 16 * sizeof(int32_t), units = (size_t)v->m * groups16 * sizeof(float),
                  tables = (size_t)blocks * 16 * sizeof(int32_t);
-    const size_t bytes = tl_round_up((long)(head + digits + lanes + tables), 64);
+    const size_t bytes = tl_round_up((long)(head + digits + lanes + units + tables), 64);
     qgemv_fixed *f = (qgemv_fixed *)aligned_alloc(64, bytes);  // the digits' loads each within one cache line
     if (f == NULL) tl_oom(bytes);
     memset(f, 0, bytes);
+    f->bits = QFIX_BITS(v->fmt);
     f->blocks = blocks;
-    f->tail = kp / 2 - (blocks - 1) * QFIX_BLOCK;
+    f->tail = row_bytes - (blocks - 1) * QFIX_BLOCK;
+    f->groups16 = groups16;
     f->digits = (int8_t *)f + head;
     f->offset = (int32_t *)(void *)(f->digits + digits);
     f->unit = (float *)(f->offset + rows * 16);
-    f->lane_group = (int32_t *)(f->unit + rows * 16);
-    const long half = v->group / 2, per16 = v->group / 8;  // blocks per 16 groups: 8 x group bytes, whole blocks
+    f->lane_group = (int32_t *)(f->unit + v->m * groups16);
+    f->per16 = 16 * span / QFIX_BLOCK;
     for (long b = 0; b < blocks; b++)
         for (int l = 0; l < 16; l++)
-            f->lane_group[b * 16 + l] = (int32_t)((b * QFIX_BLOCK + 4 * l) / half - b / per16 * 16);
+            f->lane_group[b * 16 + l] = (int32_t)((b * QFIX_BLOCK + 4 * l) / span - b / f->per16 * 16);
     for (int i = 0; i < v->m; i++)
         for (long G = 0; G < groups; G++)
             if (!prepare_group(v, f, i, G)) {
@@ -160,61 +173,73 @@ qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
 void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 
 #if defined(__x86_64__)
-// Block b of a row of W (bytes from p, the last block's `tail` only) for M rows of x: its low and high nibbles as two
-// vectors of unsigned bytes, then per row of x the lanes' sums digit by digit (the module's S), less the offsets, in
-// float32 times the lanes' d_G 2^(e_G - 22) (d_G from s16, the 16 scales of the block's groups) into tot.
+// Block b of a row of W (bytes from p, the last block's `tail` only) for M rows of x: its bytes as unsigned (int4:
+// the low and the high nibbles, two vectors), then per row of x the lanes' sums digit by digit (the module's S),
+// less the offsets, in float32 times the lanes' d_G 2^(e_G - B) (du[i], 16 groups' of row i) into tot.
 QFIX_TARGET static inline __attribute__((always_inline)) void
-block_q4_fixed(const int M, const qgemv_fixed *f, const uint8_t *p, __m512 s16, long b, __mmask64 last, __m512 *tot) {
-    const __m512i low = _mm512_set1_epi8(15);
-    __builtin_prefetch((const char *)p + QFIX_AHEAD, 0, 3);  // (W from memory: the module's comment)
+block_fixed(const int M, const int F, const qgemv_fixed *f, const uint8_t *p, const __m512 *du, long b,
+            __mmask64 last, __m512 *tot) {
+    if (F == TL_Q8)  // (W from memory: the module's comment)
+        __builtin_prefetch((const char *)p + 8192, 0, 2);
+    else
+        __builtin_prefetch((const char *)p + 4096, 0, 3);
     const __m512i w = b + 1 < f->blocks ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(last, p);
-    const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
-    const __m512 d = _mm512_permutexvar_ps(_mm512_loadu_si512(f->lane_group + b * 16), s16);
+    __m512i n0, n1 = _mm512_setzero_si512();
+    if (F == TL_Q8) {
+        n0 = _mm512_xor_si512(w, _mm512_set1_epi8(-128));  // w + 128
+    } else {
+        const __m512i low = _mm512_set1_epi8(15);
+        n0 = _mm512_and_si512(w, low);
+        n1 = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+    }
+    const __m512i group = _mm512_loadu_si512(f->lane_group + b * 16);
     for (int i = 0; i < M; i++) {
         const long at = i * f->blocks + b;
-        const int8_t *x = f->digits + at * 3 * QFIX_PLANE;
+        const int8_t *x = f->digits + at * 3 * QFIX_PLANE(F);
         __m512i s = _mm512_setzero_si512();
         for (int digit = 0; digit < 3; digit++) {
             if (digit) s = _mm512_slli_epi32(s, 8);
-            s = _mm512_dpbusd_epi32(s, lo, _mm512_loadu_si512(x + digit * QFIX_PLANE));
-            s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(x + digit * QFIX_PLANE + 64));
+            s = _mm512_dpbusd_epi32(s, n0, _mm512_loadu_si512(x + digit * QFIX_PLANE(F)));
+            if (F == TL_Q4) s = _mm512_dpbusd_epi32(s, n1, _mm512_loadu_si512(x + digit * QFIX_PLANE(F) + 64));
         }
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_loadu_si512(f->offset + at * 16)));
-        tot[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_loadu_ps(f->unit + at * 16)), sum, tot[i]);
+        tot[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(group, du[i]), sum, tot[i]);
     }
 }
 
-// Outputs [j0, j1) for M rows of x (qgemv_args.fixed): a row's scales widened 16 at a time in a register (16 groups
-// are 8 x group bytes of W: whole blocks, as the group is a multiple of 32), then the blocks they cover, even and odd
+// Outputs [j0, j1) for M rows of x (qgemv_args.fixed): a row's scales widened 16 at a time and times each row of
+// x's units (16 groups are whole blocks, as the group is a multiple of 32), then the blocks they cover, even and odd
 // ones into separate totals (two chains of FMA latency, not one).
 QFIX_TARGET static inline __attribute__((always_inline)) void
-qgemv_q4_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
-    (void)F, (void)GS;  // TL_Q4, any group (the block tables)
+qgemv_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
+    (void)GS;  // any group (the block tables)
     const qgemv_fixed *f = v->fixed;
-    const long groups = tl_round_up(v->k, v->group) / v->group, blocks = f->blocks, per16 = v->group / 8;
+    const long groups = tl_round_up(v->k, v->group) / v->group, blocks = f->blocks, per16 = f->per16;
     const __mmask64 last = f->tail == QFIX_BLOCK ? ~(__mmask64)0 : (((__mmask64)1 << f->tail) - 1);
     for (long j = j0; j < j1; j++) {
         const uint8_t *row = v->q + j * v->ldq;
         const uint16_t *scales = v->s + j * v->lds;
-        __m512 even[GEMV_M], odd[GEMV_M];
+        __m512 even[GEMV_M], odd[GEMV_M], du[GEMV_M];
         for (int i = 0; i < M; i++) even[i] = odd[i] = _mm512_setzero_ps();
         for (long b0 = 0, G = 0; b0 < blocks; b0 += per16, G += 16) {
             const __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_before(G, groups), scales + G));
+            for (int i = 0; i < M; i++) du[i] = _mm512_mul_ps(s16, _mm512_loadu_ps(f->unit + i * f->groups16 + G));
             const long b1 = tl_min(blocks, b0 + per16);
             long b = b0;
             for (; b + 2 <= b1; b += 2) {
-                block_q4_fixed(M, f, row + b * QFIX_BLOCK, s16, b, last, even);
-                block_q4_fixed(M, f, row + (b + 1) * QFIX_BLOCK, s16, b + 1, last, odd);
+                block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, last, even);
+                block_fixed(M, F, f, row + (b + 1) * QFIX_BLOCK, du, b + 1, last, odd);
             }
-            if (b < b1) block_q4_fixed(M, f, row + b * QFIX_BLOCK, s16, b, last, even);
+            if (b < b1) block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, last, even);
         }
         for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[i], odd[i]));
     }
 }
 
-QFIX_TARGET void tl_qgemv_q4_fixed(const qgemv_args *v, long j0, long j1) {
-    QGEMV_BY_M(qgemv_q4_fixed_m, TL_Q4, 0, v, j0, j1);
+QFIX_TARGET void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1) {
+    if (v->fmt == TL_Q8) QGEMV_BY_M(qgemv_fixed_m, TL_Q8, 0, v, j0, j1);
+    else QGEMV_BY_M(qgemv_fixed_m, TL_Q4, 0, v, j0, j1);
 }
 #else
-void tl_qgemv_q4_fixed(const qgemv_args *v, long j0, long j1) { (void)v, (void)j0, (void)j1; }
+void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1) { (void)v, (void)j0, (void)j1; }
 #endif  // __x86_64__

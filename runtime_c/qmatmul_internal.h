@@ -25,7 +25,7 @@ typedef struct {
     float *y;            // y[i*ldy + j]
     long ldy;
     const float *xsum8;  // q4 on the AVX2 kernel: 8 x the sum of x_i over group G at xsum8[i*groups + G]
-    const qgemv_fixed *fixed;  // q4 on qmatmul_fixed.c's kernel: x as its digits
+    const qgemv_fixed *fixed;  // qmatmul_fixed.c's kernel: x as its digits
 } qgemv_args;
 
 // KERNEL_M(m, F, GS, v, j0, j1) with the row count m of x (v->m: 1..GEMV_M) a compile-time constant, so its loops over
@@ -42,11 +42,11 @@ typedef struct {
 
 #define TL_QMATMUL_HIDDEN __attribute__((visibility("hidden")))
 
-// qmatmul_fixed.c: x (v's rows) as fixed point for tl_qgemv_q4_fixed, or NULL where that kernel does not apply
-// (no AVX512_VNNI in use, a group that is not a multiple of 8, or x holding inf or NaN); freed by
-// tl_qgemv_fixed_free. The kernel computes outputs [j0, j1) of the int4 GEMV with v->fixed set.
+// qmatmul_fixed.c: x (v's rows) as fixed point for tl_qgemv_fixed, or NULL where that kernel does not apply
+// (no AVX512_VNNI in use, a group that is not a multiple of 32, or x holding inf or NaN); freed by
+// tl_qgemv_fixed_free. The kernel computes outputs [j0, j1) of the int8 or int4 GEMV with v->fixed set.
 TL_QMATMUL_HIDDEN qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v);
 TL_QMATMUL_HIDDEN void tl_qgemv_fixed_free(qgemv_fixed *f);
-TL_QMATMUL_HIDDEN void tl_qgemv_q4_fixed(const qgemv_args *v, long j0, long j1);
+TL_QMATMUL_HIDDEN void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1);
 
 #endif  // TINYLLM_QMATMUL_INTERNAL_H

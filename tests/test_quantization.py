@@ -64,7 +64,7 @@ def test_qmatmul_value_and_input_gradient_match_torch(device, fmt, m, n, groups,
 @given(fmt=st.sampled_from(["int8", "int4"]), m=st.integers(1, 4), n=st.integers(1, 9), groups=st.integers(1, 20),
        g=st.sampled_from([16, 32, 64]), short=st.integers(0, 63), seed=st.integers(0, 2**32 - 1))
 def test_both_simd_gemv_kernels_match_torch(wide, fmt, m, n, groups, g, short, seed):
-    """The quantized GEMV (M <= 4) on AVX2 (tl_cpu_set_dot(0)) and, where the CPU has AVX512_VNNI, int4's in fixed
+    """The quantized GEMV (M <= 4) on AVX2 (tl_cpu_set_dot(0)) and, where the CPU has AVX512_VNNI, in fixed
     point (groups of a multiple of 32; runtime_c/qmatmul_fixed.c, tests/test_quantization_fixed.py): over 16 groups
     (a block of scales), partial last groups, and each row count of x."""
     from tinyllm._kernels import lib
