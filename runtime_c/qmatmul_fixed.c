@@ -61,7 +61,7 @@ struct qgemv_fixed {
     int8_t *digits;             // row i of x, block b: 3 planes (h, m, l) at digits + (i*blocks + b) * 3*QFIX_PLANE
     int32_t *offset;            // [(i*blocks + b)*16 + lane]: o sum X over the lane's weights
     float *unit;                // [i*groups16 + G]: 2^(e_G - B) of row i's group G (0 past the last)
-    int32_t *lane_group;        // [b*16 + lane]: the lane's group among the 16 of its block's (qgemv_fixed_m)
+    int32_t *lane_group;        // [r*16 + lane]: the lane's group among the 16 of block r of a run of per16
 };
 
 #if defined(__x86_64__)
@@ -100,9 +100,11 @@ QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i,
         amax = _mm512_max_ps(amax, a);
     }
     if (bad) return 0;
-    int e;
-    frexpf(_mm512_reduce_max_ps(amax), &e);  // max < 2^e (e = 0 for a group of zeros)
-    e = e < -100 ? -100 : e;                  // 2^(e - B) stays a normal float32
+    const float top = _mm512_reduce_max_ps(amax);
+    uint32_t bits;
+    memcpy(&bits, &top, sizeof bits);
+    int e = top > 0 ? (int)(bits >> 23) - 126 : 0;  // top < 2^e, as frexpf's (a subnormal's -126 is clamped next)
+    e = e < -100 ? -100 : e;                         // 2^(e - B) stays a normal float32
     const __m512 up = _mm512_set1_ps(pow2(f->bits - e));
     const __m512i bias = _mm512_set1_epi32(128), byte = _mm512_set1_epi32(255);
     for (long t = 0; t < span; t += 16) {
@@ -120,10 +122,11 @@ QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i,
                 X = _mm512_srai_epi32(_mm512_sub_epi32(X, digit), 8);
             }
         }
-        int32_t s[16];
-        _mm512_storeu_si512(s, sum);
-        int32_t *lanes = f->offset + (i * f->blocks + b) * 16 + at / 4;
-        for (int l = 0; l < 4; l++) lanes[l] = offset * (s[4 * l] + s[4 * l + 1] + s[4 * l + 2] + s[4 * l + 3]);
+        // the sums of 4 neighbours (a lane's bytes), one in each 4, times the offset, to the 4 lanes at `at`
+        sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_CDAB));
+        sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_BADC));
+        sum = _mm512_maskz_compress_epi32(0x1111, _mm512_mullo_epi32(sum, _mm512_set1_epi32(offset)));
+        _mm_storeu_si128((__m128i *)(f->offset + (i * f->blocks + b) * 16 + at / 4), _mm512_castsi512_si128(sum));
     }
     f->unit[i * f->groups16 + G] = pow2(e - f->bits);
     return 1;
@@ -137,14 +140,14 @@ qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
     const long kp = tl_round_up(v->k, v->group), groups = kp / v->group, groups16 = tl_round_up(groups, 16);
     const long span = q8 ? v->group : v->group / 2, row_bytes = groups * span;
     const long blocks = (row_bytes + QFIX_BLOCK - 1) / QFIX_BLOCK, rows = (long)v->m * blocks;
-    // one allocation: the digits (zeros past the last group), the lanes' offsets, the units, the block tables
+    const long per16 = 16 * span / QFIX_BLOCK;
+    // one allocation: the digits, the lanes' offsets, the units, the block table
     const size_t head = tl_round_up(sizeof(qgemv_fixed), 64), digits = (size_t)rows * 3 * QFIX_PLANE(v->fmt),
                  lanes = (size_t)rows * 16 * sizeof(int32_t), units = (size_t)v->m * groups16 * sizeof(float),
-                 tables = (size_t)blocks * 16 * sizeof(int32_t);
+                 tables = (size_t)per16 * 16 * sizeof(int32_t);
     const size_t bytes = tl_round_up((long)(head + digits + lanes + units + tables), 64);
     qgemv_fixed *f = (qgemv_fixed *)aligned_alloc(64, bytes);  // the digits' loads each within one cache line
     if (f == NULL) tl_oom(bytes);
-    memset(f, 0, bytes);
     f->bits = QFIX_BITS(v->fmt);
     f->blocks = blocks;
     f->tail = row_bytes - (blocks - 1) * QFIX_BLOCK;
@@ -153,10 +156,15 @@ qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
     f->offset = (int32_t *)(void *)(f->digits + digits);
     f->unit = (float *)(f->offset + rows * 16);
     f->lane_group = (int32_t *)(f->unit + v->m * groups16);
-    f->per16 = 16 * span / QFIX_BLOCK;
-    for (long b = 0; b < blocks; b++)
-        for (int l = 0; l < 16; l++)
-            f->lane_group[b * 16 + l] = (int32_t)((b * QFIX_BLOCK + 4 * l) / span - b / f->per16 * 16);
+    f->per16 = per16;
+    for (long r = 0; r < per16; r++)
+        for (int l = 0; l < 16; l++) f->lane_group[r * 16 + l] = (int32_t)((r * QFIX_BLOCK + 4 * l) / span);
+    for (int i = 0; i < v->m; i++) {  // zeros where no group writes: the last block's rest, the units past the last
+        const long last = i * blocks + blocks - 1;
+        memset(f->digits + last * 3 * QFIX_PLANE(v->fmt), 0, 3 * QFIX_PLANE(v->fmt));
+        memset(f->offset + last * 16, 0, 16 * sizeof(int32_t));
+        memset(f->unit + i * groups16 + groups, 0, (size_t)(groups16 - groups) * sizeof(float));
+    }
     for (int i = 0; i < v->m; i++)
         for (long G = 0; G < groups; G++)
             if (!prepare_group(v, f, i, G)) {
@@ -173,11 +181,12 @@ qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
 void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 
 #if defined(__x86_64__)
-// Block b of a row of W (bytes from p, the last block's `tail` only) for M rows of x: its bytes as unsigned (int4:
-// the low and the high nibbles, two vectors), then per row of x the lanes' sums digit by digit (the module's S),
-// less the offsets, in float32 times the lanes' d_G 2^(e_G - B) (du[i], 16 groups' of row i) into tot.
+// Block b of a row of W (bytes from p, the last block's `tail` only), block r of its 16 groups', for M rows of x: its
+// bytes as unsigned (int4: the low and the high nibbles, two vectors), then per row of x the lanes' sums digit by
+// digit (the module's S), less the offsets, in float32 times the lanes' d_G 2^(e_G - B) (du[i], 16 groups' of row i)
+// into tot.
 QFIX_TARGET static inline __attribute__((always_inline)) void
-block_fixed(const int M, const int F, const qgemv_fixed *f, const uint8_t *p, const __m512 *du, long b,
+block_fixed(const int M, const int F, const qgemv_fixed *f, const uint8_t *p, const __m512 *du, long b, long r,
             __mmask64 last, __m512 *tot) {
     if (F == TL_Q8)  // (W from memory: the module's comment)
         __builtin_prefetch((const char *)p + 8192, 0, 2);
@@ -192,7 +201,7 @@ block_fixed(const int M, const int F, const qgemv_fixed *f, const uint8_t *p, co
         n0 = _mm512_and_si512(w, low);
         n1 = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
     }
-    const __m512i group = _mm512_loadu_si512(f->lane_group + b * 16);
+    const __m512i group = _mm512_loadu_si512(f->lane_group + r * 16);
     for (int i = 0; i < M; i++) {
         const long at = i * f->blocks + b;
         const int8_t *x = f->digits + at * 3 * QFIX_PLANE(F);
@@ -227,10 +236,10 @@ qgemv_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long 
             const long b1 = tl_min(blocks, b0 + per16);
             long b = b0;
             for (; b + 2 <= b1; b += 2) {
-                block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, last, even);
-                block_fixed(M, F, f, row + (b + 1) * QFIX_BLOCK, du, b + 1, last, odd);
+                block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, b - b0, last, even);
+                block_fixed(M, F, f, row + (b + 1) * QFIX_BLOCK, du, b + 1, b + 1 - b0, last, odd);
             }
-            if (b < b1) block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, last, even);
+            if (b < b1) block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, b - b0, last, even);
         }
         for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[i], odd[i]));
     }
