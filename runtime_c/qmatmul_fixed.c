@@ -52,6 +52,8 @@ against 12-13 with int4's choice or none, and int4 at 28 against 22-26 with int8
 #define QFIX_BITS(fmt) ((fmt) == TL_Q8 ? 21 : 22)  // B: the fixed point's bits below each group's top
 // a digit's bytes per block: int8 its 64 weights' activations, int4 the 64 low nibbles' then the 64 high ones'
 #define QFIX_PLANE(fmt) ((fmt) == TL_Q8 ? 64 : 128)
+// bytes of W ahead that each block asks for (the module's comment): int8 into L2, int4 into L1
+#define QFIX_AHEAD(fmt) ((fmt) == TL_Q8 ? 8192 : 4096)
 
 struct qgemv_fixed {
     int bits;                   // QFIX_BITS
@@ -188,10 +190,10 @@ void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 QFIX_TARGET static inline __attribute__((always_inline)) void
 block_fixed(const int M, const int F, const qgemv_fixed *f, const uint8_t *p, const __m512 *du, long b, long r,
             __mmask64 last, __m512 *tot) {
-    if (F == TL_Q8)  // (W from memory: the module's comment)
-        __builtin_prefetch((const char *)p + 8192, 0, 2);
+    if (F == TL_Q8)  // (W from memory)
+        __builtin_prefetch((const char *)p + QFIX_AHEAD(F), 0, 2);
     else
-        __builtin_prefetch((const char *)p + 4096, 0, 3);
+        __builtin_prefetch((const char *)p + QFIX_AHEAD(F), 0, 3);
     const __m512i w = b + 1 < f->blocks ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(last, p);
     __m512i n0, n1 = _mm512_setzero_si512();
     if (F == TL_Q8) {
