@@ -30,12 +30,14 @@ and to that bound, with activations down to 2^-30 of their group's largest.
 What it saves, per 64 bytes of W on 512-bit vectors: int4 (128 weights) 6 vpdpbusd, 2 shifts, 3 operations on the
 nibbles and 4 to finish the lanes (offset, conversion, the lanes' scales, FMA), against the AVX2 kernel's 56 on
 256-bit ones (8 widenings of bytes, 8 masks, 8 shifts, 16 conversions to float32, 16 FMAs); int8 (64 weights) 3
-vpdpbusd, 2 shifts, 1 flip and the same 4, against 24 (8 widenings, 8 conversions, 8 FMAs). From memory that leaves
-the loop little slack, so each block asks for a line ahead (as qmatmul_dynamic.c does): the hardware prefetchers
-stop at each 4 KiB page, and the rows of W are short. int4 asks 4 KiB ahead into L1, int8, which takes a block in
-fewer operations, 8 KiB ahead into L2: one thread from memory (768 x 3072, Zen 4) streamed int8 at 16-21 G weights/s
-against 12-13 with int4's choice or none, and int4 at 28 against 22-26 with int8's. Measured in bench/RESULTS.md
-(bench/qgemv.py).
+vpdpbusd, 2 shifts, 1 flip and the same 4, against 24 (8 widenings, 8 conversions, 8 FMAs). What is left is mostly
+loads: a block's digits of x (6 vectors for int4, 3 for int8) and its lanes' offsets, where W's own bytes are one.
+So a step takes several rows of W (QFIX_ROWS_FOR(M): 4 for one row of x, 2 for more) and loads x's digits once for
+them; each output is still summed in one order (even and odd blocks into two totals, then added), so y does not
+depend on how rows are grouped or split between threads. From memory the loop has little slack, so each block asks
+for a line ahead (as qmatmul_dynamic.c does): the hardware prefetchers stop at each 4 KiB page, and the rows of W are
+short. It asks for the same block of the row whole steps on, at least QFIX_AHEAD bytes of W on, into L2: the
+product's read order is then the order the lines are asked for. Measured in bench/RESULTS.md (bench/qgemv.py).
 */
 
 #include <math.h>
@@ -52,8 +54,9 @@ against 12-13 with int4's choice or none, and int4 at 28 against 22-26 with int8
 #define QFIX_BITS(fmt) ((fmt) == TL_Q8 ? 21 : 22)  // B: the fixed point's bits below each group's top
 // a digit's bytes per block: int8 its 64 weights' activations, int4 the 64 low nibbles' then the 64 high ones'
 #define QFIX_PLANE(fmt) ((fmt) == TL_Q8 ? 64 : 128)
-// bytes of W ahead that each block asks for (the module's comment): int8 into L2, int4 into L1
-#define QFIX_AHEAD(fmt) ((fmt) == TL_Q8 ? 8192 : 4096)
+#define QFIX_AHEAD 8192                            // bytes of W ahead, at least, that each block asks for
+#define QFIX_ROWS 4                                // the most rows of W a step takes
+#define QFIX_ROWS_FOR(M) ((M) == 1 ? 4 : 2)        // rows of W a step takes for M rows of x
 
 struct qgemv_fixed {
     int bits;                   // QFIX_BITS
@@ -183,68 +186,91 @@ qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
 void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 
 #if defined(__x86_64__)
-// Block b of a row of W (bytes from p, the last block's `tail` only), block r of its 16 groups', for M rows of x: its
-// bytes as unsigned (int4: the low and the high nibbles, two vectors), then per row of x the lanes' sums digit by
-// digit (the module's S), less the offsets, in float32 times the lanes' d_G 2^(e_G - B) (du[i], 16 groups' of row i)
-// into tot.
+// Block b of R rows of W (bytes from p[r] + b * QFIX_BLOCK, the last block's `tail` only), block r16 of its 16 groups',
+// for M rows of x: each row's bytes as unsigned (int4: the low and the high nibbles, two vectors), then per row of x,
+// its digits loaded once for the R rows, the lanes' sums digit by digit (the module's S), less the offsets, in float32
+// times the lanes' d_G 2^(e_G - B) (du[i*R + r], 16 groups' of x's row i and W's row r) into tot[i*R + r].
 QFIX_TARGET static inline __attribute__((always_inline)) void
-block_fixed(const int M, const int F, const qgemv_fixed *f, const uint8_t *p, const __m512 *du, long b, long r,
-            __mmask64 last, __m512 *tot) {
-    if (F == TL_Q8)  // (W from memory)
-        __builtin_prefetch((const char *)p + QFIX_AHEAD(F), 0, 2);
-    else
-        __builtin_prefetch((const char *)p + QFIX_AHEAD(F), 0, 3);
-    const __m512i w = b + 1 < f->blocks ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(last, p);
-    __m512i n0, n1 = _mm512_setzero_si512();
-    if (F == TL_Q8) {
-        n0 = _mm512_xor_si512(w, _mm512_set1_epi8(-128));  // w + 128
-    } else {
-        const __m512i low = _mm512_set1_epi8(15);
-        n0 = _mm512_and_si512(w, low);
-        n1 = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+block_fixed(const int M, const int R, const int F, const qgemv_fixed *f, const uint8_t *const *p, const __m512 *du,
+            long b, long r16, long ahead, __mmask64 last, __m512 *tot) {
+    __m512i n0[QFIX_ROWS], n1[QFIX_ROWS];
+    for (int r = 0; r < R; r++) {
+        const uint8_t *w8 = p[r] + b * QFIX_BLOCK;
+        __builtin_prefetch((const char *)w8 + ahead, 0, 2);  // (W from memory, into L2)
+        const __m512i w = b + 1 < f->blocks ? _mm512_loadu_si512(w8) : _mm512_maskz_loadu_epi8(last, w8);
+        if (F == TL_Q8) {
+            n0[r] = _mm512_xor_si512(w, _mm512_set1_epi8(-128));  // w + 128
+        } else {
+            const __m512i low = _mm512_set1_epi8(15);
+            n0[r] = _mm512_and_si512(w, low);
+            n1[r] = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+        }
     }
-    const __m512i group = _mm512_loadu_si512(f->lane_group + r * 16);
+    const __m512i group = _mm512_loadu_si512(f->lane_group + r16 * 16);
     for (int i = 0; i < M; i++) {
         const long at = i * f->blocks + b;
         const int8_t *x = f->digits + at * 3 * QFIX_PLANE(F);
-        __m512i s = _mm512_setzero_si512();
+        __m512i x0[3], x1[3];
         for (int digit = 0; digit < 3; digit++) {
-            if (digit) s = _mm512_slli_epi32(s, 8);
-            s = _mm512_dpbusd_epi32(s, n0, _mm512_loadu_si512(x + digit * QFIX_PLANE(F)));
-            if (F == TL_Q4) s = _mm512_dpbusd_epi32(s, n1, _mm512_loadu_si512(x + digit * QFIX_PLANE(F) + 64));
+            x0[digit] = _mm512_loadu_si512(x + digit * QFIX_PLANE(F));
+            if (F == TL_Q4) x1[digit] = _mm512_loadu_si512(x + digit * QFIX_PLANE(F) + 64);
         }
-        const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_loadu_si512(f->offset + at * 16)));
-        tot[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(group, du[i]), sum, tot[i]);
+        const __m512i offset = _mm512_loadu_si512(f->offset + at * 16);
+        for (int r = 0; r < R; r++) {
+            __m512i s = _mm512_setzero_si512();
+            for (int digit = 0; digit < 3; digit++) {
+                if (digit) s = _mm512_slli_epi32(s, 8);
+                s = _mm512_dpbusd_epi32(s, n0[r], x0[digit]);
+                if (F == TL_Q4) s = _mm512_dpbusd_epi32(s, n1[r], x1[digit]);
+            }
+            const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, offset));
+            tot[i * R + r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(group, du[i * R + r]), sum, tot[i * R + r]);
+        }
     }
 }
 
-// Outputs [j0, j1) for M rows of x (qgemv_args.fixed): a row's scales widened 16 at a time and times each row of
-// x's units (16 groups are whole blocks, as the group is a multiple of 32), then the blocks they cover, even and odd
-// ones into separate totals (two chains of FMA latency, not one).
+// Outputs [j0, j0 + R) for M rows of x (qgemv_args.fixed): each row's scales widened 16 at a time and times each row
+// of x's units (16 groups are whole blocks, as the group is a multiple of 32), then the blocks they cover, even and
+// odd ones into separate totals (two chains of FMA latency, and one order of sums for every R).
 QFIX_TARGET static inline __attribute__((always_inline)) void
-qgemv_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
-    (void)GS;  // any group (the block tables)
+rows_fixed(const int M, const int R, const int F, const qgemv_args *v, long j0) {
     const qgemv_fixed *f = v->fixed;
     const long groups = tl_round_up(v->k, v->group) / v->group, blocks = f->blocks, per16 = f->per16;
     const __mmask64 last = f->tail == QFIX_BLOCK ? ~(__mmask64)0 : (((__mmask64)1 << f->tail) - 1);
-    for (long j = j0; j < j1; j++) {
-        const uint8_t *row = v->q + j * v->ldq;
-        const uint16_t *scales = v->s + j * v->lds;
-        __m512 even[GEMV_M], odd[GEMV_M], du[GEMV_M];
-        for (int i = 0; i < M; i++) even[i] = odd[i] = _mm512_setzero_ps();
-        for (long b0 = 0, G = 0; b0 < blocks; b0 += per16, G += 16) {
-            const __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_before(G, groups), scales + G));
-            for (int i = 0; i < M; i++) du[i] = _mm512_mul_ps(s16, _mm512_loadu_ps(f->unit + i * f->groups16 + G));
-            const long b1 = tl_min(blocks, b0 + per16);
-            long b = b0;
-            for (; b + 2 <= b1; b += 2) {
-                block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, b - b0, last, even);
-                block_fixed(M, F, f, row + (b + 1) * QFIX_BLOCK, du, b + 1, b + 1 - b0, last, odd);
-            }
-            if (b < b1) block_fixed(M, F, f, row + b * QFIX_BLOCK, du, b, b - b0, last, even);
+    const uint8_t *p[QFIX_ROWS];
+    // the same block of a row whole steps of R rows on, at least QFIX_AHEAD bytes of W on
+    const long ahead = tl_round_up(QFIX_AHEAD, R * v->ldq);
+    __m512 even[GEMV_M * QFIX_ROWS], odd[GEMV_M * QFIX_ROWS], du[GEMV_M * QFIX_ROWS];
+    for (int r = 0; r < R; r++) p[r] = v->q + (j0 + r) * v->ldq;
+    for (int t = 0; t < M * R; t++) even[t] = odd[t] = _mm512_setzero_ps();
+    for (long b0 = 0, G = 0; b0 < blocks; b0 += per16, G += 16) {
+        for (int r = 0; r < R; r++) {
+            const uint16_t *scales = v->s + (j0 + r) * v->lds + G;
+            const __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_before(G, groups), scales));
+            for (int i = 0; i < M; i++)
+                du[i * R + r] = _mm512_mul_ps(s16, _mm512_loadu_ps(f->unit + i * f->groups16 + G));
         }
-        for (int i = 0; i < M; i++) v->y[i * v->ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[i], odd[i]));
+        const long b1 = tl_min(blocks, b0 + per16);
+        long b = b0;
+        for (; b + 2 <= b1; b += 2) {
+            block_fixed(M, R, F, f, p, du, b, b - b0, ahead, last, even);
+            block_fixed(M, R, F, f, p, du, b + 1, b + 1 - b0, ahead, last, odd);
+        }
+        if (b < b1) block_fixed(M, R, F, f, p, du, b, b - b0, ahead, last, even);
     }
+    for (int i = 0; i < M; i++)
+        for (int r = 0; r < R; r++)
+            v->y[i * v->ldy + j0 + r] = _mm512_reduce_add_ps(_mm512_add_ps(even[i * R + r], odd[i * R + r]));
+}
+
+// Outputs [j0, j1): QFIX_ROWS_FOR(M) rows of W at a time, x's digits loaded once for them, then the rest one by one.
+QFIX_TARGET static inline __attribute__((always_inline)) void
+qgemv_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
+    (void)GS;  // any group (the block tables)
+    const int R = QFIX_ROWS_FOR(M);
+    long j = j0;
+    for (; j + R <= j1; j += R) rows_fixed(M, R, F, v, j);
+    for (; j < j1; j++) rows_fixed(M, 1, F, v, j);
 }
 
 QFIX_TARGET void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1) {

@@ -128,3 +128,22 @@ def test_inf_or_nan_in_x_runs_the_float_kernel(fmt):
         lib.tl_cpu_set_dot(-1)
     np.testing.assert_array_equal(got, want)  # (NaN where NaN)
     assert np.isnan(got[1]).all() and np.isfinite(got[2]).all()
+
+
+@formats
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_a_row_of_y_is_the_same_bits_however_the_rows_of_w_are_taken(fmt, m):
+    """The kernel takes rows of W several at a time (QFIX_ROWS_FOR(M)), the rest one by one, and threads split the
+    rows anywhere: each output is summed in one order all the same, so y is the same bits from the whole W on one
+    thread, on two, and from each row of W alone."""
+    rng = np.random.default_rng(m)
+    n, k = 37, 4096  # 37 rows: whole steps and a rest; n k / 2^16 > 2, so two threads split them
+    q, s = Q.quantize(rng.standard_normal((n, k)).astype(np.float32), fmt, 32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    alone = np.concatenate([run(x, q[j:j + 1], s[j:j + 1], 32, k, fmt) for j in range(n)], axis=1)
+    for threads in (1, 2):
+        lib.tl_set_num_threads(threads)
+        try:
+            np.testing.assert_array_equal(run(x, q, s, 32, k, fmt), alone)
+        finally:
+            lib.tl_set_num_threads(0)
