@@ -37,7 +37,9 @@ them; each output is still summed in one order (even and odd blocks into two tot
 depend on how rows are grouped or split between threads. From memory the loop has little slack, so each block asks
 for a line ahead (as qmatmul_dynamic.c does): the hardware prefetchers stop at each 4 KiB page, and the rows of W are
 short. It asks for the same block of the row whole steps on, at least QFIX_AHEAD bytes of W on, into L2: the
-product's read order is then the order the lines are asked for. Measured in bench/RESULTS.md (bench/qgemv.py).
+product's read order is then the order the lines are asked for. Each step also asks for the scales of the rows as
+far on: they are a second stream (int4: 48 bytes a row beside W's 384 at K = 768), which the prefetchers lose at each
+page as well. Measured in bench/RESULTS.md (bench/qgemv.py).
 */
 
 #include <math.h>
@@ -242,6 +244,11 @@ rows_fixed(const int M, const int R, const int F, const qgemv_args *v, long j0) 
     const long ahead = tl_round_up(QFIX_AHEAD, R * v->ldq);
     __m512 even[GEMV_M * QFIX_ROWS], odd[GEMV_M * QFIX_ROWS], du[GEMV_M * QFIX_ROWS];
     for (int r = 0; r < R; r++) p[r] = v->q + (j0 + r) * v->ldq;
+    // the scales of the rows as many rows on as W's own lines are asked for (ahead is whole steps of R rows)
+    const char *scales_ahead = (const char *)(v->s + (j0 + ahead / v->ldq) * v->lds);
+    const long scale_bytes = R * v->lds * (long)sizeof(uint16_t);
+    for (long c = 0; c < scale_bytes; c += 64) __builtin_prefetch(scales_ahead + c, 0, 2);
+    __builtin_prefetch(scales_ahead + scale_bytes - 1, 0, 2);  // (the last line, wherever the first starts)
     for (int t = 0; t < M * R; t++) even[t] = odd[t] = _mm512_setzero_ps();
     for (long b0 = 0, G = 0; b0 < blocks; b0 += per16, G += 16) {
         for (int r = 0; r < R; r++) {
