@@ -5,13 +5,12 @@ quantize_dynamic and llama.cpp's CPU kernels do it. Each row of x is quantized a
     s_iG = max_t |x_it| / 127 over group G,   qx_it = rint(x_it / s_iG) in [-127, 127],
 
 and y_ij = sum_G (s_iG d_jG) sum_{t in G} qx_it qw_jt, the inner sums exact in int32. That is what lets the
-products run on integer dot-product instructions: 32 byte products summed into 8 int32 lanes by one AVX512_VNNI
-vpdpbusd (or vpmaddubsw + vpmaddwd on AVX2), where the float path widens every weight to float32 first
-(qmatmul.c), which bounds decoding by the widening rather than by memory. Both multiply unsigned bytes by signed
-ones: int4's nibbles (w + 8) and, for vpdpbusd, q8's w + 128 go in as they are, and a per-group bias in the int32 sums
-takes the offset times sum(qx) off again; vpmaddubsw's 16-bit pair sums would saturate at 2 x 255 x 127, so on AVX2
-q8's magnitudes |w| meet the activations with the weights' signs moved onto them (vpsignb), as llama.cpp's AVX2
-kernels do: 2 x 127 x 127 at most.
+products run on integer dot-product instructions, where the float path widens every weight to float32 first
+(qmatmul.c), which bounds decoding by the widening rather than by memory. With AVX512_VNNI they run on
+qmatmul_fixed.c's kernel, whose x is the weight-only path's fixed point written in three byte digits: here qx is its
+one digit and s_iG its unit, so each 64 bytes of W cost one vpdpbusd per 64 weights rather than three (it takes
+several rows of W at a time on 512-bit vectors). Elsewhere this file's AVX2 kernel runs them on vpmaddubsw +
+vpmaddwd (qdyn_group).
 
 A group whose x holds inf or NaN gets a NaN scale: its outputs are NaN, not a wrong finite number.
 
@@ -141,13 +140,7 @@ static void qdyn_portable(const qdyn_args *v, long j0, long j1) {
 }
 
 #if defined(__x86_64__)
-// The SIMD kernel, once per instruction set (the target attribute must cover every intrinsic inlined into it).
-// DOT(acc, u, s) adds the products of the unsigned bytes u and the signed bytes s, four by four, into acc's lanes;
-// OFFSET: whether q8's weights go in as w + 128 (vpdpbusd's sums do not saturate) rather than as |w| against x
-// with w's sign (vpmaddubsw's 16-bit pair sums would: 2 x 255 x 127).
-#define QDYN_DOT_AVX2(acc, u, s) \
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
-#define QDYN_DOT_VNNI(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#define QDYN_AVX2 __attribute__((target("avx2,fma,f16c")))
 // Asks for the line 4 KiB ahead of each new line of W a step enters: W's short rows (768 bytes to 3 KiB a row) mostly
 // lie on 4 KiB pages, where the hardware prefetchers stop at every page boundary. Measured from memory on Zen 4, 2
 // threads, M = 1, 768 x 768 int8: 17 GB/s without, 18 with qmatmul.c's page-ahead, 22 at 1 KiB ahead, 29 at 4 KiB.
@@ -157,71 +150,74 @@ static void qdyn_portable(const qdyn_args *v, long j0, long j1) {
         if (((uintptr_t)(p) & 63) < (step)) __builtin_prefetch((const char *)(p) + QDYN_AHEAD, 0, 3);             \
     } while (0)
 
-// Outputs [j0, j1) for M rows of x. Per group and row of x: the int32 sums of 32 weights at a time, started from
-// the row's bias (qdyn_args.bias: what the weights' offset adds), then one FMA by s_iG d_jG into a float total,
-// even and odd groups into separate registers (one chain of FMA latency each, not one for the whole row). q4's
-// 16 bytes hold weights t..t+15 of the group in their low nibbles and t+half.. in their high ones: the unsigned
-// nibbles [low | high] meet x's 32 bytes in that order (qdyn_q4_order), their offset 8 taken off by the bias.
-#define QDYN_KERNEL(NAME, TARGET, DOT, OFFSET)                                                                    \
-    __attribute__((target(TARGET))) static inline __attribute__((always_inline)) void                           \
-    NAME##_group(const int M, const int F, const int GS, const qdyn_args *v, const uint8_t *qg, long G, float d,  \
-                 __m256 *tot) {                                                                                   \
-        const long group = GS ? GS : v->group, groups = v->kp / group;                                            \
-        __m256i acc[GEMV_M];                                                                                      \
-        for (int i = 0; i < M; i++)                                                                               \
-            acc[i] = v->bias ? _mm256_loadu_si256((const __m256i *)(v->bias + 8 * (i * groups + G)))              \
-                             : _mm256_setzero_si256();                                                            \
-        for (long t = 0; t < group; t += 32) {                                                                    \
-            __m256i u, w = _mm256_setzero_si256();                                                                \
-            QDYN_PREFETCH(qg + (F == TL_Q8 ? t : t / 2), F == TL_Q8 ? 32 : 16);                                   \
-            if (F == TL_Q8) {                                                                                     \
-                w = _mm256_loadu_si256((const __m256i *)(qg + t));                                                \
-                u = OFFSET ? _mm256_xor_si256(w, _mm256_set1_epi8(-128)) : _mm256_sign_epi8(w, w);                \
-            } else {                                                                                              \
-                const __m128i b = _mm_loadu_si128((const __m128i *)(qg + t / 2));                                 \
-                u = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1), \
-                                     _mm256_set1_epi8(15));                                                       \
-            }                                                                                                     \
-            for (int i = 0; i < M; i++) {                                                                         \
-                const __m256i x = _mm256_loadu_si256((const __m256i *)(v->qx + i * v->kp + G * group + t));      \
-                acc[i] = DOT(acc[i], u, F == TL_Q8 && !OFFSET ? _mm256_sign_epi8(x, w) : x);                      \
-            }                                                                                                     \
-        }                                                                                                         \
-        for (int i = 0; i < M; i++)                                                                               \
-            tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(v->sx[i * groups + G] * d), tot[i]); \
-    }                                                                                                             \
-    __attribute__((target(TARGET))) static inline __attribute__((always_inline)) void                           \
-    NAME##_m(const int M, const int F, const int GS, const qdyn_args *v, long j0, long j1) {                      \
-        const long group = GS ? GS : v->group, groups = v->kp / group, gbytes = F == TL_Q8 ? group : group / 2;  \
-        for (long j = j0; j < j1; j++) {                                                                          \
-            const uint8_t *row = v->q + j * v->ldq;                                                               \
-            const uint16_t *scales = v->s + j * groups;                                                           \
-            __m256 even[GEMV_M], odd[GEMV_M];                                                                     \
-            for (int i = 0; i < M; i++) even[i] = odd[i] = _mm256_setzero_ps();                                   \
-            long G = 0;                                                                                           \
-            for (; G + 2 <= groups; G += 2) {                                                                     \
-                NAME##_group(M, F, GS, v, row + G * gbytes, G, _cvtsh_ss(scales[G]), even);                       \
-                NAME##_group(M, F, GS, v, row + (G + 1) * gbytes, G + 1, _cvtsh_ss(scales[G + 1]), odd);          \
-            }                                                                                                     \
-            if (G < groups) NAME##_group(M, F, GS, v, row + G * gbytes, G, _cvtsh_ss(scales[G]), even);          \
-            for (int i = 0; i < M; i++) {                                                                         \
-                const __m256 t8 = _mm256_add_ps(even[i], odd[i]);                                                 \
-                __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));                 \
-                s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                                       \
-                v->y[i * v->ldy + j] = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));                        \
-            }                                                                                                     \
-        }                                                                                                         \
-    }                                                                                                             \
-    __attribute__((target(TARGET))) static void NAME(const qdyn_args *v, long j0, long j1) {                     \
-        const int g32 = v->group == 32; /* llama.cpp's group, unrolled whole */                                   \
-        if (v->fmt == TL_Q8 && g32) QGEMV_BY_M(NAME##_m, TL_Q8, 32, v, j0, j1);                                  \
-        else if (v->fmt == TL_Q8) QGEMV_BY_M(NAME##_m, TL_Q8, 0, v, j0, j1);                                     \
-        else if (g32) QGEMV_BY_M(NAME##_m, TL_Q4, 32, v, j0, j1);                                                \
-        else QGEMV_BY_M(NAME##_m, TL_Q4, 0, v, j0, j1);                                                          \
+// Group G of one row of W (bytes from qg, scale d) for M rows of x. Per row of x: the int32 sums of 32 weights at a
+// time, started from the row's bias (qdyn_args.bias: what the weights' offset adds), then one FMA by s_iG d_jG into
+// a float total. The products on vpmaddubsw + vpmaddwd: unsigned bytes against signed ones, summed in pairs into 16
+// bits, which saturate at 2 x 255 x 127, so q8's magnitudes |w| meet the activations with the weights' signs moved
+// onto them (vpsignb), as llama.cpp's AVX2 kernels do (2 x 127 x 127 at most). q4's 16 bytes hold weights t..t+15 of
+// the group in their low nibbles and t+half.. in their high ones: the unsigned nibbles [low | high] meet x's 32 bytes
+// in that order (qdyn_q4_order), their offset 8 taken off by the bias.
+QDYN_AVX2 static inline __attribute__((always_inline)) void
+qdyn_group(const int M, const int F, const int GS, const qdyn_args *v, const uint8_t *qg, long G, float d,
+           __m256 *tot) {
+    const long group = GS ? GS : v->group, groups = v->kp / group;
+    __m256i acc[GEMV_M];
+    for (int i = 0; i < M; i++)
+        acc[i] = v->bias ? _mm256_loadu_si256((const __m256i *)(v->bias + 8 * (i * groups + G)))
+                         : _mm256_setzero_si256();
+    for (long t = 0; t < group; t += 32) {
+        __m256i u, w = _mm256_setzero_si256();
+        QDYN_PREFETCH(qg + (F == TL_Q8 ? t : t / 2), F == TL_Q8 ? 32 : 16);
+        if (F == TL_Q8) {
+            w = _mm256_loadu_si256((const __m256i *)(qg + t));
+            u = _mm256_sign_epi8(w, w);
+        } else {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(qg + t / 2));
+            u = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1),
+                                 _mm256_set1_epi8(15));
+        }
+        for (int i = 0; i < M; i++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(v->qx + i * v->kp + G * group + t));
+            const __m256i pairs = _mm256_maddubs_epi16(u, F == TL_Q8 ? _mm256_sign_epi8(x, w) : x);
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        }
     }
+    for (int i = 0; i < M; i++)
+        tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(v->sx[i * groups + G] * d), tot[i]);
+}
 
-QDYN_KERNEL(qdyn_avx2, "avx2,fma,f16c", QDYN_DOT_AVX2, 0)
-QDYN_KERNEL(qdyn_vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", QDYN_DOT_VNNI, 1)
+// Outputs [j0, j1) for M rows of x: each row of W's groups in turn, even and odd groups into separate totals (one
+// chain of FMA latency each, not one for the whole row).
+QDYN_AVX2 static inline __attribute__((always_inline)) void
+qdyn_avx2_m(const int M, const int F, const int GS, const qdyn_args *v, long j0, long j1) {
+    const long group = GS ? GS : v->group, groups = v->kp / group, gbytes = F == TL_Q8 ? group : group / 2;
+    for (long j = j0; j < j1; j++) {
+        const uint8_t *row = v->q + j * v->ldq;
+        const uint16_t *scales = v->s + j * groups;
+        __m256 even[GEMV_M], odd[GEMV_M];
+        for (int i = 0; i < M; i++) even[i] = odd[i] = _mm256_setzero_ps();
+        long G = 0;
+        for (; G + 2 <= groups; G += 2) {
+            qdyn_group(M, F, GS, v, row + G * gbytes, G, _cvtsh_ss(scales[G]), even);
+            qdyn_group(M, F, GS, v, row + (G + 1) * gbytes, G + 1, _cvtsh_ss(scales[G + 1]), odd);
+        }
+        if (G < groups) qdyn_group(M, F, GS, v, row + G * gbytes, G, _cvtsh_ss(scales[G]), even);
+        for (int i = 0; i < M; i++) {
+            const __m256 t8 = _mm256_add_ps(even[i], odd[i]);
+            __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+            s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            v->y[i * v->ldy + j] = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+        }
+    }
+}
+
+QDYN_AVX2 static void qdyn_avx2(const qdyn_args *v, long j0, long j1) {
+    const int g32 = v->group == 32;  // llama.cpp's group, unrolled whole
+    if (v->fmt == TL_Q8 && g32) QGEMV_BY_M(qdyn_avx2_m, TL_Q8, 32, v, j0, j1);
+    else if (v->fmt == TL_Q8) QGEMV_BY_M(qdyn_avx2_m, TL_Q8, 0, v, j0, j1);
+    else if (g32) QGEMV_BY_M(qdyn_avx2_m, TL_Q4, 32, v, j0, j1);
+    else QGEMV_BY_M(qdyn_avx2_m, TL_Q4, 0, v, j0, j1);
+}
 #endif  // __x86_64__
 
 typedef void (*qdyn_fn)(const qdyn_args *v, long j0, long j1);
@@ -231,7 +227,7 @@ static int qdyn_kernel_simd(long group) { return tl_cpu_path() >= 1 && tl_has_f1
 
 static qdyn_fn qdyn_kernel(const qdyn_args *v) {
 #if defined(__x86_64__)
-    if (qdyn_kernel_simd(v->group)) return tl_cpu_int8_dot() ? qdyn_vnni : qdyn_avx2;
+    if (qdyn_kernel_simd(v->group)) return qdyn_avx2;
 #endif
     return qdyn_portable;
 }
@@ -245,6 +241,12 @@ static void qdyn_q4_order(const int8_t *qx, long kp, long group, int8_t *out) {
             memcpy(out + g0 + 2 * t, qx + g0 + t, 16);
             memcpy(out + g0 + 2 * t + 16, qx + g0 + half + t, 16);
         }
+}
+
+// Outputs [j0, j1): on qmatmul_fixed.c's kernel where fx->fixed is set, else on `kernel`
+static void qdyn_share(const qgemv_args *fx, qdyn_fn kernel, const qdyn_args *v, long j0, long j1) {
+    if (fx->fixed != NULL) tl_qgemv_fixed(fx, j0, j1);
+    else kernel(v, j0, j1);
 }
 
 static void qmatmul_dynamic(int fmt, int M, int N, int K, int group, const float *x, long ldx, const void *q,
@@ -270,35 +272,36 @@ static void qmatmul_dynamic(int fmt, int M, int N, int K, int group, const float
         free(qx);
         return;
     }
+    // with AVX512_VNNI, qmatmul_fixed.c's kernel, x its one digit: several rows of W at a time on 512-bit vectors
+    qgemv_args fx = {fmt, M, N, K, group, NULL, 0, (const uint8_t *)q, ldq, scales, groups, out, ldo, NULL, NULL};
+    fx.fixed = tl_qgemv_fixed_prepare_int8(&fx, qx, sx);
     qdyn_args v = {.fmt = fmt, .m = M, .n = N, .kp = kp, .group = group, .qx = qx, .sx = sx, .bias = NULL,
                    .q = (const uint8_t *)q, .ldq = ldq, .s = scales, .y = out, .ldy = ldo};
-    const qdyn_fn kernel = qdyn_kernel(&v);
-    // The SIMD kernels' offsets: q4's unsigned nibbles are w + 8, and with vpdpbusd q8's are w + 128; each adds
-    // offset x sum_t qx_t to a group's sum, which its bias (in lane 0) takes off.
-    const int offset = kernel == qdyn_portable ? 0 : fmt == TL_Q4 ? 8 : tl_cpu_int8_dot() ? 128 : 0;
-    if (offset) {
+    const qdyn_fn kernel = fx.fixed ? NULL : qdyn_kernel(&v);
+    // The SIMD kernel's offset: q4's unsigned nibbles are w + 8, which adds 8 x sum_t qx_t to a group's sum; its
+    // bias (in lane 0) takes that off.
+    if (kernel != NULL && kernel != qdyn_portable && fmt == TL_Q4) {
         memset(bias, 0, sizeof(int32_t) * 8 * M * groups);
         for (long r = 0; r < M * groups; r++) {
             int32_t sum = 0;
             for (long t = 0; t < group; t++) sum += qx[r * group + t];
-            bias[8 * r] = -offset * sum;
+            bias[8 * r] = -8 * sum;
         }
         v.bias = bias;
-    }
-    if (kernel != qdyn_portable && fmt == TL_Q4) {
         for (int i = 0; i < M; i++) qdyn_q4_order(qx + i * kp, kp, group, qx + rows + i * kp);
         v.qx = qx + rows;
     }
     const int nt = (int)tl_max(1, tl_min(tl_gemm_threads(), N * kp / QDYN_MIN_PER_THREAD));
     if (nt <= 1) {
-        kernel(&v, 0, N);
+        qdyn_share(&fx, kernel, &v, 0, N);
     } else {
 #pragma omp parallel num_threads(nt)
         {
             const int t = tl_omp_thread_num(), n = tl_omp_num_threads();
-            kernel(&v, N * t / n, N * (t + 1) / n);
+            qdyn_share(&fx, kernel, &v, N * t / n, N * (t + 1) / n);
         }
     }
+    tl_qgemv_fixed_free((qgemv_fixed *)fx.fixed);
     free(qx);
 }
 

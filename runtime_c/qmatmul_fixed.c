@@ -19,6 +19,9 @@ and S - o sum X (o = 8 or 128: the lane's offset, taken once per call for all of
 8 x 8 x 2^22 = 2^28 (int4), 4 x 128 x 2^21 = 2^30 (int8, the reason for its B), so the wrap-around cancels. It is
 rounded once to float32 and scaled by d_G 2^(e_G - B) (one product per 16 groups) into float32 totals.
 
+The dynamic path's int8 activations (qmatmul_dynamic.c: x_t = s_G qx_t, |qx_t| <= 127) run on the same kernel with
+one digit, qx itself, and the unit s_G for 2^(e_G - B) (tl_qgemv_fixed_prepare_int8): one vpdpbusd where three were.
+
 What it costs in accuracy: X_t is x_t to within 2^(e_G - B - 1) <= 2^-B max_G |x|, where float32 holds x_t itself to
 2^-24 |x_t|; after that the sums are exact but for one rounding per lane and the totals'. So y's error is at most
 sum_G 2^-B max_G |x| sum_{t in G} |w_t| beyond the float kernels' own rounding: an activation far below its group's
@@ -61,11 +64,13 @@ page as well. Measured in bench/RESULTS.md (bench/qgemv.py).
 #define QFIX_ROWS_FOR(M) ((M) == 1 ? 4 : 2)        // rows of W a step takes for M rows of x
 
 struct qgemv_fixed {
-    int bits;                   // QFIX_BITS
+    int bits;                   // QFIX_BITS (weight-only)
+    int digits;                 // x's digits: 3 (weight-only), 1 (int8 activations, tl_qgemv_fixed_prepare_int8)
     long blocks, tail;          // blocks of a row of W, and the bytes of its last one
     long groups16;              // a row of x's groups, rounded up to 16 (the stride of unit)
     long per16;                 // blocks per 16 groups: whole blocks, as the group is a multiple of 32
-    int8_t *digits;             // row i of x, block b: 3 planes (h, m, l) at digits + (i*blocks + b) * 3*QFIX_PLANE
+    int8_t *digit;              // row i of x, block b: its planes (h, m, l; or the one) at
+                                // digit + (i*blocks + b) * digits * QFIX_PLANE
     int32_t *offset;            // [(i*blocks + b)*16 + lane]: o sum X over the lane's weights
     float *unit;                // [i*groups16 + G]: 2^(e_G - B) of row i's group G (0 past the last)
     int32_t *lane_group;        // [r*16 + lane]: the lane's group among the 16 of block r of a run of per16
@@ -88,42 +93,30 @@ static inline __mmask16 lanes_before(long c, long end) {
     return c + 16 <= end ? 0xFFFF : c < end ? (__mmask16)((1u << (end - c)) - 1) : 0;
 }
 
-// Row i's group G (columns [c0, c0 + group) of x, those from k on zero) into its digits, its lanes' offsets and its
-// unit. Returns 0 when the group holds inf or NaN. The group's bytes of W (span: group for int8, group / 2 for
-// int4) 16 at a time: int8's activations c0 + t.., int4's low nibbles' c0 + t.. and high nibbles' c0 + span + t..,
-// at the same byte positions of their planes.
-QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i, long G) {
+// Row i's group G as whole numbers X into the digits' planes and the lanes' offsets: weight-only's fixed point, x's
+// columns times `up` rounded (x given; those from k on zero), or the int8 activations qx as they are (qx given: row
+// i's, zero past k). The group's bytes of W (span: group for int8, group / 2 for int4) 16 at a time: int8's
+// activations c0 + t.., int4's low nibbles' c0 + t.. and high nibbles' c0 + span + t.., at the same byte positions
+// of their planes.
+QFIX_TARGET static void store_group(const qgemv_args *v, qgemv_fixed *f, int i, long G, const float *x, float up,
+                                    const int8_t *qx) {
     const int q8 = v->fmt == TL_Q8, offset = q8 ? 128 : 8;  // n = w + offset (the module's comment)
-    const long group = v->group, span = q8 ? group : group / 2, plane = QFIX_PLANE(v->fmt), c0 = G * group, k = v->k;
-    const float *x = v->x + i * v->ldx;
-    const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(INFINITY);
-    __m512 amax = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    for (long t = 0; t < group; t += 16) {
-        const long c = c0 + t;
-        const __mmask16 in = lanes_before(c, k);
-        const __m512 a = _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(in, x + c));
-        bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // inf, or NaN (unordered)
-        amax = _mm512_max_ps(amax, a);
-    }
-    if (bad) return 0;
-    const float top = _mm512_reduce_max_ps(amax);
-    uint32_t bits;
-    memcpy(&bits, &top, sizeof bits);
-    int e = top > 0 ? (int)(bits >> 23) - 126 : 0;  // top < 2^e, as frexpf's (a subnormal's -126 is clamped next)
-    e = e < -100 ? -100 : e;                         // 2^(e - B) stays a normal float32
-    const __m512 up = _mm512_set1_ps(pow2(f->bits - e));
+    const long group = v->group, span = q8 ? group : group / 2, plane = QFIX_PLANE(v->fmt), c0 = G * group;
     const __m512i bias = _mm512_set1_epi32(128), byte = _mm512_set1_epi32(255);
+    const __m512 vup = _mm512_set1_ps(up);
     for (long t = 0; t < span; t += 16) {
         const long byte0 = G * span + t, b = byte0 / QFIX_BLOCK, at = byte0 % QFIX_BLOCK;  // 16 bytes: one block
-        int8_t *planes = f->digits + (i * f->blocks + b) * 3 * plane + at;
+        int8_t *planes = f->digit + (i * f->blocks + b) * f->digits * plane + at;
         __m512i sum = _mm512_setzero_si512();
         for (int high = 0; high < 2 - q8; high++) {
             const long c = c0 + t + high * span;
-            const __mmask16 in = lanes_before(c, k);
-            __m512i X = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + c), up));  // to nearest
+            __m512i X;
+            if (x)  // (rounded to nearest)
+                X = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_before(c, v->k), x + c), vup));
+            else
+                X = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qx + c)));
             sum = _mm512_add_epi32(sum, X);
-            for (int d = 2; d >= 0; d--) {  // l, m, then h: balanced digits, X = 2^8 X' + digit
+            for (int d = f->digits - 1; d >= 0; d--) {  // l, m, then h: balanced digits, X = 2^8 X' + digit
                 const __m512i digit = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, bias), byte), bias);
                 _mm_storeu_si128((__m128i *)(planes + d * plane + high * 64), _mm512_cvtepi32_epi8(digit));
                 X = _mm512_srai_epi32(_mm512_sub_epi32(X, digit), 8);
@@ -135,43 +128,74 @@ QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i,
         sum = _mm512_maskz_compress_epi32(0x1111, _mm512_mullo_epi32(sum, _mm512_set1_epi32(offset)));
         _mm_storeu_si128((__m128i *)(f->offset + (i * f->blocks + b) * 16 + at / 4), _mm512_castsi512_si128(sum));
     }
+}
+
+// Row i's group G (columns [c0, c0 + group) of x, those from k on zero) as weight-only's fixed point: its digits,
+// its lanes' offsets and its unit. Returns 0 when the group holds inf or NaN.
+QFIX_TARGET static int prepare_group(const qgemv_args *v, qgemv_fixed *f, int i, long G) {
+    const long group = v->group, c0 = G * group;
+    const float *x = v->x + i * v->ldx;
+    const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(INFINITY);
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (long t = 0; t < group; t += 16) {
+        const long c = c0 + t;
+        const __m512 a = _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(lanes_before(c, v->k), x + c));
+        bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // inf, or NaN (unordered)
+        amax = _mm512_max_ps(amax, a);
+    }
+    if (bad) return 0;
+    const float top = _mm512_reduce_max_ps(amax);
+    uint32_t bits;
+    memcpy(&bits, &top, sizeof bits);
+    int e = top > 0 ? (int)(bits >> 23) - 126 : 0;  // top < 2^e, as frexpf's (a subnormal's -126 is clamped next)
+    e = e < -100 ? -100 : e;                         // 2^(e - B) stays a normal float32
+    store_group(v, f, i, G, x, pow2(f->bits - e), NULL);
     f->unit[i * f->groups16 + G] = pow2(e - f->bits);
     return 1;
+}
+
+// The memory for v's rows of x as `digits` planes, its tables filled, zeros where no group writes
+static qgemv_fixed *fixed_alloc(const qgemv_args *v, int digits) {
+    const int q8 = v->fmt == TL_Q8;
+    const long kp = tl_round_up(v->k, v->group), groups = kp / v->group, groups16 = tl_round_up(groups, 16);
+    const long span = q8 ? v->group : v->group / 2, row_bytes = groups * span;
+    const long blocks = (row_bytes + QFIX_BLOCK - 1) / QFIX_BLOCK, rows = (long)v->m * blocks;
+    const long per16 = 16 * span / QFIX_BLOCK, block_digits = digits * QFIX_PLANE(v->fmt);
+    // one allocation: the digits, the lanes' offsets, the units, the block table
+    const size_t head = tl_round_up(sizeof(qgemv_fixed), 64), planes = (size_t)rows * block_digits,
+                 lanes = (size_t)rows * 16 * sizeof(int32_t), units = (size_t)v->m * groups16 * sizeof(float),
+                 tables = (size_t)per16 * 16 * sizeof(int32_t);
+    const size_t bytes = tl_round_up((long)(head + planes + lanes + units + tables), 64);
+    qgemv_fixed *f = (qgemv_fixed *)aligned_alloc(64, bytes);  // the digits' loads each within one cache line
+    if (f == NULL) tl_oom(bytes);
+    f->bits = QFIX_BITS(v->fmt);
+    f->digits = digits;
+    f->blocks = blocks;
+    f->tail = row_bytes - (blocks - 1) * QFIX_BLOCK;
+    f->groups16 = groups16;
+    f->digit = (int8_t *)f + head;
+    f->offset = (int32_t *)(void *)(f->digit + planes);
+    f->unit = (float *)(f->offset + rows * 16);
+    f->lane_group = (int32_t *)(f->unit + v->m * groups16);
+    f->per16 = per16;
+    for (long r = 0; r < per16; r++)
+        for (int l = 0; l < 16; l++) f->lane_group[r * 16 + l] = (int32_t)((r * QFIX_BLOCK + 4 * l) / span);
+    for (int i = 0; i < v->m; i++) {
+        const long last = i * blocks + blocks - 1;
+        memset(f->digit + last * block_digits, 0, (size_t)block_digits);
+        memset(f->offset + last * 16, 0, 16 * sizeof(int32_t));
+        memset(f->unit + i * groups16 + groups, 0, (size_t)(groups16 - groups) * sizeof(float));
+    }
+    return f;
 }
 #endif  // __x86_64__
 
 qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
 #if defined(__x86_64__)
     if (!tl_cpu_int8_dot() || v->group % 32) return NULL;
-    const int q8 = v->fmt == TL_Q8;
-    const long kp = tl_round_up(v->k, v->group), groups = kp / v->group, groups16 = tl_round_up(groups, 16);
-    const long span = q8 ? v->group : v->group / 2, row_bytes = groups * span;
-    const long blocks = (row_bytes + QFIX_BLOCK - 1) / QFIX_BLOCK, rows = (long)v->m * blocks;
-    const long per16 = 16 * span / QFIX_BLOCK;
-    // one allocation: the digits, the lanes' offsets, the units, the block table
-    const size_t head = tl_round_up(sizeof(qgemv_fixed), 64), digits = (size_t)rows * 3 * QFIX_PLANE(v->fmt),
-                 lanes = (size_t)rows * 16 * sizeof(int32_t), units = (size_t)v->m * groups16 * sizeof(float),
-                 tables = (size_t)per16 * 16 * sizeof(int32_t);
-    const size_t bytes = tl_round_up((long)(head + digits + lanes + units + tables), 64);
-    qgemv_fixed *f = (qgemv_fixed *)aligned_alloc(64, bytes);  // the digits' loads each within one cache line
-    if (f == NULL) tl_oom(bytes);
-    f->bits = QFIX_BITS(v->fmt);
-    f->blocks = blocks;
-    f->tail = row_bytes - (blocks - 1) * QFIX_BLOCK;
-    f->groups16 = groups16;
-    f->digits = (int8_t *)f + head;
-    f->offset = (int32_t *)(void *)(f->digits + digits);
-    f->unit = (float *)(f->offset + rows * 16);
-    f->lane_group = (int32_t *)(f->unit + v->m * groups16);
-    f->per16 = per16;
-    for (long r = 0; r < per16; r++)
-        for (int l = 0; l < 16; l++) f->lane_group[r * 16 + l] = (int32_t)((r * QFIX_BLOCK + 4 * l) / span);
-    for (int i = 0; i < v->m; i++) {  // zeros where no group writes: the last block's rest, the units past the last
-        const long last = i * blocks + blocks - 1;
-        memset(f->digits + last * 3 * QFIX_PLANE(v->fmt), 0, 3 * QFIX_PLANE(v->fmt));
-        memset(f->offset + last * 16, 0, 16 * sizeof(int32_t));
-        memset(f->unit + i * groups16 + groups, 0, (size_t)(groups16 - groups) * sizeof(float));
-    }
+    qgemv_fixed *f = fixed_alloc(v, 3);
+    const long groups = tl_round_up(v->k, v->group) / v->group;
     for (int i = 0; i < v->m; i++)
         for (long G = 0; G < groups; G++)
             if (!prepare_group(v, f, i, G)) {
@@ -185,6 +209,25 @@ qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v) {
 #endif
 }
 
+qgemv_fixed *tl_qgemv_fixed_prepare_int8(const qgemv_args *v, const int8_t *qx, const float *sx) {
+#if defined(__x86_64__)
+    if (!tl_cpu_int8_dot() || v->group % 32) return NULL;
+    const long kp = tl_round_up(v->k, v->group), groups = kp / v->group;
+    for (long r = 0; r < v->m * groups; r++)
+        if (isnan(sx[r])) return NULL;  // (a group with inf or NaN: its outputs are NaN, as the other kernels give)
+    qgemv_fixed *f = fixed_alloc(v, 1);
+    for (int i = 0; i < v->m; i++)
+        for (long G = 0; G < groups; G++) {
+            store_group(v, f, i, G, NULL, 0.0f, qx + i * kp);
+            f->unit[i * f->groups16 + G] = sx[i * groups + G];
+        }
+    return f;
+#else
+    (void)v, (void)qx, (void)sx;
+    return NULL;
+#endif
+}
+
 void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 
 #if defined(__x86_64__)
@@ -193,7 +236,8 @@ void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 // its digits loaded once for the R rows, the lanes' sums digit by digit (the module's S), less the offsets, in float32
 // times the lanes' d_G 2^(e_G - B) (du[i*R + r], 16 groups' of x's row i and W's row r) into tot[i*R + r].
 QFIX_TARGET static inline __attribute__((always_inline)) void
-block_fixed(const int M, const int R, const int F, const qgemv_fixed *f, const uint8_t *const *p, const __m512 *du,
+block_fixed(const int M, const int R, const int F, const int D, const qgemv_fixed *f, const uint8_t *const *p,
+            const __m512 *du,
             long b, long r16, long ahead, __mmask64 last, __m512 *tot) {
     __m512i n0[QFIX_ROWS], n1[QFIX_ROWS];
     for (int r = 0; r < R; r++) {
@@ -211,16 +255,16 @@ block_fixed(const int M, const int R, const int F, const qgemv_fixed *f, const u
     const __m512i group = _mm512_loadu_si512(f->lane_group + r16 * 16);
     for (int i = 0; i < M; i++) {
         const long at = i * f->blocks + b;
-        const int8_t *x = f->digits + at * 3 * QFIX_PLANE(F);
+        const int8_t *x = f->digit + at * D * QFIX_PLANE(F);
         __m512i x0[3], x1[3];
-        for (int digit = 0; digit < 3; digit++) {
+        for (int digit = 0; digit < D; digit++) {
             x0[digit] = _mm512_loadu_si512(x + digit * QFIX_PLANE(F));
             if (F == TL_Q4) x1[digit] = _mm512_loadu_si512(x + digit * QFIX_PLANE(F) + 64);
         }
         const __m512i offset = _mm512_loadu_si512(f->offset + at * 16);
         for (int r = 0; r < R; r++) {
             __m512i s = _mm512_setzero_si512();
-            for (int digit = 0; digit < 3; digit++) {
+            for (int digit = 0; digit < D; digit++) {
                 if (digit) s = _mm512_slli_epi32(s, 8);
                 s = _mm512_dpbusd_epi32(s, n0[r], x0[digit]);
                 if (F == TL_Q4) s = _mm512_dpbusd_epi32(s, n1[r], x1[digit]);
@@ -235,7 +279,7 @@ block_fixed(const int M, const int R, const int F, const qgemv_fixed *f, const u
 // of x's units (16 groups are whole blocks, as the group is a multiple of 32), then the blocks they cover, even and
 // odd ones into separate totals (two chains of FMA latency, and one order of sums for every R).
 QFIX_TARGET static inline __attribute__((always_inline)) void
-rows_fixed(const int M, const int R, const int F, const qgemv_args *v, long j0) {
+rows_fixed(const int M, const int R, const int F, const int D, const qgemv_args *v, long j0) {
     const qgemv_fixed *f = v->fixed;
     const long groups = tl_round_up(v->k, v->group) / v->group, blocks = f->blocks, per16 = f->per16;
     const __mmask64 last = f->tail == QFIX_BLOCK ? ~(__mmask64)0 : (((__mmask64)1 << f->tail) - 1);
@@ -260,10 +304,10 @@ rows_fixed(const int M, const int R, const int F, const qgemv_args *v, long j0) 
         const long b1 = tl_min(blocks, b0 + per16);
         long b = b0;
         for (; b + 2 <= b1; b += 2) {
-            block_fixed(M, R, F, f, p, du, b, b - b0, ahead, last, even);
-            block_fixed(M, R, F, f, p, du, b + 1, b + 1 - b0, ahead, last, odd);
+            block_fixed(M, R, F, D, f, p, du, b, b - b0, ahead, last, even);
+            block_fixed(M, R, F, D, f, p, du, b + 1, b + 1 - b0, ahead, last, odd);
         }
-        if (b < b1) block_fixed(M, R, F, f, p, du, b, b - b0, ahead, last, even);
+        if (b < b1) block_fixed(M, R, F, D, f, p, du, b, b - b0, ahead, last, even);
     }
     for (int i = 0; i < M; i++)
         for (int r = 0; r < R; r++)
@@ -271,18 +315,21 @@ rows_fixed(const int M, const int R, const int F, const qgemv_args *v, long j0) 
 }
 
 // Outputs [j0, j1): QFIX_ROWS_FOR(M) rows of W at a time, x's digits loaded once for them, then the rest one by one.
+// D, x's digits, comes in QGEMV_BY_M's group slot (the block tables take any group).
 QFIX_TARGET static inline __attribute__((always_inline)) void
-qgemv_fixed_m(const int M, const int F, const int GS, const qgemv_args *v, long j0, long j1) {
-    (void)GS;  // any group (the block tables)
+qgemv_fixed_m(const int M, const int F, const int D, const qgemv_args *v, long j0, long j1) {
     const int R = QFIX_ROWS_FOR(M);
     long j = j0;
-    for (; j + R <= j1; j += R) rows_fixed(M, R, F, v, j);
-    for (; j < j1; j++) rows_fixed(M, 1, F, v, j);
+    for (; j + R <= j1; j += R) rows_fixed(M, R, F, D, v, j);
+    for (; j < j1; j++) rows_fixed(M, 1, F, D, v, j);
 }
 
 QFIX_TARGET void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1) {
-    if (v->fmt == TL_Q8) QGEMV_BY_M(qgemv_fixed_m, TL_Q8, 0, v, j0, j1);
-    else QGEMV_BY_M(qgemv_fixed_m, TL_Q4, 0, v, j0, j1);
+    const int one = v->fixed->digits == 1;
+    if (v->fmt == TL_Q8 && one) QGEMV_BY_M(qgemv_fixed_m, TL_Q8, 1, v, j0, j1);
+    else if (v->fmt == TL_Q8) QGEMV_BY_M(qgemv_fixed_m, TL_Q8, 3, v, j0, j1);
+    else if (one) QGEMV_BY_M(qgemv_fixed_m, TL_Q4, 1, v, j0, j1);
+    else QGEMV_BY_M(qgemv_fixed_m, TL_Q4, 3, v, j0, j1);
 }
 #else
 void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1) { (void)v, (void)j0, (void)j1; }

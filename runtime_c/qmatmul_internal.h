@@ -46,6 +46,10 @@ typedef struct {
 // (no AVX512_VNNI in use, a group that is not a multiple of 32, or x holding inf or NaN); freed by
 // tl_qgemv_fixed_free. The kernel computes outputs [j0, j1) of the int8 or int4 GEMV with v->fixed set.
 TL_QMATMUL_HIDDEN qgemv_fixed *tl_qgemv_fixed_prepare(const qgemv_args *v);
+// The same kernel for int8 activations (qmatmul_dynamic.c): row i of x given as qx + i*kp (kp: v->k rounded up to
+// whole groups, zero past v->k) and its groups' scales sx + i*groups, one digit each; NULL where it does not apply,
+// or where a scale is NaN (x held inf or NaN). v->x is not read.
+TL_QMATMUL_HIDDEN qgemv_fixed *tl_qgemv_fixed_prepare_int8(const qgemv_args *v, const int8_t *qx, const float *sx);
 TL_QMATMUL_HIDDEN void tl_qgemv_fixed_free(qgemv_fixed *f);
 TL_QMATMUL_HIDDEN void tl_qgemv_fixed(const qgemv_args *v, long j0, long j1);
 

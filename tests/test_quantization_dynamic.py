@@ -75,8 +75,8 @@ def test_dynamic_qmatmul_is_the_definition_computed_by_torch(device, fmt, m, n, 
 @settings(max_examples=10)
 @given(**CASES)
 def test_both_c_kernels_give_the_definition(dot, fmt, m, n, groups, g, short, seed):
-    """With the dot-product instructions off (tl_cpu_set_dot(0): AVX2's vpmaddubsw), and on (vpdpbusd where the CPU
-    has AVX512_VNNI; elsewhere the same AVX2 kernel)."""
+    """With the dot-product instructions off (tl_cpu_set_dot(0): AVX2's vpmaddubsw), and on (where the CPU has
+    AVX512_VNNI, qmatmul_fixed.c's vpdpbusd kernel with x as its one digit; elsewhere the same AVX2 kernel)."""
     lib.tl_cpu_set_dot(dot)
     try:
         check("c", fmt, m, n, groups, g, short, seed)

@@ -9,7 +9,9 @@ activations far below their group's largest (2^0 to 2^-30 of it):
     That pins the digits, the lanes, the offsets and the scales: a kernel that used x itself fails it where x̃ ≠ x;
   - the accuracy the module promises against x itself: within Σ_G 2^-B max_G|x| Σ_{t∈G}|w_t| beyond that.
 Without the instructions (tl_cpu_set_dot(0)), or with inf or NaN in x, the float kernel (qmatmul.c) runs: the same
-results as it gives, bit for bit.
+results as it gives, bit for bit. The dynamic path's int8 activations run on the same kernel with one digit: checked
+here for the order of its sums and against their definition over many groups (tests/test_quantization_dynamic.py
+checks that definition on every kernel).
 """
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from tinyllm import quantization as Q
 from tinyllm._kernels import lib
 from tinyllm.graph import build
 from test_quantization import torch_dequant
+from test_quantization_dynamic import torch_dynamic
 
 BITS = {"int4": 22, "int8": 21}  # B per format (QFIX_BITS)
 formats = pytest.mark.parametrize("fmt", list(BITS))
@@ -38,10 +41,12 @@ def fixed_point(x, g, bits):
     return (np.rint(np.ldexp(xg, bits - e)) * np.ldexp(1.0, e - bits)).reshape(m, kp)[:, :k]
 
 
-def run(x, q, s, g, k, fmt):
+def run(x, q, s, g, k, fmt, dynamic=False):
+    """QMATMUL on the C runtime; dynamic: x quantized to int8 at run time (the one-digit kernel)."""
     X = tl.tensor(x, device="c")
+    arg = (fmt, g, k, "int8") if dynamic else (fmt, g) if k % g == 0 else (fmt, g, k)
     return X._make(build("QMATMUL", X.node, tl.Tensor(q, device="c").node, tl.Tensor(s, device="c").node,
-                         arg=(fmt, g) if k % g == 0 else (fmt, g, k))).numpy()
+                         arg=arg)).numpy()
 
 
 @formats
@@ -131,19 +136,24 @@ def test_inf_or_nan_in_x_runs_the_float_kernel(fmt):
 
 
 @formats
+@pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-def test_a_row_of_y_is_the_same_bits_however_the_rows_of_w_are_taken(fmt, m):
+def test_a_row_of_y_is_the_same_bits_however_the_rows_of_w_are_taken(fmt, m, dynamic):
     """The kernel takes rows of W several at a time (QFIX_ROWS_FOR(M)), the rest one by one, and threads split the
     rows anywhere: each output is summed in one order all the same, so y is the same bits from the whole W on one
-    thread, on two, and from each row of W alone."""
+    thread, on two, and from each row of W alone. With int8 activations (dynamic: x's one digit) y is also the
+    dynamic path's definition (tests/test_quantization_dynamic.py's, in torch) over these 128 groups."""
     rng = np.random.default_rng(m)
     n, k = 37, 4096  # 37 rows: whole steps and a rest; n k / 2^16 > 2, so two threads split them
     q, s = Q.quantize(rng.standard_normal((n, k)).astype(np.float32), fmt, 32)
     x = rng.standard_normal((m, k)).astype(np.float32)
-    alone = np.concatenate([run(x, q[j:j + 1], s[j:j + 1], 32, k, fmt) for j in range(n)], axis=1)
+    alone = np.concatenate([run(x, q[j:j + 1], s[j:j + 1], 32, k, fmt, dynamic) for j in range(n)], axis=1)
     for threads in (1, 2):
         lib.tl_set_num_threads(threads)
         try:
-            np.testing.assert_array_equal(run(x, q, s, 32, k, fmt), alone)
+            np.testing.assert_array_equal(run(x, q, s, 32, k, fmt, dynamic), alone)
         finally:
             lib.tl_set_num_threads(0)
+    if dynamic:
+        want, scale = torch_dynamic(x, q, s, fmt, 32, k)
+        assert np.all(np.abs(alone - want) <= 1e-5 * scale)
