@@ -72,7 +72,7 @@ struct qgemv_fixed {
     int8_t *digit;              // row i of x, block b: its planes (h, m, l; or the one) at
                                 // digit + (i*blocks + b) * digits * QFIX_PLANE
     int32_t *offset;            // [(i*blocks + b)*16 + lane]: o sum X over the lane's weights
-    float *unit;                // [i*groups16 + G]: 2^(e_G - B) of row i's group G (0 past the last)
+    float *unit;                // [i*groups16 + G]: 2^(e_G - B) (or s_G) of row i's group G (0 past the last)
     int32_t *lane_group;        // [r*16 + lane]: the lane's group among the 16 of block r of a run of per16
 };
 
@@ -233,12 +233,11 @@ void tl_qgemv_fixed_free(qgemv_fixed *f) { free(f); }
 #if defined(__x86_64__)
 // Block b of R rows of W (bytes from p[r] + b * QFIX_BLOCK, the last block's `tail` only), block r16 of its 16 groups',
 // for M rows of x: each row's bytes as unsigned (int4: the low and the high nibbles, two vectors), then per row of x,
-// its digits loaded once for the R rows, the lanes' sums digit by digit (the module's S), less the offsets, in float32
-// times the lanes' d_G 2^(e_G - B) (du[i*R + r], 16 groups' of x's row i and W's row r) into tot[i*R + r].
+// its D digits loaded once for the R rows, the lanes' sums digit by digit (the module's S), less the offsets, in
+// float32 times the lanes' d_G 2^(e_G - B) (du[i*R + r], 16 groups' of x's row i and W's row r) into tot[i*R + r].
 QFIX_TARGET static inline __attribute__((always_inline)) void
 block_fixed(const int M, const int R, const int F, const int D, const qgemv_fixed *f, const uint8_t *const *p,
-            const __m512 *du,
-            long b, long r16, long ahead, __mmask64 last, __m512 *tot) {
+            const __m512 *du, long b, long r16, long ahead, __mmask64 last, __m512 *tot) {
     __m512i n0[QFIX_ROWS], n1[QFIX_ROWS];
     for (int r = 0; r < R; r++) {
         const uint8_t *w8 = p[r] + b * QFIX_BLOCK;
