@@ -8,8 +8,8 @@ and y_ij = sum_G (s_iG d_jG) sum_{t in G} qx_it qw_jt, the inner sums exact in i
 products run on integer dot-product instructions, where the float path widens every weight to float32 first
 (qmatmul.c), which bounds decoding by the widening rather than by memory. With AVX512_VNNI they run on
 qmatmul_fixed.c's kernel, whose x is the weight-only path's fixed point written in three byte digits: here qx is its
-one digit and s_iG its unit, so each 64 bytes of W cost one vpdpbusd per 64 weights rather than three (it takes
-several rows of W at a time on 512-bit vectors). Elsewhere this file's AVX2 kernel runs them on vpmaddubsw +
+one digit and s_iG its unit, so the products take one vpdpbusd per 64 weights rather than three (it takes several
+rows of W at a time on 512-bit vectors). Elsewhere this file's AVX2 kernel runs them on vpmaddubsw +
 vpmaddwd (qdyn_group).
 
 A group whose x holds inf or NaN gets a NaN scale: its outputs are NaN, not a wrong finite number.
