@@ -17,14 +17,15 @@ from .tensor import Tensor
 from .utils.checks import whole_number
 
 
-def _array(x, fn, what="logits"):
-    """x (a Tensor or array-like) as a float64 NumPy array, only read here (it may be a tensor's own buffer)."""
+def _array(x, fn, what="logits", wide=True):
+    """x (a Tensor or array-like) as a float64 NumPy array (with wide=False: as it is, for an argmax, which widening
+    does not change), only read here (it may be a tensor's own buffer)."""
     if isinstance(x, Tensor):
         x = x.numpy()
     a = np.asarray(x)
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{fn}: {what} must be numbers, got an array of {a.dtype}")
-    return a.astype(np.float64, copy=False)
+    return a.astype(np.float64, copy=False) if wide else a
 
 
 def check_options(fn, temperature, top_k, top_p, min_p):
@@ -105,9 +106,9 @@ def _filter_row(x, temperature, top_k, top_p, min_p, fn, row):
     return idx, w
 
 
-def _rows(logits, fn, ndim=None):
-    """(logits as float64 rows (N, V), their shape)."""
-    x = _array(logits, fn)
+def _rows(logits, fn, ndim=None, wide=True):
+    """(logits as float64 rows (N, V), their shape); `wide` as for _array."""
+    x = _array(logits, fn, wide=wide)
     if (ndim is not None and x.ndim != ndim) or x.ndim < 1 or x.shape[-1] == 0:
         want = "(B, V)" if ndim == 2 else "(..., V)"
         raise ValueError(f"{fn}: expected logits of shape {want} with V >= 1, got shape {tuple(x.shape)}")
@@ -186,7 +187,8 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
     same on any device. The race runs over the kept tokens only, so top-k sampling from 50257 draws k numbers.
     """
     check_options("sample", temperature, top_k, top_p, min_p)
-    x, _ = _rows(logits, "sample", ndim=2)
+    # greedy reads the logits as they are: a fresh float64 copy of a 50257-token row cost more than the argmax
+    x, _ = _rows(logits, "sample", ndim=2, wide=temperature != 0)
     rng = factory.numpy_generator(generator)
     out = np.empty(x.shape[0], dtype=np.int64)
     for r in range(x.shape[0]):
